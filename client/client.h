@@ -1,0 +1,50 @@
+// The thin C++ client: one channel, reused for every call, with a deadline on each.
+#pragma once
+
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tensorcompute/v1/tensor_service.grpc.pb.h"
+
+namespace tc::client {
+
+namespace v1 = ::tensorcompute::v1;
+
+struct ClientOptions {
+  absl::Duration timeout = absl::Seconds(60);
+  // Largest message sent or received.
+  int max_message_bytes = 256 << 20;
+};
+
+class Client {
+ public:
+  // `target`: "host:port", or any gRPC target such as "dns:///name:port".
+  explicit Client(const std::string& target, ClientOptions options = {});
+
+  // Serving status of `service` ("" for the whole server): "SERVING", "NOT_SERVING", ...
+  absl::StatusOr<std::string> Health(const std::string& service = "");
+  absl::StatusOr<v1::ListOpsResponse> ListOps();
+  absl::StatusOr<v1::Tensor> Compute(const v1::ComputeRequest& request);
+  absl::StatusOr<v1::Tensor> Compute(absl::string_view op, std::vector<v1::Tensor> inputs,
+                                     std::vector<std::pair<std::string, v1::Attribute>> attrs = {});
+
+ private:
+  void SetDeadline(grpc::ClientContext& ctx) const;
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::TensorService::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+// grpc::Status -> absl::Status (the codes are the same numbers).
+absl::Status FromGrpc(const grpc::Status& s);
+
+}  // namespace tc::client

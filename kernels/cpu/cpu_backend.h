@@ -1,0 +1,21 @@
+// The CPU backend: runs plans on a pool of worker threads.
+#pragma once
+
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/engine.h"
+
+namespace tc {
+
+class CpuBackend : public Backend {
+ public:
+  // `threads` workers; 0 means one per hardware thread.
+  explicit CpuBackend(int threads = 0) : pool_(threads) {}
+  absl::string_view name() const override { return "cpu"; }
+  absl::Status Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
+                   std::byte* out) override;
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace tc

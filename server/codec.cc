@@ -1,0 +1,109 @@
+#include "server/codec.h"
+
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+
+namespace tc::server {
+
+absl::StatusOr<DType> DTypeFromProto(int wire) {
+  // The wire enum is the engine's order shifted by one (0 is DTYPE_UNSPECIFIED).
+  if (wire >= 1 && wire <= kNumDTypes) return static_cast<DType>(wire - 1);
+  if (wire == v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("dtype is missing (DTYPE_UNSPECIFIED)");
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype enum value ", wire));
+}
+
+v1::DType DTypeToProto(DType t) { return static_cast<v1::DType>(static_cast<int>(t) + 1); }
+
+absl::StatusOr<DecodedInputs> DecodeInputs(
+    const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors) {
+  DecodedInputs out;
+  out.views.reserve(tensors.size());
+  for (int i = 0; i < tensors.size(); ++i) {
+    const v1::Tensor& t = tensors[i];
+    auto dtype = DTypeFromProto(t.dtype());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", dtype.status().message()));
+    }
+    TensorView v;
+    v.dtype = *dtype;
+    if (t.shape_size() > kMaxRank) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": rank ", t.shape_size(),
+                                                     " exceeds the limit of ", kMaxRank));
+    }
+    v.shape.assign(t.shape().begin(), t.shape().end());
+    if (t.strides_size() == 0) {
+      auto numel = CheckedNumel(v.shape);
+      if (!numel.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", numel.status().message()));
+      }
+      v.strides = ContiguousStrides(v.shape);
+    } else if (t.strides_size() != t.shape_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", t.strides_size(),
+                                                     " strides given for rank ", t.shape_size(),
+                                                     " (leave strides empty for C-contiguous)"));
+    } else {
+      v.strides.assign(t.strides().begin(), t.strides().end());
+    }
+    v.offset = t.offset();
+    const std::string* blob = &t.data();
+    if (reinterpret_cast<uintptr_t>(blob->data()) % ItemSize(v.dtype) != 0) {
+      out.owned.push_back(std::make_unique<std::string>(*blob));
+      blob = out.owned.back().get();
+    }
+    v.data = reinterpret_cast<const std::byte*>(blob->data());
+    v.storage_bytes = static_cast<int64_t>(blob->size());
+    if (auto s = ValidateView(v, absl::StrCat("input ", i)); !s.ok()) return s;
+    out.views.push_back(std::move(v));
+  }
+  return out;
+}
+
+absl::StatusOr<AttrMap> DecodeAttributes(
+    const google::protobuf::Map<std::string, v1::Attribute>& attrs) {
+  AttrMap out;
+  for (const auto& [name, a] : attrs) {
+    switch (a.value_case()) {
+      case v1::Attribute::kFloatValue:
+        out[name] = a.float_value();
+        break;
+      case v1::Attribute::kIntValue:
+        out[name] = static_cast<int64_t>(a.int_value());
+        break;
+      case v1::Attribute::kBoolValue:
+        out[name] = a.bool_value();
+        break;
+      case v1::Attribute::kDtypeValue: {
+        auto t = DTypeFromProto(a.dtype_value());
+        if (!t.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("attribute '", name, "': ", t.status().message()));
+        }
+        out[name] = *t;
+        break;
+      }
+      case v1::Attribute::kStringValue:
+        out[name] = a.string_value();
+        break;
+      case v1::Attribute::VALUE_NOT_SET:
+        return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' has no value"));
+    }
+  }
+  return out;
+}
+
+std::byte* PrepareOutput(DType dtype, absl::Span<const int64_t> shape, int64_t bytes,
+                         v1::Tensor* t) {
+  t->set_dtype(DTypeToProto(dtype));
+  t->mutable_shape()->Assign(shape.begin(), shape.end());
+  const DimVector strides = ContiguousStrides(shape);
+  t->mutable_strides()->Assign(strides.begin(), strides.end());
+  t->set_offset(0);
+  std::string* data = t->mutable_data();
+  data->resize(static_cast<size_t>(bytes));
+  return reinterpret_cast<std::byte*>(data->data());
+}
+
+}  // namespace tc::server

@@ -1,0 +1,40 @@
+// proto <-> engine: wire tensors to TensorViews (checked), results back to wire tensors.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "google/protobuf/map.h"
+#include "kernels/dtype.h"
+#include "kernels/ops/attributes.h"
+#include "kernels/tensor_view.h"
+#include "tensorcompute/v1/tensor_service.pb.h"
+
+namespace tc::server {
+
+namespace v1 = ::tensorcompute::v1;
+
+absl::StatusOr<DType> DTypeFromProto(int wire);
+v1::DType DTypeToProto(DType t);
+
+// Views of the request's tensors, checked with ValidateView. They point into the request,
+// except where a blob is not aligned to its element size: that one is copied into `owned`.
+struct DecodedInputs {
+  std::vector<TensorView> views;
+  std::vector<std::unique_ptr<std::string>> owned;
+};
+
+absl::StatusOr<DecodedInputs> DecodeInputs(
+    const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors);
+
+absl::StatusOr<AttrMap> DecodeAttributes(
+    const google::protobuf::Map<std::string, v1::Attribute>& attrs);
+
+// Fills `t` as a C-contiguous tensor of `shape` and `dtype` and returns its data buffer
+// (sized, ready for the backend to write).
+std::byte* PrepareOutput(DType dtype, absl::Span<const int64_t> shape, int64_t bytes,
+                         v1::Tensor* t);
+
+}  // namespace tc::server
