@@ -94,8 +94,15 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   plan.numel = *numel;
   plan.num_operands = static_cast<int>(inputs.size()) + 1;
   plan.dtypes[0] = out_dtype;
+  for (size_t i = 0; i < inputs.size(); ++i) plan.dtypes[i + 1] = inputs[i].dtype;
+  if (plan.numel == 0) {
+    // Nothing to walk. An empty input's strides and offset were never bounded by its
+    // storage, so they are not used at all.
+    plan.ndim = 1;
+    plan.path = Path::kContiguous;
+    return plan;
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    plan.dtypes[i + 1] = inputs[i].dtype;
     plan.offsets[i + 1] = inputs[i].offset * ItemSize(inputs[i].dtype);
   }
 
@@ -144,7 +151,7 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
     ++n;
   }
 
-  if (n == 0) {  // Every dim was 1, or rank 0: one element (or none).
+  if (n == 0) {  // Every dim was 1, or rank 0: one element.
     n = 1;
     d.sizes[0] = plan.numel;
     for (int op = 0; op < d.num_operands; ++op) d.strides[op][0] = ItemSize(plan.dtypes[op]);

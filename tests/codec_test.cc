@@ -1,0 +1,116 @@
+// Wire tensors to views: every malformed field gets INVALID_ARGUMENT with a useful message.
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/codec.h"
+
+namespace tc::server {
+namespace {
+
+v1::Tensor Floats(std::vector<int64_t> shape, std::vector<float> values) {
+  v1::Tensor t;
+  t.set_dtype(v1::float32);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  return t;
+}
+
+absl::Status DecodeOne(const v1::Tensor& t) {
+  google::protobuf::RepeatedPtrField<v1::Tensor> ts;
+  *ts.Add() = t;
+  return DecodeInputs(ts).status();
+}
+
+void ExpectInvalid(const absl::Status& s, absl::string_view fragment) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(fragment), absl::string_view::npos)
+      << "message '" << s.message() << "' lacks '" << fragment << "'";
+}
+
+TEST(Codec, DTypesMapBothWays) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const auto t = static_cast<DType>(i);
+    auto back = DTypeFromProto(DTypeToProto(t));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(*back, t);
+    std::string wire = v1::DType_Name(DTypeToProto(t));
+    if (wire == "bool_") wire = "bool";
+    EXPECT_EQ(wire, DTypeName(t));
+  }
+  ExpectInvalid(DTypeFromProto(0).status(), "dtype is missing");
+  ExpectInvalid(DTypeFromProto(99).status(), "unknown dtype enum value 99");
+}
+
+TEST(Codec, ContiguousByDefault) {
+  google::protobuf::RepeatedPtrField<v1::Tensor> ts;
+  *ts.Add() = Floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  auto d = DecodeInputs(ts);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->views[0].strides, (DimVector{3, 1}));
+  EXPECT_EQ(d->views[0].storage_bytes, 24);
+  EXPECT_TRUE(d->owned.empty());
+}
+
+TEST(Codec, RejectsMalformedTensors) {
+  v1::Tensor t = Floats({2, 3}, {1, 2, 3, 4, 5});
+  ExpectInvalid(DecodeOne(t), "reach elements 0..5, but the storage holds 5");
+  t = Floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  t.mutable_data()->push_back('x');
+  ExpectInvalid(DecodeOne(t), "25 bytes is not a whole number of float32");
+  t = Floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  t.add_strides(1);
+  ExpectInvalid(DecodeOne(t), "1 strides given for rank 2");
+  t.add_strides(4);
+  ExpectInvalid(DecodeOne(t), "reach elements 0..9");
+  t = Floats({2, -3}, {1, 2, 3, 4, 5, 6});
+  ExpectInvalid(DecodeOne(t), "negative");
+  t = Floats({2, 3}, {1, 2, 3, 4, 5, 6});
+  t.set_dtype(v1::DTYPE_UNSPECIFIED);
+  ExpectInvalid(DecodeOne(t), "input 0: dtype is missing");
+  t.set_dtype(static_cast<v1::DType>(42));
+  ExpectInvalid(DecodeOne(t), "unknown dtype");
+  t = Floats({}, {1});
+  for (int i = 0; i < 9; ++i) t.add_shape(1);
+  ExpectInvalid(DecodeOne(t), "rank 9 exceeds the limit of 8");
+  t = Floats({1 << 30, 1 << 30, 1 << 30}, {1});
+  ExpectInvalid(DecodeOne(t), "more than 2^63");
+  t = Floats({2}, {1, 2});
+  t.set_offset(-1);
+  ExpectInvalid(DecodeOne(t), "offset -1 is negative");
+}
+
+TEST(Codec, Attributes) {
+  google::protobuf::Map<std::string, v1::Attribute> m;
+  m["alpha"].set_float_value(2.5);
+  m["n"].set_int_value(3);
+  m["flag"].set_bool_value(true);
+  m["dtype"].set_dtype_value(v1::int8);
+  m["mode"].set_string_value("tanh");
+  auto a = DecodeAttributes(m);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(std::get<double>(a->at("alpha")), 2.5);
+  EXPECT_EQ(std::get<int64_t>(a->at("n")), 3);
+  EXPECT_EQ(std::get<bool>(a->at("flag")), true);
+  EXPECT_EQ(std::get<DType>(a->at("dtype")), DType::kInt8);
+  EXPECT_EQ(std::get<std::string>(a->at("mode")), "tanh");
+  m["empty"];
+  ExpectInvalid(DecodeAttributes(m).status(), "attribute 'empty' has no value");
+  m.erase("empty");
+  m["dtype"].set_dtype_value(v1::DTYPE_UNSPECIFIED);
+  ExpectInvalid(DecodeAttributes(m).status(), "attribute 'dtype': dtype is missing");
+}
+
+TEST(Codec, PrepareOutputIsContiguous) {
+  v1::Tensor t;
+  const int64_t shape[] = {2, 3};
+  std::byte* p = PrepareOutput(DType::kFloat32, shape, 24, &t);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(t.data().size(), 24u);
+  EXPECT_EQ(t.strides(0), 3);
+  EXPECT_EQ(t.strides(1), 1);
+  EXPECT_EQ(t.dtype(), v1::float32);
+}
+
+}  // namespace
+}  // namespace tc::server

@@ -1,0 +1,61 @@
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/add_conformance.h"
+#include "tests/random_tensors.h"
+
+namespace tc {
+namespace {
+
+TEST(CpuAdd, RandomLayoutsMatchReference) {
+  const uint64_t seed = testing::TestSeed();
+  std::printf("TC_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  CpuBackend backend(2);
+  testing::CheckRandomAdds(backend, seed, 400, 200000);
+}
+
+// Large enough to be split across threads, with a broadcast operand.
+TEST(CpuAdd, ThreadedRowBroadcast) {
+  CpuBackend backend(3);
+  const int64_t m = 1031, n = 777;
+  std::vector<float> a(m * n), b(n);
+  for (int64_t i = 0; i < m * n; ++i) a[i] = static_cast<float>(i % 1000);
+  for (int64_t j = 0; j < n; ++j) b[j] = static_cast<float>(j);
+  TensorView va{DType::kFloat32, {m, n}, {n, 1}, 0,
+                reinterpret_cast<const std::byte*>(a.data()), m * n * 4};
+  TensorView vb{DType::kFloat32, {n}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), n * 4};
+  const TensorView inputs[] = {va, vb};
+  auto op = PrepareOp("add", inputs, {});
+  ASSERT_TRUE(op.ok()) << op.status();
+  std::vector<float> out(m * n);
+  ASSERT_TRUE(backend.Run(*op, inputs, reinterpret_cast<std::byte*>(out.data())).ok());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_EQ(out[i * n + j], a[i * n + j] + b[j]) << i << "," << j;
+    }
+  }
+}
+
+TEST(CpuAdd, EmptyAndScalar) {
+  CpuBackend backend(1);
+  float x = 1.5f, y = 2.0f;
+  TensorView sx{DType::kFloat32, {}, {}, 0, reinterpret_cast<const std::byte*>(&x), 4};
+  TensorView sy{DType::kFloat32, {}, {}, 0, reinterpret_cast<const std::byte*>(&y), 4};
+  const TensorView scalars[] = {sx, sy};
+  auto op = PrepareOp("add", scalars, {{"alpha", 3.0}});
+  ASSERT_TRUE(op.ok()) << op.status();
+  EXPECT_TRUE(op->plan.out_shape.empty());
+  float out = 0;
+  ASSERT_TRUE(backend.Run(*op, scalars, reinterpret_cast<std::byte*>(&out)).ok());
+  EXPECT_EQ(out, 7.5f);
+
+  TensorView empty{DType::kFloat32, {0, 3}, {3, 1}, 0, nullptr, 0};
+  const TensorView with_empty[] = {empty, sx};
+  auto op2 = PrepareOp("add", with_empty, {});
+  ASSERT_TRUE(op2.ok()) << op2.status();
+  EXPECT_EQ(op2->plan.numel, 0);
+  EXPECT_EQ(op2->plan.out_shape, (DimVector{0, 3}));
+  EXPECT_TRUE(backend.Run(*op2, with_empty, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace tc

@@ -1,0 +1,53 @@
+// The CUDA backend against the reference and the CPU backend. Skips where no GPU is visible.
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/add_conformance.h"
+#include "tests/random_tensors.h"
+
+namespace tc {
+namespace {
+
+class CudaAdd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaBackend::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible: skipping GPU tests";
+    auto b = CudaBackend::Create(0);
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = *std::move(b);
+  }
+  std::unique_ptr<CudaBackend> backend_;
+};
+
+TEST_F(CudaAdd, RandomLayoutsMatchReference) {
+  const uint64_t seed = testing::TestSeed();
+  std::printf("TC_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  testing::CheckRandomAdds(*backend_, seed, 400, 200000);
+}
+
+// Bit-for-bit the CPU result on a large contiguous add (no multiply: alpha 1).
+TEST_F(CudaAdd, LargeContiguousMatchesCpu) {
+  const int64_t n = (int64_t{1} << 24) + 3;
+  std::vector<float> a(n), b(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i % 4099) * 0.25f;
+    b[i] = static_cast<float>(i % 977) - 400.0f;
+  }
+  TensorView va{DType::kFloat32, {n}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), n * 4};
+  TensorView vb{DType::kFloat32, {n}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), n * 4};
+  const TensorView inputs[] = {va, vb};
+  auto op = PrepareOp("add", inputs, {});
+  ASSERT_TRUE(op.ok());
+  EXPECT_EQ(op->plan.path, Path::kContiguous);
+  std::vector<float> gpu(n), cpu(n);
+  ASSERT_TRUE(backend_->Run(*op, inputs, reinterpret_cast<std::byte*>(gpu.data())).ok());
+  CpuBackend cpu_backend;
+  ASSERT_TRUE(cpu_backend.Run(*op, inputs, reinterpret_cast<std::byte*>(cpu.data())).ok());
+  EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), n * 4), 0);
+}
+
+}  // namespace
+}  // namespace tc

@@ -1,0 +1,176 @@
+// Views, the planner and request checking, without a backend.
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/engine.h"
+#include "kernels/planner.h"
+#include "kernels/tensor_view.h"
+
+namespace tc {
+namespace {
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+TensorView F32(DimVector shape, DimVector strides, int64_t offset, int64_t storage_elems) {
+  static std::vector<float> storage(1 << 16);
+  return TensorView{DType::kFloat32, std::move(shape), std::move(strides), offset,
+                    reinterpret_cast<const std::byte*>(storage.data()), storage_elems * 4};
+}
+
+TensorView Contiguous(DimVector shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  DimVector strides = ContiguousStrides(shape);
+  return F32(std::move(shape), std::move(strides), 0, n);
+}
+
+void ExpectInvalid(const absl::Status& s, absl::string_view fragment) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(fragment), absl::string_view::npos)
+      << "message '" << s.message() << "' lacks '" << fragment << "'";
+}
+
+TEST(ValidateView, AcceptsExactFitsAndViews) {
+  EXPECT_TRUE(ValidateView(F32({2, 3}, {3, 1}, 0, 6), "t").ok());
+  EXPECT_TRUE(ValidateView(F32({3, 2}, {1, 3}, 0, 6), "t").ok());      // transposed
+  EXPECT_TRUE(ValidateView(F32({4}, {-1}, 3, 4), "t").ok());           // reversed
+  EXPECT_TRUE(ValidateView(F32({1000, 1000}, {0, 0}, 2, 3), "t").ok());  // broadcast
+  EXPECT_TRUE(ValidateView(F32({}, {}, 5, 6), "t").ok());              // scalar at offset
+  EXPECT_TRUE(ValidateView(F32({0, 5}, {5, 1}, 100, 0), "t").ok());    // empty reaches nothing
+}
+
+TEST(ValidateView, RejectsWhatReachesOutside) {
+  ExpectInvalid(ValidateView(F32({2, 3}, {3, 1}, 0, 5), "input 0"), "input 0");
+  ExpectInvalid(ValidateView(F32({2, 3}, {3, 1}, 1, 6), "t"), "reach elements 1..6");
+  ExpectInvalid(ValidateView(F32({4}, {-1}, 2, 4), "t"), "reach elements -1..2");
+  ExpectInvalid(ValidateView(F32({}, {}, 6, 6), "t"), "storage holds 6");
+  ExpectInvalid(ValidateView(F32({2}, {1}, -1, 6), "t"), "offset -1 is negative");
+}
+
+TEST(ValidateView, RejectsMalformedMetadata) {
+  ExpectInvalid(ValidateView(F32({2, -3}, {1, 1}, 0, 6), "t"), "negative");
+  ExpectInvalid(ValidateView(F32({2, 3}, {1}, 0, 6), "t"), "1 strides given for rank 2");
+  ExpectInvalid(ValidateView(F32(DimVector(9, 1), DimVector(9, 1), 0, 6), "t"), "exceeds the limit");
+  TensorView odd = F32({1}, {1}, 0, 1);
+  odd.storage_bytes = 6;
+  ExpectInvalid(ValidateView(odd, "t"), "not a whole number of float32");
+}
+
+TEST(ValidateView, OverflowIsCaughtNotWrapped) {
+  ExpectInvalid(ValidateView(F32({1 << 30, 1 << 30, 1 << 30}, {0, 0, 0}, 0, 1), "t"),
+                "more than 2^63");
+  ExpectInvalid(ValidateView(F32({4}, {kMax / 2}, 0, 8), "t"), "overflow");
+  ExpectInvalid(ValidateView(F32({3}, {std::numeric_limits<int64_t>::min()}, 0, 8), "t"),
+                "overflow");
+  ExpectInvalid(ValidateView(F32({2}, {1}, kMax, 8), "t"), "overflow");
+  // A zero dim makes the view empty even when the other dims would overflow.
+  EXPECT_TRUE(ValidateView(F32({0, kMax, kMax}, {1, 1, 1}, 0, 0), "t").ok());
+}
+
+TEST(Planner, EmptyOutputIgnoresWildStridesAndOffsets) {
+  // Nothing is reachable, so nothing about strides or offset may be trusted or multiplied.
+  const TensorView in[] = {F32({0, 2}, {kMax, kMax}, kMax, 0), Contiguous({2})};
+  auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->numel, 0);
+  EXPECT_EQ(p->offsets[1], 0);
+}
+
+TEST(Broadcast, NumPyRules) {
+  DimVector a{8, 1, 6, 1}, b{7, 1, 5}, c{};
+  const DimVector* ab[] = {&a, &b};
+  EXPECT_EQ(*BroadcastShapes(ab), (DimVector{8, 7, 6, 5}));
+  const DimVector* ac[] = {&a, &c};
+  EXPECT_EQ(*BroadcastShapes(ac), a);
+  DimVector d{2, 3}, e{4, 3};
+  const DimVector* de[] = {&d, &e};
+  ExpectInvalid(BroadcastShapes(de).status(), "dim -2 is 2 in one and 4 in another");
+  DimVector z{0}, one{1}, two{2};
+  const DimVector* zo[] = {&z, &one};
+  EXPECT_EQ(*BroadcastShapes(zo), (DimVector{0}));
+  const DimVector* zt[] = {&z, &two};
+  EXPECT_FALSE(BroadcastShapes(zt).ok());
+}
+
+TEST(Planner, ContiguousCoalescesToOneDim) {
+  const TensorView in[] = {Contiguous({4, 5, 6}), Contiguous({4, 5, 6})};
+  auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->path, Path::kContiguous);
+  EXPECT_EQ(p->ndim, 1);
+  EXPECT_EQ(p->sizes[0], 120);
+  EXPECT_EQ(p->out_bytes(), 480);
+}
+
+TEST(Planner, ScalarBroadcast) {
+  const TensorView in[] = {Contiguous({4, 5}), Contiguous({})};
+  auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->path, Path::kScalarBroadcast);
+  EXPECT_EQ(p->ndim, 1);
+  EXPECT_EQ(p->strides[2][0], 0);
+}
+
+TEST(Planner, RowBroadcastKeepsTwoDims) {
+  const TensorView in[] = {Contiguous({4, 5}), Contiguous({5})};
+  auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->path, Path::kStrided);
+  ASSERT_EQ(p->ndim, 2);
+  EXPECT_EQ(p->sizes[0], 5);  // fastest dim first
+  EXPECT_EQ(p->sizes[1], 4);
+  EXPECT_EQ(p->strides[0][0], 4);
+  EXPECT_EQ(p->strides[0][1], 20);
+  EXPECT_EQ(p->strides[2][0], 4);
+  EXPECT_EQ(p->strides[2][1], 0);
+}
+
+TEST(Planner, SizeOneDimsDropAndReversedInputKeepsItsOffset) {
+  // [3,1,4] reversed along the last dim, against a contiguous [3,1,4].
+  const TensorView in[] = {Contiguous({3, 1, 4}), F32({3, 1, 4}, {4, 4, -1}, 3, 12)};
+  auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->ndim, 2);
+  EXPECT_EQ(p->strides[2][0], -4);
+  EXPECT_EQ(p->offsets[2], 12);
+}
+
+TEST(Planner, EmptyAndRankZero) {
+  const TensorView scalars[] = {Contiguous({}), Contiguous({})};
+  auto p = PlanElementwise(scalars, DType::kFloat32, DType::kFloat32);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->numel, 1);
+  EXPECT_EQ(p->path, Path::kContiguous);
+  const TensorView empty[] = {Contiguous({0, 3}), Contiguous({3})};
+  auto q = PlanElementwise(empty, DType::kFloat32, DType::kFloat32);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->numel, 0);
+}
+
+TEST(Planner, BroadcastOutputThatOverflowsIsRejected) {
+  const TensorView in[] = {F32({1 << 30, 1, 1}, {0, 0, 0}, 0, 1),
+                           F32({1, 1 << 30, 1 << 30}, {0, 0, 0}, 0, 1)};
+  ExpectInvalid(PlanElementwise(in, DType::kFloat32, DType::kFloat32).status(), "2^63");
+}
+
+TEST(PrepareOp, ChecksOpArityDtypeAndAttributes) {
+  const TensorView two[] = {Contiguous({2}), Contiguous({2})};
+  ExpectInvalid(PrepareOp("nope", two, {}).status(), "unknown op 'nope'");
+  const TensorView one[] = {Contiguous({2})};
+  ExpectInvalid(PrepareOp("add", one, {}).status(), "takes 2 inputs, got 1");
+  ExpectInvalid(PrepareOp("add", two, {{"beta", 1.0}}).status(), "no attribute 'beta'");
+  ExpectInvalid(PrepareOp("add", two, {{"alpha", std::string("x")}}).status(),
+                "must be of type float");
+  EXPECT_TRUE(PrepareOp("add", two, {{"alpha", int64_t{2}}}).ok());  // int where float is fine
+  TensorView i32 = Contiguous({2});
+  i32.dtype = DType::kInt32;
+  const TensorView mixed[] = {Contiguous({2}), i32};
+  ExpectInvalid(PrepareOp("add", mixed, {}).status(), "does not accept dtype int32");
+  const TensorView bad_view[] = {Contiguous({2}), F32({3}, {1}, 0, 2)};
+  ExpectInvalid(PrepareOp("add", bad_view, {}).status(), "input 1");
+}
+
+}  // namespace
+}  // namespace tc

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Calls the real server from Python (Debian's python3-grpcio), compared against NumPy."""
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import grpc
+import numpy as np
+
+from tensorcompute.v1 import tensor_service_pb2 as pb
+from tensorcompute.v1 import tensor_service_pb2_grpc as pb_grpc
+from tc_std import health_pb2, health_pb2_grpc, reflection_pb2, reflection_pb2_grpc
+
+ARGS = None
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def start_server(*extra):
+    tmp = tempfile.mkdtemp(prefix="tc-py-")
+    port_file = os.path.join(tmp, "port")
+    proc = subprocess.Popen([ARGS.server, "--address=127.0.0.1", "--port=0",
+                             f"--port_file={port_file}", "--backend=cpu", *extra])
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if os.path.exists(port_file):
+            with open(port_file) as f:
+                return proc, f"127.0.0.1:{int(f.read())}"
+        if proc.poll() is not None:
+            raise RuntimeError("server exited at start")
+        time.sleep(0.02)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+def tensor_of(a: np.ndarray) -> pb.Tensor:
+    """A float32 view sent as its base storage plus element strides and offset."""
+    assert a.dtype == np.float32
+    base = a
+    while base.base is not None and isinstance(base.base, np.ndarray):
+        base = base.base
+    base = np.ascontiguousarray(base)
+    offset_bytes = a.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    return pb.Tensor(dtype=pb.float32, shape=a.shape,
+                     strides=[s // 4 for s in a.strides], offset=offset_bytes // 4,
+                     data=base.tobytes())
+
+
+def array_of(t: pb.Tensor) -> np.ndarray:
+    flat = np.frombuffer(t.data, dtype=np.float32)
+    return np.lib.stride_tricks.as_strided(
+        flat[t.offset:], shape=tuple(t.shape), strides=tuple(s * 4 for s in t.strides)).copy()
+
+
+class ServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.target = start_server()
+        cls.channel = grpc.insecure_channel(cls.target)
+        cls.stub = pb_grpc.TensorServiceStub(cls.channel)
+        cls.health = health_pb2_grpc.HealthStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.proc.send_signal(signal.SIGTERM)
+        cls.proc.wait(timeout=30)
+
+    def assert_serving(self):
+        r = self.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+
+    def compute(self, op, *arrays, **attrs):
+        req = pb.ComputeRequest(op=op, inputs=[tensor_of(a) for a in arrays],
+                                attributes={k: pb.Attribute(float_value=v) for k, v in attrs.items()})
+        return array_of(self.stub.Compute(req, timeout=30).output)
+
+    def test_health(self):
+        self.assert_serving()
+        r = self.health.Check(health_pb2.HealthCheckRequest(
+            service="tensorcompute.v1.TensorService"), timeout=10)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+
+    def test_reflection_lists_the_service(self):
+        stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
+        reqs = iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        names = [s.name for r in stub.ServerReflectionInfo(reqs, timeout=10)
+                 for s in r.list_services_response.service]
+        self.assertIn("tensorcompute.v1.TensorService", names)
+        self.assertIn("grpc.health.v1.Health", names)
+
+    def test_broadcast_add_matches_numpy(self):
+        rng = np.random.default_rng()
+        for shapes in [((2, 3), (3,)), ((4, 1, 5), (3, 1)), ((), (7,)), ((1031,), ()),
+                       ((3, 1, 2, 1), (1, 4, 1, 5))]:
+            a = rng.standard_normal(shapes[0]).astype(np.float32)
+            b = rng.standard_normal(shapes[1]).astype(np.float32)
+            got = self.compute("add", a, b, alpha=-1.5)
+            want = a + np.float32(-1.5) * b
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+    def test_strided_views_are_sent_without_copies(self):
+        rng = np.random.default_rng()
+        base = rng.standard_normal((6, 9)).astype(np.float32)
+        for a, b in [(base.T, base.T[::-1]), (base[1::2, ::-3], base[::2, 2::3]),
+                     (np.broadcast_to(base[0], (6, 9)), base)]:
+            got = self.compute("add", a, b)
+            np.testing.assert_allclose(got, a + b, rtol=1e-6, atol=1e-6)
+
+    def test_bad_inputs_get_invalid_argument(self):
+        bad = [
+            pb.ComputeRequest(op="nope"),
+            pb.ComputeRequest(op="add", inputs=[pb.Tensor(dtype=pb.float32, shape=[4], data=b"\0" * 12),
+                                                pb.Tensor(dtype=pb.float32, data=b"\0" * 4)]),
+            pb.ComputeRequest(op="add", inputs=[pb.Tensor(dtype=pb.float32, shape=[2], strides=[5], data=b"\0" * 8),
+                                                pb.Tensor(dtype=pb.float32, data=b"\0" * 4)]),
+            pb.ComputeRequest(op="add", inputs=[pb.Tensor(dtype=pb.float32, shape=[2], data=b"\0" * 8),
+                                                pb.Tensor(dtype=pb.float32, shape=[3], data=b"\0" * 12)]),
+            pb.ComputeRequest(op="add", inputs=[pb.Tensor(dtype=pb.float32, shape=[-1], data=b""),
+                                                pb.Tensor(dtype=pb.float32, data=b"\0" * 4)]),
+            pb.ComputeRequest(op="add", inputs=[pb.Tensor(shape=[1], data=b"\0" * 4),
+                                                pb.Tensor(dtype=pb.float32, data=b"\0" * 4)]),
+        ]
+        for req in bad:
+            with self.assertRaises(grpc.RpcError) as ctx:
+                self.stub.Compute(req, timeout=10)
+            self.assertEqual(ctx.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, req)
+            self.assertTrue(ctx.exception.details())
+            self.assert_serving()
+
+    def test_cli(self):
+        out = subprocess.run([ARGS.cli, f"--target={self.target}", "compute", "add",
+                              "--input=float32[2,3]=1,2,3,4,5,6", "--input=float32[3]=10,20,30"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        self.assertEqual(out.strip(), "float32[2,3]\n[[11, 22, 33], [14, 25, 36]]")
+        r = subprocess.run([ARGS.cli, f"--target={self.target}", "compute", "add",
+                            "--input=float32[2]=1,2", "--input=float32[3]=1,2,3"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("INVALID_ARGUMENT", r.stderr)
+
+    def test_readme_example(self):
+        env = dict(os.environ)
+        out = subprocess.run([sys.executable, os.path.join(REPO, "client/python/example.py"),
+                              self.target], capture_output=True, text=True, timeout=30,
+                             check=True, env=env).stdout
+        self.assertEqual(out.split(), "[[20. 41. 62.] [23. 44. 65.]]".split())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--cli", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

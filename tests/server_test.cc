@@ -1,0 +1,256 @@
+// The real server binary on 127.0.0.1, called through the C++ client.
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "client/tensor_text.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "tests/server_process.h"
+
+namespace tc {
+namespace {
+
+namespace v1 = ::tensorcompute::v1;
+using client::Client;
+
+v1::Tensor Floats(std::vector<int64_t> shape, std::vector<float> values) {
+  v1::Tensor t;
+  t.set_dtype(v1::float32);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
+  return t;
+}
+
+std::vector<float> Values(const v1::Tensor& t) {
+  std::vector<float> v(t.data().size() / 4);
+  std::memcpy(v.data(), t.data().data(), t.data().size());
+  return v;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new testing::ServerProcess(TC_SERVER_BINARY, {"--backend=cpu"});
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_GT(server_->port(), 0) << "server did not start";
+    client_ = std::make_unique<Client>(server_->target());
+  }
+  void ExpectHealthy() {
+    auto h = client_->Health();
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(*h, "SERVING");
+  }
+
+  static testing::ServerProcess* server_;
+  std::unique_ptr<Client> client_;
+};
+
+testing::ServerProcess* ServerTest::server_ = nullptr;
+
+TEST_F(ServerTest, HealthIsServing) {
+  ExpectHealthy();
+  auto svc = client_->Health("tensorcompute.v1.TensorService");
+  ASSERT_TRUE(svc.ok()) << svc.status();
+  EXPECT_EQ(*svc, "SERVING");
+  EXPECT_EQ(client_->Health("no.such.Service").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ServerTest, ListOpsDescribesAdd) {
+  auto ops = client_->ListOps();
+  ASSERT_TRUE(ops.ok()) << ops.status();
+  bool found = false;
+  for (const v1::OpInfo& op : ops->ops()) {
+    if (op.name() != "add") continue;
+    found = true;
+    EXPECT_EQ(op.arity(), 2);
+    ASSERT_EQ(op.attributes_size(), 1);
+    EXPECT_EQ(op.attributes(0).name(), "alpha");
+    EXPECT_EQ(op.attributes(0).type(), "float");
+    EXPECT_FALSE(op.attributes(0).required());
+    EXPECT_EQ(op.attributes(0).default_value(), "1");
+    ASSERT_GE(op.dtypes_size(), 1);
+    EXPECT_EQ(op.dtypes(0), v1::float32);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(ServerTest, BroadcastAdd) {
+  v1::Attribute alpha;
+  alpha.set_float_value(2);
+  auto out = client_->Compute("add", {Floats({2, 1, 3}, {1, 2, 3, 4, 5, 6}), Floats({2, 1}, {10, 20})},
+                              {{"alpha", alpha}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->dtype(), v1::float32);
+  EXPECT_EQ(std::vector<int64_t>(out->shape().begin(), out->shape().end()),
+            (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_EQ(std::vector<int64_t>(out->strides().begin(), out->strides().end()),
+            (std::vector<int64_t>{6, 3, 1}));
+  EXPECT_EQ(Values(*out), (std::vector<float>{21, 22, 23, 41, 42, 43, 24, 25, 26, 44, 45, 46}));
+}
+
+TEST_F(ServerTest, StridedViewsWithOffsetsAndNegativeStrides) {
+  // Storage 0..11; a is its [3,2] transpose-like view [[7,5],[3,1]...]: offset 7, strides -2,-1.
+  std::vector<float> storage(12);
+  for (int i = 0; i < 12; ++i) storage[i] = static_cast<float>(i);
+  v1::Tensor a = Floats({3, 2}, storage);
+  a.add_strides(-3);
+  a.add_strides(-1);
+  a.set_offset(7);  // rows 7,6 / 4,3 / 1,0
+  v1::Tensor b = Floats({2}, storage);
+  b.add_strides(0);  // broadcast element 5
+  b.set_offset(5);
+  auto out = client_->Compute("add", {a, b});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Values(*out), (std::vector<float>{12, 11, 9, 8, 6, 5}));
+}
+
+TEST_F(ServerTest, BadInputsAreRejectedAndServerStaysHealthy) {
+  struct Case {
+    const char* name;
+    v1::ComputeRequest request;
+    const char* fragment;
+  };
+  std::vector<Case> cases;
+  auto add = [&](const char* name, const char* fragment, auto mutate) {
+    v1::ComputeRequest r;
+    r.set_op("add");
+    *r.add_inputs() = Floats({2, 3}, {1, 2, 3, 4, 5, 6});
+    *r.add_inputs() = Floats({3}, {1, 2, 3});
+    mutate(r);
+    cases.push_back({name, std::move(r), fragment});
+  };
+  add("unknown op", "unknown op 'frobnicate'", [](auto& r) { r.set_op("frobnicate"); });
+  add("blob too short", "storage holds 5", [](auto& r) { r.mutable_inputs(0)->mutable_data()->resize(20); });
+  add("blob not whole elements", "not a whole number", [](auto& r) { r.mutable_inputs(1)->mutable_data()->push_back('x'); });
+  add("strides outside", "reach elements", [](auto& r) {
+    r.mutable_inputs(0)->add_strides(3);
+    r.mutable_inputs(0)->add_strides(2);
+  });
+  add("negative offset reach", "reach elements -2", [](auto& r) { r.mutable_inputs(1)->add_strides(-1); });
+  add("stride count", "1 strides given for rank 2", [](auto& r) { r.mutable_inputs(0)->add_strides(1); });
+  add("negative dim", "negative", [](auto& r) { r.mutable_inputs(0)->set_shape(1, -3); });
+  add("unknown dtype", "unknown dtype enum value 77", [](auto& r) { r.mutable_inputs(0)->set_dtype(static_cast<v1::DType>(77)); });
+  add("missing dtype", "dtype is missing", [](auto& r) { r.mutable_inputs(1)->set_dtype(v1::DTYPE_UNSPECIFIED); });
+  add("unsupported dtype", "does not accept dtype int32", [](auto& r) { r.mutable_inputs(1)->set_dtype(v1::int32); });
+  add("no broadcast", "cannot be broadcast", [](auto& r) { r.mutable_inputs(1)->set_shape(0, 2); r.mutable_inputs(1)->mutable_data()->resize(8); });
+  add("arity", "takes 2 inputs, got 1", [](auto& r) { r.mutable_inputs()->RemoveLast(); });
+  add("unknown attribute", "no attribute 'beta'", [](auto& r) { (*r.mutable_attributes())["beta"].set_float_value(1); });
+  add("attribute type", "must be of type float", [](auto& r) { (*r.mutable_attributes())["alpha"].set_string_value("x"); });
+  add("overflowing shape", "more than 2^63", [](auto& r) {
+    v1::Tensor* t = r.mutable_inputs(0);
+    t->clear_shape();
+    for (int i = 0; i < 3; ++i) t->add_shape(int64_t{1} << 30);
+    for (int i = 0; i < 3; ++i) t->add_strides(0);
+  });
+  add("rank above limit", "exceeds the limit of 8", [](auto& r) {
+    for (int i = 0; i < 8; ++i) r.mutable_inputs(1)->add_shape(1);
+  });
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto out = client_->Compute(c.request);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << out.status();
+    EXPECT_NE(out.status().message().find(c.fragment), absl::string_view::npos) << out.status();
+    ExpectHealthy();
+  }
+}
+
+TEST_F(ServerTest, ConcurrentClients) {
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      Client c(server_->target());
+      for (int i = 0; i < 25; ++i) {
+        const float x = static_cast<float>(t * 100 + i);
+        auto out = c.Compute("add", {Floats({3}, {x, x, x}), Floats({}, {1})});
+        if (out.ok() && Values(*out) == std::vector<float>{x + 1, x + 1, x + 1}) ++ok;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(ok.load(), 200);
+}
+
+// What ghz and grpcurl do: list services, then fetch the file that defines one.
+TEST_F(ServerTest, ReflectionServesTheContract) {
+  auto channel = grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials());
+  auto stub = grpc::reflection::v1alpha::ServerReflection::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  grpc::reflection::v1alpha::ServerReflectionRequest req;
+  grpc::reflection::v1alpha::ServerReflectionResponse resp;
+
+  req.set_list_services("");
+  ASSERT_TRUE(stream->Write(req));
+  ASSERT_TRUE(stream->Read(&resp));
+  std::vector<std::string> services;
+  for (const auto& s : resp.list_services_response().service()) services.push_back(s.name());
+  EXPECT_NE(std::find(services.begin(), services.end(), "tensorcompute.v1.TensorService"),
+            services.end());
+  EXPECT_NE(std::find(services.begin(), services.end(), "grpc.health.v1.Health"), services.end());
+
+  req.set_file_containing_symbol("tensorcompute.v1.TensorService");
+  ASSERT_TRUE(stream->Write(req));
+  ASSERT_TRUE(stream->Read(&resp));
+  ASSERT_TRUE(resp.has_file_descriptor_response()) << resp.DebugString();
+  ASSERT_GE(resp.file_descriptor_response().file_descriptor_proto_size(), 1);
+  google::protobuf::FileDescriptorProto file;
+  ASSERT_TRUE(file.ParseFromString(resp.file_descriptor_response().file_descriptor_proto(0)));
+  EXPECT_EQ(file.package(), "tensorcompute.v1");
+  ASSERT_EQ(file.service_size(), 1);
+  std::vector<std::string> methods;
+  for (const auto& m : file.service(0).method()) methods.push_back(m.name());
+  EXPECT_NE(std::find(methods.begin(), methods.end(), "Compute"), methods.end());
+  EXPECT_NE(std::find(methods.begin(), methods.end(), "ListOps"), methods.end());
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST(ServerLimits, OversizedRequestAndResponseAreRefused) {
+  testing::ServerProcess server(TC_SERVER_BINARY, {"--backend=cpu", "--max_message_bytes=1048576"});
+  ASSERT_GT(server.port(), 0);
+  Client c(server.target());
+  // 2 MiB in: refused by gRPC before it is parsed.
+  auto big = c.Compute("add", {Floats({1 << 19}, std::vector<float>(1 << 19, 1.0f)), Floats({}, {1})});
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
+  // 8 bytes in, 4 MiB out: refused before the result is allocated.
+  auto wide = c.Compute("add", {Floats({1024, 1}, std::vector<float>(1024, 1.0f)),
+                                Floats({1, 1024}, std::vector<float>(1024, 1.0f))});
+  EXPECT_EQ(wide.status().code(), absl::StatusCode::kResourceExhausted) << wide.status();
+  EXPECT_NE(wide.status().message().find("over this server's limit"), absl::string_view::npos);
+  auto h = c.Health();
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(*h, "SERVING");
+}
+
+TEST(ServerLifecycle, SigtermStopsCleanly) {
+  testing::ServerProcess server(TC_SERVER_BINARY, {"--backend=cpu"});
+  ASSERT_GT(server.port(), 0);
+  Client c(server.target());
+  ASSERT_TRUE(c.Health().ok());
+  const int status = server.Terminate(20);
+  ASSERT_NE(status, -1) << "server did not exit after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(ServerLifecycle, BadFlagExitsWithoutServing) {
+  testing::ServerProcess server(TC_SERVER_BINARY, {"--backend=quantum"});
+  EXPECT_EQ(server.port(), 0);
+  EXPECT_FALSE(server.running());
+}
+
+}  // namespace
+}  // namespace tc
