@@ -2,6 +2,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -34,10 +35,22 @@ std::vector<float> Values(const v1::Tensor& t) {
   return v;
 }
 
+// $TC_SERVER_BINARY overrides the binary built here (to test a bundled one elsewhere), and
+// $TC_TEST_BACKEND the backend (cpu by default; cuda on a GPU machine).
+std::string ServerBinary() {
+  const char* env = std::getenv("TC_SERVER_BINARY");
+  return env ? env : TC_SERVER_BINARY;
+}
+
+std::string BackendFlag() {
+  const char* env = std::getenv("TC_TEST_BACKEND");
+  return std::string("--backend=") + (env ? env : "cpu");
+}
+
 class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new testing::ServerProcess(TC_SERVER_BINARY, {"--backend=cpu"});
+    server_ = new testing::ServerProcess(ServerBinary(), {BackendFlag()});
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -219,7 +232,7 @@ TEST_F(ServerTest, ReflectionServesTheContract) {
 }
 
 TEST(ServerLimits, OversizedRequestAndResponseAreRefused) {
-  testing::ServerProcess server(TC_SERVER_BINARY, {"--backend=cpu", "--max_message_bytes=1048576"});
+  testing::ServerProcess server(ServerBinary(), {BackendFlag(), "--max_message_bytes=1048576"});
   ASSERT_GT(server.port(), 0);
   Client c(server.target());
   // 2 MiB in: refused by gRPC before it is parsed.
@@ -236,7 +249,7 @@ TEST(ServerLimits, OversizedRequestAndResponseAreRefused) {
 }
 
 TEST(ServerLifecycle, SigtermStopsCleanly) {
-  testing::ServerProcess server(TC_SERVER_BINARY, {"--backend=cpu"});
+  testing::ServerProcess server(ServerBinary(), {BackendFlag()});
   ASSERT_GT(server.port(), 0);
   Client c(server.target());
   ASSERT_TRUE(c.Health().ok());
@@ -247,7 +260,7 @@ TEST(ServerLifecycle, SigtermStopsCleanly) {
 }
 
 TEST(ServerLifecycle, BadFlagExitsWithoutServing) {
-  testing::ServerProcess server(TC_SERVER_BINARY, {"--backend=quantum"});
+  testing::ServerProcess server(ServerBinary(), {"--backend=quantum"});
   EXPECT_EQ(server.port(), 0);
   EXPECT_FALSE(server.running());
 }

@@ -133,6 +133,14 @@ class ServerTest(unittest.TestCase):
             self.assertTrue(ctx.exception.details())
             self.assert_serving()
 
+    def test_ghz_request_file(self):
+        """The JSON that the README hands to ghz and grpcurl is a valid request."""
+        from google.protobuf import json_format
+        with open(os.path.join(REPO, "deploy/ghz/add.json")) as f:
+            req = json_format.Parse(f.read(), pb.ComputeRequest())
+        out = array_of(self.stub.Compute(req, timeout=10).output)
+        np.testing.assert_array_equal(out, [[21, 42, 63], [24, 45, 66]])
+
     def test_cli(self):
         out = subprocess.run([ARGS.cli, f"--target={self.target}", "compute", "add",
                               "--input=float32[2,3]=1,2,3,4,5,6", "--input=float32[3]=10,20,30"],
@@ -150,11 +158,15 @@ class ServerTest(unittest.TestCase):
                               self.target], capture_output=True, text=True, timeout=30,
                              check=True, env=env).stdout
         self.assertEqual(out.split(), "[[20. 41. 62.] [23. 44. 65.]]".split())
+        out = subprocess.run([ARGS.example, self.target], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        self.assertEqual(out, "20 41 62\n23 44 65\n")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
     parser.add_argument("--cli", required=True)
+    parser.add_argument("--example", required=True)
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
