@@ -20,3 +20,32 @@ std::optional<DType> DTypeFromName(absl::string_view name) {
 }
 
 }  // namespace tc
+
+namespace tc {
+
+DType PromoteTypes(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::kBool) return b;
+  if (b == DType::kBool) return a;
+  const bool fa = IsFloating(a), fb = IsFloating(b);
+  if (fa && fb) {
+    const bool halves = (a == DType::kFloat16 && b == DType::kBFloat16) ||
+                        (a == DType::kBFloat16 && b == DType::kFloat16);
+    if (halves) return DType::kFloat32;
+    return ItemSize(a) >= ItemSize(b) ? a : b;
+  }
+  if (fa) return a;
+  if (fb) return b;
+  // Both integers. uint8 is the only unsigned one: with int8 neither holds the other.
+  if (a == DType::kUInt8) return b == DType::kInt8 ? DType::kInt16 : b;
+  if (b == DType::kUInt8) return a == DType::kInt8 ? DType::kInt16 : a;
+  return ItemSize(a) >= ItemSize(b) ? a : b;
+}
+
+bool CanCast(DType from, DType to) {
+  if (IsFloating(from) && !IsFloating(to)) return false;
+  if (from != DType::kBool && to == DType::kBool) return false;
+  return true;
+}
+
+}  // namespace tc

@@ -4,7 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include "absl/strings/string_view.h"
+#include "kernels/scalar_types.h"
 
 namespace tc {
 
@@ -57,24 +59,73 @@ constexpr bool IsIntegral(DType t) { return t != DType::kBool && !IsFloating(t);
 absl::string_view DTypeName(DType t);
 std::optional<DType> DTypeFromName(absl::string_view name);
 
-// C++ type stored for a dtype, for the dtypes the backends compute in directly.
-template <DType T>
-struct DTypeCpp;
-template <>
-struct DTypeCpp<DType::kFloat32> {
-  using type = float;
+// The storage type of each dtype, and a visitor over them.
+template <typename T>
+struct TypeTag {
+  using type = T;
 };
-template <>
-struct DTypeCpp<DType::kFloat64> {
-  using type = double;
-};
-template <>
-struct DTypeCpp<DType::kInt32> {
-  using type = int32_t;
-};
-template <>
-struct DTypeCpp<DType::kInt64> {
-  using type = int64_t;
-};
+
+// Calls fn(TypeTag<storage type>{}) for `t`. Every branch must return the same type.
+template <typename Fn>
+decltype(auto) VisitDType(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kBool:
+      return fn(TypeTag<bool>{});
+    case DType::kUInt8:
+      return fn(TypeTag<uint8_t>{});
+    case DType::kInt8:
+      return fn(TypeTag<int8_t>{});
+    case DType::kInt16:
+      return fn(TypeTag<int16_t>{});
+    case DType::kInt32:
+      return fn(TypeTag<int32_t>{});
+    case DType::kInt64:
+      return fn(TypeTag<int64_t>{});
+    case DType::kFloat16:
+      return fn(TypeTag<Half>{});
+    case DType::kBFloat16:
+      return fn(TypeTag<BFloat16>{});
+    case DType::kFloat32:
+      return fn(TypeTag<float>{});
+    case DType::kFloat64:
+      break;
+  }
+  return fn(TypeTag<double>{});
+}
+
+template <typename T>
+constexpr DType DTypeOf() {
+  if constexpr (std::is_same_v<T, bool>) return DType::kBool;
+  if constexpr (std::is_same_v<T, uint8_t>) return DType::kUInt8;
+  if constexpr (std::is_same_v<T, int8_t>) return DType::kInt8;
+  if constexpr (std::is_same_v<T, int16_t>) return DType::kInt16;
+  if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
+  if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
+  if constexpr (std::is_same_v<T, Half>) return DType::kFloat16;
+  if constexpr (std::is_same_v<T, BFloat16>) return DType::kBFloat16;
+  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
+  if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
+}
+
+// Sets of dtypes as bit masks (bit i: DType i), for compile-time choices of which compute
+// types a functor is instantiated for.
+constexpr uint32_t DTypeBit(DType t) { return 1u << static_cast<int>(t); }
+inline constexpr uint32_t kFloatTypes = DTypeBit(DType::kFloat16) | DTypeBit(DType::kBFloat16) |
+                                        DTypeBit(DType::kFloat32) | DTypeBit(DType::kFloat64);
+inline constexpr uint32_t kIntegralTypes = DTypeBit(DType::kUInt8) | DTypeBit(DType::kInt8) |
+                                           DTypeBit(DType::kInt16) | DTypeBit(DType::kInt32) |
+                                           DTypeBit(DType::kInt64);
+inline constexpr uint32_t kIntegralBoolTypes = kIntegralTypes | DTypeBit(DType::kBool);
+inline constexpr uint32_t kNumericTypes = kIntegralTypes | kFloatTypes;
+inline constexpr uint32_t kAllTypes = kNumericTypes | DTypeBit(DType::kBool);
+
+// PyTorch's promote_types: the smallest dtype both a and b convert to without losing their
+// category (bool < integer < floating). uint8 with int8 gives int16; float16 with bfloat16
+// gives float32.
+DType PromoteTypes(DType a, DType b);
+
+// Whether a value of `from` may be stored as `to` without being asked for explicitly (PyTorch's
+// can_cast): not floating to integer or bool, not integer to bool.
+bool CanCast(DType from, DType to);
 
 }  // namespace tc

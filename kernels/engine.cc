@@ -1,11 +1,98 @@
 #include "kernels/engine.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace tc {
+namespace {
+
+int Category(DType t) { return t == DType::kBool ? 0 : IsFloating(t) ? 2 : 1; }
+
+std::string DTypeList(const std::vector<DType>& ts) {
+  std::vector<absl::string_view> names;
+  for (DType t : ts) names.push_back(DTypeName(t));
+  return absl::StrJoin(names, ", ");
+}
+
+// Output strides (elements) for `layout`, and the storage they span.
+absl::StatusOr<DimVector> OutputStrides(const DimVector& shape, const OutputOptions& options,
+                                        absl::Span<const TensorView> inputs) {
+  const size_t rank = shape.size();
+  if (!options.strides.empty()) {
+    if (options.strides.size() != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(options.strides.size(),
+                                                     " output strides given for an output of rank ",
+                                                     rank, " ", ShapeToString(shape)));
+    }
+    // Non-negative and non-overlapping: sorted by stride, each dim must step past everything
+    // the faster dims reach.
+    std::vector<size_t> order(rank);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return options.strides[a] < options.strides[b]; });
+    int64_t reach = 0;  // highest element index reachable by the dims so far
+    for (size_t d : order) {
+      const int64_t s = options.strides[d];
+      if (s < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("output stride ", s, " is negative"));
+      }
+      if (shape[d] <= 1) continue;
+      if (s <= reach) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output strides [", absl::StrJoin(options.strides, ","), "] overlap for shape ",
+            ShapeToString(shape), ": dim ", d, " steps ", s, " but faster dims reach ", reach));
+      }
+      int64_t span;
+      if (__builtin_mul_overflow(s, shape[d] - 1, &span) ||
+          __builtin_add_overflow(reach, span, &reach)) {
+        return absl::InvalidArgumentError("output strides overflow 64-bit offsets");
+      }
+    }
+    return options.strides;
+  }
+  if (options.layout == OutputOptions::Layout::kContiguous || inputs.empty() || rank == 0) {
+    return ContiguousStrides(shape);
+  }
+  // Like the first input's memory order: its dims from largest to smallest |stride| (broadcast
+  // and missing dims outermost), dense.
+  const TensorView& first = inputs[0];
+  DimVector in_strides(rank, 0);
+  for (size_t k = 0; k < first.shape.size(); ++k) {
+    const size_t ok = k + rank - first.shape.size();
+    in_strides[ok] = first.shape[k] == 1 ? 0 : std::abs(first.strides[k]);
+  }
+  std::vector<size_t> order(rank);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const bool za = in_strides[a] == 0, zb = in_strides[b] == 0;
+    if (za != zb) return za;  // broadcast dims first (outermost)
+    return in_strides[a] > in_strides[b];
+  });
+  DimVector strides(rank);
+  int64_t s = 1;
+  for (size_t i = rank; i-- > 0;) {
+    strides[order[i]] = s;
+    s *= std::max<int64_t>(shape[order[i]], 1);
+  }
+  return strides;
+}
+
+}  // namespace
+
+DType ResultType(absl::Span<const TensorView> inputs, int skip) {
+  std::optional<DType> dim, zero;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (static_cast<int>(i) == skip) continue;
+    std::optional<DType>& r = inputs[i].shape.empty() ? zero : dim;
+    r = r ? PromoteTypes(*r, inputs[i].dtype) : inputs[i].dtype;
+  }
+  if (!dim) return zero.value_or(DType::kFloat32);
+  if (!zero) return *dim;
+  return Category(*zero) > Category(*dim) ? PromoteTypes(*dim, *zero) : *dim;
+}
 
 absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name) {
   if (const CatalogEntry* e = FindOp(name)) return e;
@@ -16,7 +103,7 @@ absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name) {
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const TensorView> inputs,
-                                     const AttrMap& attrs) {
+                                     const AttrMap& attrs, const OutputOptions& output) {
   PreparedOp p;
   auto entry = LookupOp(name);
   if (!entry.ok()) return entry.status();
@@ -28,24 +115,72 @@ absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const Te
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (auto s = ValidateView(inputs[i], absl::StrCat("input ", i)); !s.ok()) return s;
-    if (std::find(spec.dtypes.begin(), spec.dtypes.end(), inputs[i].dtype) == spec.dtypes.end()) {
-      std::vector<absl::string_view> ok;
-      for (DType t : spec.dtypes) ok.push_back(DTypeName(t));
-      return absl::InvalidArgumentError(absl::StrCat(
-          "op '", spec.name, "' does not accept dtype ", DTypeName(inputs[i].dtype),
-          " (input ", i, "); it accepts: ", absl::StrJoin(ok, ", ")));
-    }
-    if (inputs[i].dtype != inputs[0].dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "op '", spec.name, "' needs inputs of one dtype, got ", DTypeName(inputs[0].dtype),
-          " and ", DTypeName(inputs[i].dtype)));
-    }
+  }
+  if (spec.condition_input >= 0 && inputs[spec.condition_input].dtype != DType::kBool) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "op '", spec.name, "': input ", spec.condition_input, " is the condition and must be bool, not ",
+        DTypeName(inputs[spec.condition_input].dtype)));
   }
   auto resolved = Attrs::Resolve(spec.name, spec.attrs, attrs);
   if (!resolved.ok()) return resolved.status();
   p.attrs = *std::move(resolved);
-  const DType t = inputs[0].dtype;
-  auto plan = PlanElementwise(inputs, t, t);
+
+  p.result_type = ResultType(inputs, spec.condition_input);
+  if (std::find(spec.dtypes.begin(), spec.dtypes.end(), p.result_type) == spec.dtypes.end()) {
+    std::vector<absl::string_view> given;
+    for (const TensorView& v : inputs) given.push_back(DTypeName(v.dtype));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "op '", spec.name, "' does not accept dtype ", DTypeName(p.result_type), " (inputs: ",
+        absl::StrJoin(given, ", "), "); it accepts: ", DTypeList(spec.dtypes)));
+  }
+  if (spec.check != nullptr) {
+    if (auto s = spec.check(p.attrs, p.result_type); !s.ok()) return s;
+  }
+
+  DType compute = p.result_type, out = p.result_type;
+  switch (spec.rule) {
+    case TypeRule::kPromote:
+      break;
+    case TypeRule::kPromoteToFloat:
+      if (!IsFloating(compute)) compute = out = DType::kFloat32;
+      break;
+    case TypeRule::kToBool:
+      out = DType::kBool;
+      break;
+    case TypeRule::kCastToAttr:
+      out = p.attrs.Type("dtype");
+      break;
+    case TypeRule::kQuantized:
+      for (const TensorView& v : inputs) {
+        if (v.dtype != p.result_type) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "op '", spec.name, "' needs inputs of one dtype (int8 or uint8), got ",
+              DTypeName(inputs[0].dtype), " and ", DTypeName(v.dtype)));
+        }
+      }
+      compute = DType::kFloat32;
+      break;
+  }
+  if (output.dtype && *output.dtype != out) {
+    if (spec.rule == TypeRule::kQuantized || spec.rule == TypeRule::kCastToAttr ||
+        !CanCast(out, *output.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op '", spec.name, "' gives ", DTypeName(out), "; storing it as ",
+          DTypeName(*output.dtype),
+          spec.rule == TypeRule::kQuantized || spec.rule == TypeRule::kCastToAttr
+              ? " is not supported by this op"
+              : " would be an unsafe cast: apply op 'cast' to the result to ask for it"));
+    }
+    out = *output.dtype;
+  }
+
+  absl::InlinedVector<const DimVector*, kMaxOperands> shapes;
+  for (const TensorView& v : inputs) shapes.push_back(&v.shape);
+  auto out_shape = BroadcastShapes(shapes);
+  if (!out_shape.ok()) return out_shape.status();
+  auto out_strides = OutputStrides(*out_shape, output, inputs);
+  if (!out_strides.ok()) return out_strides.status();
+  auto plan = PlanElementwise(inputs, compute, out, *out_strides);
   if (!plan.ok()) return plan.status();
   p.plan = *std::move(plan);
   return p;

@@ -4,9 +4,10 @@
 
 #include <cstddef>
 #include <memory>
-#include "absl/strings/string_view.h"
+#include <optional>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/catalog.h"
 #include "kernels/ops/attributes.h"
@@ -15,26 +16,46 @@
 
 namespace tc {
 
+// How the client wants the output.
+struct OutputOptions {
+  // Output dtype; by default the op's own (the inputs' result type, bool for comparisons...).
+  // Only casts that lose no category are allowed here (CanCast); others need op "cast".
+  std::optional<DType> dtype;
+  enum class Layout { kContiguous, kLikeFirstInput };
+  Layout layout = Layout::kContiguous;
+  // Explicit output strides in elements (non-negative, non-overlapping); overrides `layout`.
+  DimVector strides;
+};
+
 struct PreparedOp {
   const CatalogEntry* op = nullptr;
   Attrs attrs;
+  // The inputs' result type (PyTorch's result_type), before any promotion to float.
+  DType result_type = DType::kFloat32;
   Plan plan;
 };
+
+// PyTorch's result_type over the inputs: dimensioned tensors decide, and zero-dimensional
+// ones count only where they belong to a higher category (bool < integer < floating).
+// `skip` (or -1) names an input left out, such as where's condition.
+DType ResultType(absl::Span<const TensorView> inputs, int skip = -1);
 
 // The catalog entry of `name`, or INVALID_ARGUMENT listing the ops there are.
 absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name);
 
-// Finds the op, checks arity, every input view (ValidateView), dtypes and attributes, and
-// plans the iteration. Every failure is INVALID_ARGUMENT with a message for the client.
+// Finds the op, checks arity, every input view (ValidateView), dtypes, attributes and output
+// options, and plans the iteration. Every failure is INVALID_ARGUMENT with a message for the
+// client.
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view op, absl::Span<const TensorView> inputs,
-                                     const AttrMap& attrs);
+                                     const AttrMap& attrs, const OutputOptions& output = {});
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual absl::string_view name() const = 0;
   // Runs a prepared op. `inputs` are the views it was prepared from; `out` holds
-  // op.plan.out_bytes() bytes, C-contiguous. Blocks until the result is in `out`.
+  // op.plan.out_storage_bytes bytes laid out as op.plan.out_strides. Blocks until the result
+  // is in `out`. Integer division by zero is INVALID_ARGUMENT, with `out` undefined.
   virtual absl::Status Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
                            std::byte* out) = 0;
 };

@@ -14,6 +14,12 @@ absl::string_view PathName(Path p) {
       return "contiguous";
     case Path::kScalarBroadcast:
       return "scalar_broadcast";
+    case Path::kInnerBroadcast:
+      return "inner_broadcast";
+    case Path::kOuterBroadcast:
+      return "outer_broadcast";
+    case Path::kPermuted:
+      return "permuted";
     case Path::kStrided:
       return "strided";
   }
@@ -71,10 +77,100 @@ bool ShouldSwap(const Dims& d, int a, int b) {
   return false;
 }
 
+Path ChoosePath(const Plan& p) {
+  auto item = [&](int op) { return ItemSize(p.dtypes[op]); };
+  if (p.ndim == 1) {
+    bool dense = true, dense_or_scalar = p.strides[0][0] == item(0);
+    for (int op = 1; op < p.num_operands; ++op) {
+      dense &= p.strides[op][0] == item(op);
+      dense_or_scalar &= p.strides[op][0] == item(op) || p.strides[op][0] == 0;
+    }
+    if (dense_or_scalar) return dense ? Path::kContiguous : Path::kScalarBroadcast;
+  }
+  // Permuted: some operand's fastest dim (smallest non-zero |stride|) is not dim 0.
+  for (int op = 0; op < p.num_operands; ++op) {
+    int fastest = -1;
+    int64_t best = 0;
+    for (int d = 0; d < p.ndim; ++d) {
+      const int64_t s = p.strides[op][d] < 0 ? -p.strides[op][d] : p.strides[op][d];
+      if (s != 0 && (fastest < 0 || s < best)) {
+        fastest = d;
+        best = s;
+      }
+    }
+    if (fastest > 0) return Path::kPermuted;
+  }
+  if (p.ndim == 2 && p.strides[0][0] == item(0) && p.strides[0][1] == p.sizes[0] * item(0)) {
+    bool inner = true, outer = false;
+    for (int op = 1; op < p.num_operands; ++op) {
+      const int64_t s0 = p.strides[op][0], s1 = p.strides[op][1];
+      const bool dense = s0 == item(op) && s1 == p.sizes[0] * item(op);
+      const bool row = s0 == item(op) && s1 == 0;
+      const bool column = s0 == 0 && (s1 == item(op) || p.sizes[1] == 1);
+      const bool scalar = s0 == 0 && s1 == 0;
+      inner &= dense || row || scalar;
+      if (column && !scalar) outer = true;
+      if (!(dense || row || column || scalar)) return Path::kStrided;
+    }
+    if (outer) return Path::kOuterBroadcast;
+    if (inner) return Path::kInnerBroadcast;
+  }
+  return Path::kStrided;
+}
+
 }  // namespace
 
+std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit) {
+  std::vector<Plan> done, todo = {plan};
+  while (!todo.empty()) {
+    Plan p = todo.back();
+    todo.pop_back();
+    // The dim whose extent (size x largest |stride| among operands) is largest is split in two.
+    int worst = -1;
+    int64_t worst_extent = 0;
+    bool fits = p.numel <= limit;
+    for (int op = 0; op < p.num_operands; ++op) {
+      int64_t reach = ItemSize(p.dtypes[op]);
+      for (int d = 0; d < p.ndim; ++d) {
+        const int64_t s = p.strides[op][d] < 0 ? -p.strides[op][d] : p.strides[op][d];
+        reach += s * (p.sizes[d] - 1);
+      }
+      fits &= reach <= limit;
+    }
+    if (fits || p.numel <= 1) {
+      done.push_back(p);
+      continue;
+    }
+    for (int d = 0; d < p.ndim; ++d) {
+      if (p.sizes[d] < 2) continue;
+      int64_t extent = 0;
+      for (int op = 0; op < p.num_operands; ++op) {
+        const int64_t s = p.strides[op][d] < 0 ? -p.strides[op][d] : p.strides[op][d];
+        extent = std::max(extent, s * p.sizes[d]);
+      }
+      extent = std::max(extent, p.sizes[d]);  // element count alone can be the problem
+      if (worst < 0 || extent >= worst_extent) {
+        worst = d;
+        worst_extent = extent;
+      }
+    }
+    const int64_t half = p.sizes[worst] / 2;
+    Plan lo = p, hi = p;
+    lo.sizes[worst] = half;
+    hi.sizes[worst] = p.sizes[worst] - half;
+    lo.numel = p.numel / p.sizes[worst] * half;
+    hi.numel = p.numel - lo.numel;
+    for (int op = 0; op < p.num_operands; ++op) hi.offsets[op] += half * p.strides[op][worst];
+    lo.path = ChoosePath(lo);
+    hi.path = ChoosePath(hi);
+    todo.push_back(hi);
+    todo.push_back(lo);
+  }
+  return done;
+}
+
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
-                                     DType out_dtype) {
+                                     DType out_dtype, const DimVector& out_strides_in) {
   if (inputs.empty() || inputs.size() + 1 > static_cast<size_t>(kMaxOperands)) {
     return absl::InvalidArgumentError(
         absl::StrCat("element-wise ops take 1 to ", kMaxOperands - 1, " inputs, got ",
@@ -89,12 +185,27 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
 
   Plan plan;
   plan.out_shape = *out_shape;
+  plan.out_strides = out_strides_in.empty() ? ContiguousStrides(plan.out_shape) : out_strides_in;
+  if (plan.out_strides.size() != plan.out_shape.size()) {
+    return absl::InvalidArgumentError("output strides do not match the output rank");
+  }
   plan.out_dtype = out_dtype;
   plan.compute_dtype = compute_dtype;
   plan.numel = *numel;
   plan.num_operands = static_cast<int>(inputs.size()) + 1;
   plan.dtypes[0] = out_dtype;
   for (size_t i = 0; i < inputs.size(); ++i) plan.dtypes[i + 1] = inputs[i].dtype;
+  if (plan.numel > 0) {
+    // Storage the output strides span (they were checked to be non-negative and not to
+    // overflow when multiplied out).
+    int64_t last = 0;
+    for (size_t k = 0; k < plan.out_shape.size(); ++k) {
+      last += (plan.out_shape[k] - 1) * plan.out_strides[k];
+    }
+    if (__builtin_mul_overflow(last + 1, ItemSize(out_dtype), &plan.out_storage_bytes)) {
+      return absl::InvalidArgumentError("the output does not fit in 2^63 bytes");
+    }
+  }
   if (plan.numel == 0) {
     // Nothing to walk. An empty input's strides and offset were never bounded by its
     // storage, so they are not used at all.
@@ -110,7 +221,7 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   // 1 are dropped: they move nothing. Products cannot overflow: ValidateView bounded each
   // input's reach by its storage, and the output's by its numel.
   const int rank = static_cast<int>(plan.out_shape.size());
-  const DimVector out_strides = ContiguousStrides(plan.out_shape);
+  const DimVector& out_strides = plan.out_strides;
   Dims d;
   d.num_operands = plan.num_operands;
   for (int k = 0; k < rank; ++k) {
@@ -162,20 +273,7 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
     for (int op = 0; op < d.num_operands; ++op) plan.strides[op][j] = d.strides[op][j];
   }
 
-  plan.path = Path::kStrided;
-  if (n == 1) {
-    bool dense = true, dense_or_scalar = plan.strides[0][0] == ItemSize(out_dtype);
-    for (int op = 1; op < plan.num_operands; ++op) {
-      const int64_t s = plan.strides[op][0], item = ItemSize(plan.dtypes[op]);
-      dense &= s == item;
-      dense_or_scalar &= s == item || s == 0;
-    }
-    if (dense && dense_or_scalar) {
-      plan.path = Path::kContiguous;
-    } else if (dense_or_scalar) {
-      plan.path = Path::kScalarBroadcast;
-    }
-  }
+  plan.path = ChoosePath(plan);
   return plan;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -21,6 +22,14 @@ enum class Path : uint8_t {
   kContiguous,
   // One dim, output dense, each input dense or a single repeated element (stride 0).
   kScalarBroadcast,
+  // Two dims, output dense; each input dense, a scalar, or a row repeated along dim 1
+  // (stride 0 there): [M,N] + [N].
+  kInnerBroadcast,
+  // Two dims, output dense; some input a column repeated along dim 0: [M,N] + [M,1].
+  kOuterBroadcast,
+  // Some operand moves fastest along another dim than the output does (a transposed input or
+  // output): worth tiling so that both sides stay cache- or coalescing-friendly.
+  kPermuted,
   // Anything else: per-operand byte strides over `ndim` dims.
   kStrided,
 };
@@ -28,8 +37,11 @@ enum class Path : uint8_t {
 absl::string_view PathName(Path p);
 
 struct Plan {
-  // What the client sees: the broadcast output shape, C-contiguous.
+  // What the client sees: the broadcast output shape, its strides in elements (offset 0), and
+  // the bytes of storage they span.
   DimVector out_shape;
+  DimVector out_strides;
+  int64_t out_storage_bytes = 0;
   DType out_dtype = DType::kFloat32;
   // Type the functor computes in.
   DType compute_dtype = DType::kFloat32;
@@ -46,14 +58,18 @@ struct Plan {
   // Byte offset from an operand's storage base to its element (0, ..., 0).
   int64_t offsets[kMaxOperands] = {};
   Path path = Path::kStrided;
-
-  int64_t out_bytes() const { return numel * ItemSize(out_dtype); }
 };
 
 // Broadcasts `inputs` (already validated with ValidateView) against each other, NumPy style,
-// and plans a C-contiguous output of `out_dtype` computed in `compute_dtype`.
+// and plans an output of `out_dtype` computed in `compute_dtype`, with `out_strides` (in
+// elements, non-overlapping, non-negative; C-contiguous when empty).
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
-                                     DType out_dtype);
+                                     DType out_dtype, const DimVector& out_strides = {});
+
+// Splits a plan into pieces whose every operand offset, relative to the piece's own base
+// offset, and element count fit in `limit` (2^31 - 1 for 32-bit index math on the GPU).
+// Pieces cover the plan's elements exactly once; a plan that fits comes back whole.
+std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit = INT32_MAX);
 
 // NumPy broadcast of several shapes, with a message naming the dims that clash.
 absl::StatusOr<DimVector> BroadcastShapes(absl::Span<const DimVector* const> shapes);

@@ -94,15 +94,39 @@ absl::StatusOr<AttrMap> DecodeAttributes(
   return out;
 }
 
-std::byte* PrepareOutput(DType dtype, absl::Span<const int64_t> shape, int64_t bytes,
-                         v1::Tensor* t) {
-  t->set_dtype(DTypeToProto(dtype));
-  t->mutable_shape()->Assign(shape.begin(), shape.end());
-  const DimVector strides = ContiguousStrides(shape);
-  t->mutable_strides()->Assign(strides.begin(), strides.end());
+absl::StatusOr<OutputOptions> DecodeOutputOptions(const v1::ComputeRequest& request) {
+  OutputOptions o;
+  if (request.output_dtype() != v1::DTYPE_UNSPECIFIED) {
+    auto t = DTypeFromProto(request.output_dtype());
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("output_dtype: ", t.status().message()));
+    o.dtype = *t;
+  }
+  switch (request.output_layout()) {
+    case v1::OUTPUT_LAYOUT_CONTIGUOUS:
+      break;
+    case v1::OUTPUT_LAYOUT_LIKE_FIRST_INPUT:
+      o.layout = OutputOptions::Layout::kLikeFirstInput;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown output_layout enum value ", request.output_layout()));
+  }
+  if (request.output_strides_size() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(request.output_strides_size(),
+                                                   " output strides exceed the rank limit of ",
+                                                   kMaxRank));
+  }
+  o.strides.assign(request.output_strides().begin(), request.output_strides().end());
+  return o;
+}
+
+std::byte* PrepareOutput(const Plan& plan, v1::Tensor* t) {
+  t->set_dtype(DTypeToProto(plan.out_dtype));
+  t->mutable_shape()->Assign(plan.out_shape.begin(), plan.out_shape.end());
+  t->mutable_strides()->Assign(plan.out_strides.begin(), plan.out_strides.end());
   t->set_offset(0);
   std::string* data = t->mutable_data();
-  data->resize(static_cast<size_t>(bytes));
+  data->resize(static_cast<size_t>(plan.out_storage_bytes));
   return reinterpret_cast<std::byte*>(data->data());
 }
 

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "google/protobuf/map.h"
 #include "kernels/dtype.h"
+#include "kernels/engine.h"
 #include "kernels/ops/attributes.h"
 #include "kernels/tensor_view.h"
 #include "tensorcompute/v1/tensor_service.pb.h"
@@ -32,9 +33,11 @@ absl::StatusOr<DecodedInputs> DecodeInputs(
 absl::StatusOr<AttrMap> DecodeAttributes(
     const google::protobuf::Map<std::string, v1::Attribute>& attrs);
 
-// Fills `t` as a C-contiguous tensor of `shape` and `dtype` and returns its data buffer
-// (sized, ready for the backend to write).
-std::byte* PrepareOutput(DType dtype, absl::Span<const int64_t> shape, int64_t bytes,
-                         v1::Tensor* t);
+// The request's output_dtype, output_layout and output_strides.
+absl::StatusOr<OutputOptions> DecodeOutputOptions(const v1::ComputeRequest& request);
+
+// Fills `t` with the plan's output metadata and returns its data buffer (sized, zeroed, ready
+// for the backend to write).
+std::byte* PrepareOutput(const Plan& plan, v1::Tensor* t);
 
 }  // namespace tc::server

@@ -29,17 +29,19 @@ absl::Status TensorServiceImpl::RunCompute(const v1::ComputeRequest& request,
   if (!inputs.ok()) return inputs.status();
   auto attrs = DecodeAttributes(request.attributes());
   if (!attrs.ok()) return attrs.status();
-  auto prepared = PrepareOp(request.op(), inputs->views, *attrs);
+  auto output = DecodeOutputOptions(request);
+  if (!output.ok()) return output.status();
+  auto prepared = PrepareOp(request.op(), inputs->views, *attrs, *output);
   if (!prepared.ok()) return prepared.status();
   const Plan& plan = prepared->plan;
-  if (plan.out_bytes() > options_.max_response_bytes) {
+  if (plan.out_storage_bytes > options_.max_response_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the result of '", request.op(), "' would be ", ShapeToString(plan.out_shape), " ",
-        DTypeName(plan.out_dtype), ", ", plan.out_bytes(), " bytes, over this server's limit of ",
-        options_.max_response_bytes, " bytes for one response"));
+        DTypeName(plan.out_dtype), ", ", plan.out_storage_bytes,
+        " bytes, over this server's limit of ", options_.max_response_bytes,
+        " bytes for one response"));
   }
-  std::byte* out =
-      PrepareOutput(plan.out_dtype, plan.out_shape, plan.out_bytes(), response->mutable_output());
+  std::byte* out = PrepareOutput(plan, response->mutable_output());
   return backend_->Run(*prepared, inputs->views, out);
 }
 

@@ -103,8 +103,13 @@ TEST(Codec, Attributes) {
 
 TEST(Codec, PrepareOutputIsContiguous) {
   v1::Tensor t;
-  const int64_t shape[] = {2, 3};
-  std::byte* p = PrepareOutput(DType::kFloat32, shape, 24, &t);
+  TensorView in{DType::kFloat32, {2, 3}, {3, 1}, 0, nullptr, 24};
+  std::vector<float> storage(6);
+  in.data = reinterpret_cast<const std::byte*>(storage.data());
+  const TensorView ins[] = {in, in};
+  auto op = PrepareOp("add", ins, {});
+  ASSERT_TRUE(op.ok()) << op.status();
+  std::byte* p = PrepareOutput(op->plan, &t);
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(t.data().size(), 24u);
   EXPECT_EQ(t.strides(0), 3);

@@ -101,7 +101,7 @@ TEST(Planner, ContiguousCoalescesToOneDim) {
   EXPECT_EQ(p->path, Path::kContiguous);
   EXPECT_EQ(p->ndim, 1);
   EXPECT_EQ(p->sizes[0], 120);
-  EXPECT_EQ(p->out_bytes(), 480);
+  EXPECT_EQ(p->out_storage_bytes, 480);
 }
 
 TEST(Planner, ScalarBroadcast) {
@@ -117,7 +117,7 @@ TEST(Planner, RowBroadcastKeepsTwoDims) {
   const TensorView in[] = {Contiguous({4, 5}), Contiguous({5})};
   auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->path, Path::kStrided);
+  EXPECT_EQ(p->path, Path::kInnerBroadcast);
   ASSERT_EQ(p->ndim, 2);
   EXPECT_EQ(p->sizes[0], 5);  // fastest dim first
   EXPECT_EQ(p->sizes[1], 4);
@@ -166,8 +166,11 @@ TEST(PrepareOp, ChecksOpArityDtypeAndAttributes) {
   EXPECT_TRUE(PrepareOp("add", two, {{"alpha", int64_t{2}}}).ok());  // int where float is fine
   TensorView i32 = Contiguous({2});
   i32.dtype = DType::kInt32;
-  const TensorView mixed[] = {Contiguous({2}), i32};
-  ExpectInvalid(PrepareOp("add", mixed, {}).status(), "does not accept dtype int32");
+  const TensorView ints[] = {i32, i32};
+  ExpectInvalid(PrepareOp("add", ints, {{"alpha", 0.5}}).status(), "whole number");
+  const TensorView floats_and_ints[] = {Contiguous({2}), i32};
+  ExpectInvalid(PrepareOp("bitwise_and", floats_and_ints, {}).status(),
+                "does not accept dtype float32");
   const TensorView bad_view[] = {Contiguous({2}), F32({3}, {1}, 0, 2)};
   ExpectInvalid(PrepareOp("add", bad_view, {}).status(), "input 1");
 }

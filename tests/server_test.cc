@@ -93,8 +93,7 @@ TEST_F(ServerTest, ListOpsDescribesAdd) {
     EXPECT_EQ(op.attributes(0).type(), "float");
     EXPECT_FALSE(op.attributes(0).required());
     EXPECT_EQ(op.attributes(0).default_value(), "1");
-    ASSERT_GE(op.dtypes_size(), 1);
-    EXPECT_EQ(op.dtypes(0), v1::float32);
+    EXPECT_EQ(op.dtypes_size(), 10);  // every dtype
   }
   EXPECT_TRUE(found);
 }
@@ -156,7 +155,7 @@ TEST_F(ServerTest, BadInputsAreRejectedAndServerStaysHealthy) {
   add("negative dim", "negative", [](auto& r) { r.mutable_inputs(0)->set_shape(1, -3); });
   add("unknown dtype", "unknown dtype enum value 77", [](auto& r) { r.mutable_inputs(0)->set_dtype(static_cast<v1::DType>(77)); });
   add("missing dtype", "dtype is missing", [](auto& r) { r.mutable_inputs(1)->set_dtype(v1::DTYPE_UNSPECIFIED); });
-  add("unsupported dtype", "does not accept dtype int32", [](auto& r) { r.mutable_inputs(1)->set_dtype(v1::int32); });
+  add("unsupported dtype", "does not accept dtype float32", [](auto& r) { r.set_op("bitwise_and"); });
   add("no broadcast", "cannot be broadcast", [](auto& r) { r.mutable_inputs(1)->set_shape(0, 2); r.mutable_inputs(1)->mutable_data()->resize(8); });
   add("arity", "takes 2 inputs, got 1", [](auto& r) { r.mutable_inputs()->RemoveLast(); });
   add("unknown attribute", "no attribute 'beta'", [](auto& r) { (*r.mutable_attributes())["beta"].set_float_value(1); });

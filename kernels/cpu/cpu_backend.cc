@@ -1,30 +1,20 @@
 #include "kernels/cpu/cpu_backend.h"
 
-#include "absl/strings/str_cat.h"
-#include "kernels/cpu/loops.h"
 #include "kernels/ops/op_list.h"
 
 namespace tc {
+namespace cpu {
+// Defined in launch.h, instantiated in ops_*.cc.
+template <typename F>
+absl::Status Launch(const PreparedOp& op, char* const* base, ThreadPool& pool);
+}  // namespace cpu
+
 namespace {
 
 using Launcher = absl::Status (*)(const PreparedOp&, char* const*, ThreadPool&);
 
-template <typename F>
-absl::Status Launch(const PreparedOp& op, char* const* base, ThreadPool& pool) {
-  const F f = F::Make(op.attrs);
-  switch (op.plan.compute_dtype) {
-    case DType::kFloat32:
-      cpu::Elementwise<float, F::kArity>(op.plan, base, f, pool);
-      return absl::OkStatus();
-    default:
-      return absl::UnimplementedError(absl::StrCat("op '", op.op->spec.name,
-                                                   "' has no CPU kernel for ",
-                                                   DTypeName(op.plan.compute_dtype)));
-  }
-}
-
 constexpr Launcher kLaunchers[] = {
-#define TC_LAUNCHER(F) &Launch<F>,
+#define TC_LAUNCHER(F) &cpu::Launch<F>,
     TC_FOR_EACH_OP(TC_LAUNCHER)
 #undef TC_LAUNCHER
 };

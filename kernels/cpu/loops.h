@@ -1,110 +1,172 @@
-// CPU loops over a Plan: rows of the fastest-moving dim, split across the thread pool, with
-// inner loops the compiler vectorizes when every operand is dense or a repeated scalar.
+// CPU loops over a Plan. Work is split into rows of the fastest-moving dim and handed to the
+// thread pool in chunks; each row is processed in blocks of kBlock elements:
+//   inputs whose dtype is the compute type and that are dense are read in place, others are
+//   converted into a small buffer first (casting while loading, never through a temporary
+//   tensor); the functor runs over plain arrays, which the compiler vectorizes; the result is
+//   written in place or converted while storing.
+// Permuted layouts (a transposed operand) are walked in 64 x 64 tiles so that both the
+// operand read across its rows and the one read along them stay in cache.
 #pragma once
 
-#include <cstdint>
-#include <cstring>
 #include <algorithm>
+#include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/planner.h"
+#include "kernels/scalar_types.h"
 
 namespace tc::cpu {
 
 // Elements per chunk handed to one thread: below this, threading costs more than it saves.
 inline constexpr int64_t kGrain = 32768;
+// Elements per block of a row: buffers of this size stay in L1.
+inline constexpr int64_t kBlock = 256;
+// Tile edge for permuted layouts.
+inline constexpr int64_t kTile = 64;
 
-// One input of a dense row: either a pointer walked with the row or one value repeated.
-template <typename T, bool kScalar>
-struct RowInput {
-  const T* p;
-  T v;
-  T operator[](int64_t i) const {
-    if constexpr (kScalar) {
-      return v;
+// dst[i] = Convert<C>(element i of a row of dtype `src`), for n elements `stride` bytes apart.
+template <typename C>
+void LoadRow(DType src, const char* p, int64_t stride, int64_t n, C* __restrict dst) {
+  VisitDType(src, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if (stride == 0) {
+      std::fill(dst, dst + n, Convert<C>(*reinterpret_cast<const S*>(p)));
+    } else if (stride == static_cast<int64_t>(sizeof(S))) {
+      const S* __restrict s = reinterpret_cast<const S*>(p);
+      for (int64_t i = 0; i < n; ++i) dst[i] = Convert<C>(s[i]);
     } else {
-      return p[i];
+      for (int64_t i = 0; i < n; ++i) dst[i] = Convert<C>(*reinterpret_cast<const S*>(p + i * stride));
     }
-  }
-};
-
-template <typename T>
-T LoadUnaligned(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
+  });
 }
 
-template <typename T, typename F, typename... Ins>
-void DenseRow(T* __restrict out, int64_t n, const F& f, Ins... ins) {
-  for (int64_t i = 0; i < n; ++i) out[i] = f(ins[i]...);
-}
-
-// Binds inputs K.. as dense or scalar, then runs the row.
-template <typename T, int K, int N, typename F, typename... Ins>
-void BindRow(char* const* ptrs, const int64_t* strides, int64_t n, const F& f, Ins... ins) {
-  if constexpr (K == N) {
-    DenseRow(reinterpret_cast<T*>(ptrs[0]), n, f, ins...);
-  } else {
-    const char* p = ptrs[K + 1];
-    if (strides[K + 1] == 0) {
-      BindRow<T, K + 1, N>(ptrs, strides, n, f, ins..., RowInput<T, true>{nullptr, LoadUnaligned<T>(p)});
+// The inverse: stores n values of R as dtype `dst`.
+template <typename R>
+void StoreRow(DType dst, const R* __restrict src, char* p, int64_t stride, int64_t n) {
+  VisitDType(dst, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if (stride == static_cast<int64_t>(sizeof(S))) {
+      S* __restrict d = reinterpret_cast<S*>(p);
+      for (int64_t i = 0; i < n; ++i) d[i] = Convert<S>(src[i]);
     } else {
-      BindRow<T, K + 1, N>(ptrs, strides, n, f, ins...,
-                           RowInput<T, false>{reinterpret_cast<const T*>(p), T{}});
+      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<S*>(p + i * stride) = Convert<S>(src[i]);
     }
+  });
+}
+
+template <typename F, typename C, size_t... I>
+auto ResultOf(std::index_sequence<I...>)
+    -> decltype(std::declval<const F&>()((static_cast<void>(I), std::declval<C>())...));
+template <typename F, typename C, int N>
+using Result = decltype(ResultOf<F, C>(std::make_index_sequence<N>{}));
+
+template <typename F, typename R, typename C>
+void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 1>) {
+  const C* __restrict a = in[0];
+  for (int64_t i = 0; i < m; ++i) out[i] = f(a[i]);
+}
+template <typename F, typename R, typename C>
+void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 2>) {
+  const C* __restrict a = in[0];
+  const C* __restrict b = in[1];
+  for (int64_t i = 0; i < m; ++i) out[i] = f(a[i], b[i]);
+}
+template <typename F, typename R, typename C>
+void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 3>) {
+  const C* __restrict a = in[0];
+  const C* __restrict b = in[1];
+  const C* __restrict c = in[2];
+  for (int64_t i = 0; i < m; ++i) out[i] = f(a[i], b[i], c[i]);
+}
+
+// One row of n elements: operand k starts at ptrs[k] and steps strides[k] bytes.
+template <typename C, int N, typename F>
+void Row(const F& f, char* const* ptrs, const int64_t* strides, const DType* dtypes, int64_t n) {
+  using R = Result<F, C, N>;
+  constexpr DType kC = DTypeOf<C>(), kR = DTypeOf<R>();
+  alignas(64) C buf[N][kBlock];
+  alignas(64) R obuf[kBlock];
+  const C* in[N] = {};
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t m = std::min(kBlock, n - start);
+    for (int k = 0; k < N; ++k) {
+      const char* p = ptrs[k + 1] + start * strides[k + 1];
+      if (dtypes[k + 1] == kC && strides[k + 1] == static_cast<int64_t>(sizeof(C))) {
+        in[k] = reinterpret_cast<const C*>(p);
+      } else if (strides[k + 1] != 0 || start == 0) {  // a repeated value is loaded once
+        LoadRow<C>(dtypes[k + 1], p, strides[k + 1], m, buf[k]);
+        in[k] = buf[k];
+      }
+    }
+    char* op = ptrs[0] + start * strides[0];
+    const bool direct = dtypes[0] == kR && strides[0] == static_cast<int64_t>(sizeof(R));
+    R* out = direct ? reinterpret_cast<R*>(op) : obuf;
+    Apply(f, out, in, m, std::integral_constant<int, N>{});
+    if (!direct) StoreRow<R>(dtypes[0], obuf, op, strides[0], m);
   }
 }
 
-template <typename T, typename F, size_t... I>
-void StridedRow(char* const* ptrs, const int64_t* strides, int64_t n, const F& f,
-                std::index_sequence<I...>) {
-  for (int64_t i = 0; i < n; ++i) {
-    *reinterpret_cast<T*>(ptrs[0] + i * strides[0]) =
-        f(*reinterpret_cast<const T*>(ptrs[I + 1] + i * strides[I + 1])...);
-  }
-}
-
-// One row of n elements, operand pointers `ptrs`, byte strides `strides` along the row.
-template <typename T, int N, typename F>
-void Row(char* const* ptrs, const int64_t* strides, int64_t n, const F& f) {
-  bool dense = strides[0] == static_cast<int64_t>(sizeof(T));
-  for (int k = 1; k <= N; ++k) {
-    dense &= strides[k] == static_cast<int64_t>(sizeof(T)) || strides[k] == 0;
-  }
-  if (dense) {
-    BindRow<T, 0, N>(ptrs, strides, n, f);
-  } else {
-    StridedRow<T>(ptrs, strides, n, f, std::make_index_sequence<N>{});
-  }
-}
-
-// Applies f to every element of the plan: operands all of type T (output first), `base[k]`
-// pointing at operand k's element (0, ..., 0).
-template <typename T, int N, typename F>
+// Applies f to every element of the plan, computing in C; `base[k]` points at operand k's
+// element (0, ..., 0).
+template <typename C, int N, typename F>
 void Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& pool) {
   if (plan.numel == 0) return;
   const int nops = N + 1;
+  int64_t row_strides[kMaxOperands];
+  for (int k = 0; k < nops; ++k) row_strides[k] = plan.strides[k][0];
+
+  auto pointers = [&](const int64_t* idx, char** ptrs) {
+    for (int k = 0; k < nops; ++k) {
+      int64_t off = 0;
+      for (int d = 0; d < plan.ndim; ++d) off += idx[d] * plan.strides[k][d];
+      ptrs[k] = base[k] + off;
+    }
+  };
+
+  if (plan.path == Path::kPermuted && plan.ndim >= 2) {
+    const int64_t s0 = plan.sizes[0], s1 = plan.sizes[1];
+    const int64_t t0 = (s0 + kTile - 1) / kTile, t1 = (s1 + kTile - 1) / kTile;
+    const int64_t outer = plan.numel / (s0 * s1);
+    const int64_t tiles = t0 * t1 * outer;
+    pool.ParallelFor(tiles, std::max<int64_t>(1, kGrain / (kTile * kTile)), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        int64_t idx[kMaxRank] = {};
+        int64_t rest = t;
+        const int64_t j0 = rest % t0 * kTile;
+        rest /= t0;
+        const int64_t j1 = rest % t1 * kTile;
+        rest /= t1;
+        for (int d = 2; d < plan.ndim; ++d) {
+          idx[d] = rest % plan.sizes[d];
+          rest /= plan.sizes[d];
+        }
+        const int64_t n0 = std::min(kTile, s0 - j0), e1 = std::min(j1 + kTile, s1);
+        for (int64_t i1 = j1; i1 < e1; ++i1) {
+          idx[0] = j0;
+          idx[1] = i1;
+          char* ptrs[kMaxOperands];
+          pointers(idx, ptrs);
+          Row<C, N>(f, ptrs, row_strides, plan.dtypes, n0);
+        }
+      }
+    });
+    return;
+  }
+
   pool.ParallelFor(plan.numel, kGrain, [&](int64_t begin, int64_t end) {
-    // Multi-index of `begin`, dim 0 fastest.
     int64_t idx[kMaxRank] = {};
     int64_t rest = begin;
     for (int d = 0; d < plan.ndim; ++d) {
       idx[d] = rest % plan.sizes[d];
       rest /= plan.sizes[d];
     }
-    int64_t row_strides[kMaxOperands];
-    for (int k = 0; k < nops; ++k) row_strides[k] = plan.strides[k][0];
     for (int64_t pos = begin; pos < end;) {
       char* ptrs[kMaxOperands];
-      for (int k = 0; k < nops; ++k) {
-        int64_t off = 0;
-        for (int d = 0; d < plan.ndim; ++d) off += idx[d] * plan.strides[k][d];
-        ptrs[k] = base[k] + off;
-      }
+      pointers(idx, ptrs);
       const int64_t n = std::min(plan.sizes[0] - idx[0], end - pos);
-      Row<T, N>(ptrs, row_strides, n, f);
+      Row<C, N>(f, ptrs, row_strides, plan.dtypes, n);
       pos += n;
       idx[0] += n;
       for (int d = 0; d + 1 < plan.ndim && idx[d] == plan.sizes[d]; ++d) {

@@ -5,9 +5,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/launch_env.h"
 #include "kernels/ops/op_list.h"
 
 namespace tc {
+namespace cuda {
+
+// Defined in launch.cuh, instantiated in ops_*.cu.
+template <typename F>
+absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env);
+
+}  // namespace cuda
+
 namespace {
 
 absl::Status CudaError(cudaError_t e, const char* what) {
@@ -20,99 +29,10 @@ absl::Status CudaError(cudaError_t e, const char* what) {
       return CudaError(e_, what);                   \
   } while (0)
 
-// Everything a kernel needs, passed by value as a kernel parameter.
-template <int kOps>
-struct KernelParams {
-  int ndim;
-  int64_t numel;
-  int64_t sizes[kMaxRank];
-  int64_t strides[kOps][kMaxRank];
-  char* base[kOps];
-};
-
-template <typename T, int N, typename F, size_t... I>
-__device__ __forceinline__ void ApplyDense(const F& f, const KernelParams<N + 1>& p, int64_t i,
-                                           std::index_sequence<I...>) {
-  reinterpret_cast<T*>(p.base[0])[i] = f(reinterpret_cast<const T*>(p.base[I + 1])[i]...);
-}
-
-// Every operand dense: element i of each operand is at index i.
-template <typename T, int N, typename F>
-__global__ void ContiguousKernel(F f, KernelParams<N + 1> p) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.numel;
-       i += step) {
-    ApplyDense<T, N>(f, p, i, std::make_index_sequence<N>{});
-  }
-}
-
-template <typename T, int N, typename F, size_t... I>
-__device__ __forceinline__ void ApplyStrided(const F& f, const KernelParams<N + 1>& p,
-                                             const int64_t* off, std::index_sequence<I...>) {
-  *reinterpret_cast<T*>(p.base[0] + off[0]) =
-      f(*reinterpret_cast<const T*>(p.base[I + 1] + off[I + 1])...);
-}
-
-// General layout: per-operand byte offsets from the linear index, dim 0 fastest.
-template <typename T, int N, typename F>
-__global__ void StridedKernel(F f, KernelParams<N + 1> p) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < p.numel;
-       i += step) {
-    int64_t off[N + 1] = {};
-    int64_t rest = i;
-    for (int d = 0; d < p.ndim; ++d) {
-      const int64_t q = rest / p.sizes[d];
-      const int64_t idx = rest - q * p.sizes[d];
-      rest = q;
-#pragma unroll
-      for (int k = 0; k <= N; ++k) off[k] += idx * p.strides[k][d];
-    }
-    ApplyStrided<T, N>(f, p, off, std::make_index_sequence<N>{});
-  }
-}
-
-constexpr int kThreads = 256;
-
-template <typename T, int N, typename F>
-absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, int sms,
-                         cudaStream_t stream) {
-  KernelParams<N + 1> p{};
-  p.ndim = plan.ndim;
-  p.numel = plan.numel;
-  for (int d = 0; d < plan.ndim; ++d) {
-    p.sizes[d] = plan.sizes[d];
-    for (int k = 0; k <= N; ++k) p.strides[k][d] = plan.strides[k][d];
-  }
-  for (int k = 0; k <= N; ++k) p.base[k] = base[k];
-  const int64_t blocks_needed = (plan.numel + kThreads - 1) / kThreads;
-  const int blocks = static_cast<int>(std::min<int64_t>(blocks_needed, int64_t{sms} * 16));
-  if (plan.path == Path::kContiguous) {
-    ContiguousKernel<T, N><<<blocks, kThreads, 0, stream>>>(f, p);
-  } else {
-    StridedKernel<T, N><<<blocks, kThreads, 0, stream>>>(f, p);
-  }
-  TC_CUDA_RETURN_IF_ERROR(cudaGetLastError(), "kernel launch");
-  return absl::OkStatus();
-}
-
-using Launcher = absl::Status (*)(const PreparedOp&, char* const*, int, cudaStream_t);
-
-template <typename F>
-absl::Status Launch(const PreparedOp& op, char* const* base, int sms, cudaStream_t stream) {
-  const F f = F::Make(op.attrs);
-  switch (op.plan.compute_dtype) {
-    case DType::kFloat32:
-      return LaunchTyped<float, F::kArity>(f, op.plan, base, sms, stream);
-    default:
-      return absl::UnimplementedError(absl::StrCat("op '", op.op->spec.name,
-                                                   "' has no CUDA kernel for ",
-                                                   DTypeName(op.plan.compute_dtype)));
-  }
-}
+using Launcher = absl::Status (*)(const PreparedOp&, char* const*, const cuda::LaunchEnv&);
 
 constexpr Launcher kLaunchers[] = {
-#define TC_LAUNCHER(F) &Launch<F>,
+#define TC_LAUNCHER(F) &cuda::Launch<F>,
     TC_FOR_EACH_OP(TC_LAUNCHER)
 #undef TC_LAUNCHER
 };
@@ -177,12 +97,22 @@ absl::Status CudaBackend::Run(const PreparedOp& op, absl::Span<const TensorView>
   auto stream = static_cast<cudaStream_t>(AcquireStream(status));
   if (stream == nullptr) return status;
 
-  // Device copies of each input's storage and the output; freed on the stream at the end.
+  // Device copies of each input's storage, the output, and the error flag; freed on the
+  // stream at the end.
   void* dev[kMaxOperands] = {};
+  int* dev_error = nullptr;
+  int host_error = 0;
   const int nops = static_cast<int>(inputs.size()) + 1;
+  const int64_t out_bytes = op.plan.out_storage_bytes;
   auto run = [&]() -> absl::Status {
-    TC_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&dev[0], op.plan.out_bytes(), stream),
+    TC_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&dev[0], out_bytes, stream), "cudaMallocAsync");
+    if (out_bytes != op.plan.numel * ItemSize(op.plan.out_dtype)) {
+      // Output strides with gaps: what lies between elements reads as zeros.
+      TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev[0], 0, out_bytes, stream), "cudaMemsetAsync");
+    }
+    TC_CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&dev_error), sizeof(int), stream),
                             "cudaMallocAsync");
+    TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev_error, 0, sizeof(int), stream), "cudaMemsetAsync");
     for (size_t i = 0; i < inputs.size(); ++i) {
       const size_t bytes = std::max<int64_t>(inputs[i].storage_bytes, 1);
       TC_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&dev[i + 1], bytes, stream), "cudaMallocAsync");
@@ -193,9 +123,12 @@ absl::Status CudaBackend::Run(const PreparedOp& op, absl::Span<const TensorView>
     }
     char* base[kMaxOperands] = {};
     for (int k = 0; k < nops; ++k) base[k] = static_cast<char*>(dev[k]) + op.plan.offsets[k];
-    if (auto s = kLaunchers[op.op->index](op, base, multiprocessors_, stream); !s.ok()) return s;
+    const cuda::LaunchEnv env{multiprocessors_, stream, dev_error};
+    if (auto s = kLaunchers[op.op->index](op, base, env); !s.ok()) return s;
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, dev[0], out_bytes, cudaMemcpyDeviceToHost, stream),
+                            "cudaMemcpyAsync to host");
     TC_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(out, dev[0], op.plan.out_bytes(), cudaMemcpyDeviceToHost, stream),
+        cudaMemcpyAsync(&host_error, dev_error, sizeof(int), cudaMemcpyDeviceToHost, stream),
         "cudaMemcpyAsync to host");
     return absl::OkStatus();
   };
@@ -203,10 +136,15 @@ absl::Status CudaBackend::Run(const PreparedOp& op, absl::Span<const TensorView>
   for (int k = 0; k < nops; ++k) {
     if (dev[k] != nullptr) (void)cudaFreeAsync(dev[k], stream);
   }
+  if (dev_error != nullptr) (void)cudaFreeAsync(dev_error, stream);
   if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
     status.Update(CudaError(e, "cudaStreamSynchronize"));
   }
   ReleaseStream(stream);
+  if (status.ok() && host_error != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("integer division by zero in '", op.op->spec.name, "'"));
+  }
   return status;
 }
 

@@ -24,6 +24,7 @@ absl::string_view AttrTypeName(AttrType t) {
 }
 
 std::string AttrValueToString(const AttrValue& v) {
+  if (std::holds_alternative<std::monostate>(v)) return "";
   if (auto* f = std::get_if<double>(&v)) return absl::StrCat(*f);
   if (auto* i = std::get_if<int64_t>(&v)) return absl::StrCat(*i);
   if (auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
@@ -93,9 +94,16 @@ const AttrValue& Attrs::Get(absl::string_view name) const {
   return it->second;
 }
 
+bool Attrs::Has(absl::string_view name) const {
+  return !std::holds_alternative<std::monostate>(Get(name));
+}
+
 double Attrs::Float(absl::string_view name) const { return std::get<double>(Get(name)); }
 int64_t Attrs::Int(absl::string_view name) const { return std::get<int64_t>(Get(name)); }
 bool Attrs::Bool(absl::string_view name) const { return std::get<bool>(Get(name)); }
 DType Attrs::Type(absl::string_view name) const { return std::get<DType>(Get(name)); }
+const std::string& Attrs::String(absl::string_view name) const {
+  return std::get<std::string>(Get(name));
+}
 
 }  // namespace tc

@@ -19,7 +19,8 @@ enum class AttrType : uint8_t { kFloat, kInt, kBool, kDType, kString };
 
 absl::string_view AttrTypeName(AttrType t);
 
-using AttrValue = std::variant<double, int64_t, bool, DType, std::string>;
+// monostate: absent (an optional attribute without a default).
+using AttrValue = std::variant<std::monostate, double, int64_t, bool, DType, std::string>;
 using AttrMap = absl::flat_hash_map<std::string, AttrValue>;
 
 // "1.5", "2", "true", "float32", or the string itself.
@@ -29,7 +30,8 @@ struct AttrSpec {
   std::string name;
   AttrType type;
   bool required = false;
-  // Used when the request leaves the attribute out; ignored when required.
+  // Used when the request leaves the attribute out (monostate: it stays absent); ignored
+  // when required.
   AttrValue default_value;
   std::string description;
 };
@@ -41,10 +43,12 @@ class Attrs {
  public:
   static absl::StatusOr<Attrs> Resolve(absl::string_view op, const std::vector<AttrSpec>& specs,
                                        const AttrMap& given);
+  bool Has(absl::string_view name) const;
   double Float(absl::string_view name) const;
   int64_t Int(absl::string_view name) const;
   bool Bool(absl::string_view name) const;
   DType Type(absl::string_view name) const;
+  const std::string& String(absl::string_view name) const;
 
  private:
   const AttrValue& Get(absl::string_view name) const;

@@ -1,24 +1,309 @@
-// Binary element-wise functors. Each is a small value type built once per request from its
-// attributes (Make) and called per element on either backend.
+// Binary arithmetic functors. Each is a small value type built once per request (Make) and
+// called per element, in the compute type, on either backend.
 #pragma once
 
-#include "kernels/ops/attributes.h"
+#include <cmath>
+#include <type_traits>
+
 #include "kernels/ops/host_device.h"
+#include "kernels/ops/math.h"
 #include "kernels/ops/op_spec.h"
 
 namespace tc {
 
-// out = a + alpha * b
+template <typename T>
+inline constexpr bool kIsBool = std::is_same_v<T, bool>;
+template <typename T>
+inline constexpr bool kIsInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+
+// a + alpha * b
 struct AddOp {
+  static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
   static OpSpec Spec();
-  static AddOp Make(const Attrs& attrs) { return AddOp{attrs.Float("alpha")}; }
-
+  static AddOp Make(const MakeArgs& m) { return {m.attrs.Float("alpha")}; }
   double alpha;
-
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
-    return a + static_cast<T>(alpha) * b;
+    if constexpr (kIsBool<T>) {
+      return a || (alpha != 0 && b);
+    } else if constexpr (kIsInt<T>) {
+      return math::WrapAdd(a, math::WrapMul(static_cast<T>(alpha), b));
+    } else {
+      return a + static_cast<T>(alpha) * b;
+    }
+  }
+};
+
+// a - alpha * b
+struct SubOp {
+  static constexpr uint32_t kComputeTypes = kNumericTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static SubOp Make(const MakeArgs& m) { return {m.attrs.Float("alpha")}; }
+  double alpha;
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsInt<T>) {
+      return math::WrapSub(a, math::WrapMul(static_cast<T>(alpha), b));
+    } else {
+      return a - static_cast<T>(alpha) * b;
+    }
+  }
+};
+
+struct MulOp {
+  static constexpr uint32_t kComputeTypes = kAllTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static MulOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsBool<T>) {
+      return a && b;
+    } else {
+      return math::WrapMul(a, b);
+    }
+  }
+};
+
+// True division; integer inputs compute in float32 (TypeRule::kPromoteToFloat).
+struct DivOp {
+  static constexpr uint32_t kComputeTypes = kFloatTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static DivOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    return a / b;
+  }
+};
+
+// Division flagging integer division by zero through `error`.
+struct FloorDivideOp {
+  static constexpr uint32_t kComputeTypes = kNumericTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static FloorDivideOp Make(const MakeArgs&) { return {}; }
+  int* error = nullptr;
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsInt<T>) {
+      if (b == 0) {
+        math::RaiseError(error);
+        return 0;
+      }
+      return math::FloorDivInt(a, b);
+    } else {
+      return math::FloorDivFloat(a, b);
+    }
+  }
+};
+
+// Python's %: the result has the divisor's sign.
+struct RemainderOp {
+  static constexpr uint32_t kComputeTypes = kNumericTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static RemainderOp Make(const MakeArgs&) { return {}; }
+  int* error = nullptr;
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsInt<T>) {
+      if (b == 0) {
+        math::RaiseError(error);
+        return 0;
+      }
+      return math::FloorModInt(a, b);
+    } else {
+      return math::FloorModFloat(a, b);
+    }
+  }
+};
+
+// C's fmod: the result has the dividend's sign.
+struct FmodOp {
+  static constexpr uint32_t kComputeTypes = kNumericTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static FmodOp Make(const MakeArgs&) { return {}; }
+  int* error = nullptr;
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsInt<T>) {
+      if (b == 0) {
+        math::RaiseError(error);
+        return 0;
+      }
+      return math::TruncMod(a, b);
+    } else {
+      return std::fmod(a, b);
+    }
+  }
+};
+
+struct PowOp {
+  static constexpr uint32_t kComputeTypes = kNumericTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static PowOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsInt<T>) {
+      return math::IntPow(a, b);
+    } else {
+      return std::pow(a, b);
+    }
+  }
+};
+
+// NaN-propagating, like PyTorch's maximum/minimum.
+struct MaximumOp {
+  static constexpr uint32_t kComputeTypes = kAllTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static MaximumOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsBool<T>) {
+      return a || b;
+    } else {
+      if (math::IsNan(a)) return a;
+      if (math::IsNan(b)) return b;
+      return a > b ? a : b;
+    }
+  }
+};
+
+struct MinimumOp {
+  static constexpr uint32_t kComputeTypes = kAllTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static MinimumOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsBool<T>) {
+      return a && b;
+    } else {
+      if (math::IsNan(a)) return a;
+      if (math::IsNan(b)) return b;
+      return a < b ? a : b;
+    }
+  }
+};
+
+// a if a > 0 else weight * a, with the weight broadcast like any input.
+struct PreluOp {
+  static constexpr uint32_t kComputeTypes = kFloatTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static PreluOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T w) const {
+    return a > T(0) ? a : w * a;
+  }
+};
+
+struct Atan2Op {
+  static constexpr uint32_t kComputeTypes = kFloatTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static Atan2Op Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    return std::atan2(a, b);
+  }
+};
+
+struct BitwiseAndOp {
+  static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static BitwiseAndOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsBool<T>) {
+      return a && b;
+    } else if constexpr (kIsInt<T>) {
+      return static_cast<T>(a & b);
+    } else {
+      return a;  // not instantiated for floating types: the catalog refuses them
+    }
+  }
+};
+
+struct BitwiseOrOp {
+  static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static BitwiseOrOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsBool<T>) {
+      return a || b;
+    } else if constexpr (kIsInt<T>) {
+      return static_cast<T>(a | b);
+    } else {
+      return a;
+    }
+  }
+};
+
+struct BitwiseXorOp {
+  static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static BitwiseXorOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsBool<T>) {
+      return a != b;
+    } else if constexpr (kIsInt<T>) {
+      return static_cast<T>(a ^ b);
+    } else {
+      return a;
+    }
+  }
+};
+
+// Shifts by a negative amount or by the type's width or more give 0 (left) or the sign fill
+// (right), where C++ leaves them undefined.
+struct LeftShiftOp {
+  static constexpr uint32_t kComputeTypes = kIntegralTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static LeftShiftOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsInt<T>) {
+      using U = std::make_unsigned_t<T>;
+      if (math::IsNegative(b) || static_cast<uint64_t>(b) >= sizeof(T) * 8) return T(0);
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) << b));
+    } else {
+      return a;
+    }
+  }
+};
+
+struct RightShiftOp {
+  static constexpr uint32_t kComputeTypes = kIntegralTypes;
+  static constexpr int kArity = 2;
+  static OpSpec Spec();
+  static RightShiftOp Make(const MakeArgs&) { return {}; }
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (kIsInt<T>) {
+      if (math::IsNegative(b) || static_cast<uint64_t>(b) >= sizeof(T) * 8) {
+        if constexpr (std::is_signed_v<T>) {
+          return a < 0 ? T(-1) : T(0);
+        } else {
+          return T(0);
+        }
+      }
+      return static_cast<T>(a >> b);
+    } else {
+      return a;
+    }
   }
 };
 

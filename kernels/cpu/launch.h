@@ -1,0 +1,46 @@
+// The CPU launcher of one op: picks the compute type, runs the loops, reports division by
+// zero. Instantiated per op group in ops_*.cc so that the groups compile in parallel.
+#pragma once
+
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/loops.h"
+#include "kernels/engine.h"
+#include "kernels/ops/op_list.h"
+
+namespace tc::cpu {
+
+template <typename F, typename = void>
+struct HasErrorFlag : std::false_type {};
+template <typename F>
+struct HasErrorFlag<F, std::void_t<decltype(std::declval<F&>().error)>> : std::true_type {};
+
+template <typename F>
+absl::Status Launch(const PreparedOp& op, char* const* base, ThreadPool& pool) {
+  F f = F::Make(MakeArgs{op.attrs, op.result_type});
+  int error = 0;
+  if constexpr (HasErrorFlag<F>::value) f.error = &error;
+  bool ran = false;
+  VisitDType(op.plan.compute_dtype, [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {
+      Elementwise<OpMath<S>, F::kArity>(op.plan, base, f, pool);
+      ran = true;
+    }
+  });
+  if (!ran) {
+    return absl::InternalError(absl::StrCat("op '", op.op->spec.name, "' has no CPU kernel for ",
+                                            DTypeName(op.plan.compute_dtype)));
+  }
+  if (__atomic_load_n(&error, __ATOMIC_RELAXED) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("integer division by zero in '", op.op->spec.name, "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tc::cpu
+
+#define TC_CPU_INSTANTIATE(F) \
+  template absl::Status tc::cpu::Launch<tc::F>(const PreparedOp&, char* const*, ThreadPool&);
