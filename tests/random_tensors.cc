@@ -13,22 +13,32 @@ uint64_t TestSeed() {
 }
 
 DimVector RandomShape(int rank, std::mt19937_64& rng, int64_t max_numel) {
-  static constexpr int64_t kSizes[] = {1, 1, 2, 3, 4, 5, 7, 8, 16, 17, 31, 64, 127};
+  static constexpr int64_t kSizes[] = {1, 1, 2, 3, 4, 5, 7, 8, 16, 17, 31, 64, 127, 1023, 65537};
   for (;;) {
     DimVector shape(rank);
     int64_t n = 1;
     for (int64_t& d : shape) {
       d = kSizes[rng() % std::size(kSizes)];
-      n *= d;
+      n = n > max_numel ? n : n * d;  // stop growing (and never overflow) once too large
     }
     if (n <= max_numel) return shape;
   }
 }
 
-OwnedTensor RandomLayout(const DimVector& shape, std::mt19937_64& rng) {
+DimVector BroadcastableFrom(const DimVector& out, std::mt19937_64& rng) {
+  const size_t drop = out.empty() ? 0 : rng() % (out.size() + 1);
+  DimVector s(out.begin() + (rng() % 2 ? 0 : drop), out.end());
+  for (int64_t& d : s) {
+    if (rng() % 4 == 0) d = 1;
+  }
+  return s;
+}
+
+OwnedTensor RandomLayout(DType dtype, const DimVector& shape, std::mt19937_64& rng,
+                         const ElementWriter& fill) {
   const int rank = static_cast<int>(shape.size());
   OwnedTensor t;
-  t.view.dtype = DType::kFloat32;
+  t.view.dtype = dtype;
   t.view.shape = shape;
   t.view.strides.assign(rank, 0);
 
@@ -40,14 +50,13 @@ OwnedTensor RandomLayout(const DimVector& shape, std::mt19937_64& rng) {
   int64_t extent = 1;
   for (int k = rank; k-- > 0;) {
     const int d = order[k];
-    const bool broadcast = shape[d] > 1 && rng() % 8 == 0;
-    if (broadcast) continue;  // stride 0: every index along d reads the same element
+    if (shape[d] > 1 && rng() % 8 == 0) continue;  // stride 0: one element along d
     const int64_t gap = rng() % 4 == 0 ? 2 : 1;
     t.view.strides[d] = extent * gap;
     extent *= std::max<int64_t>(shape[d], 1) * gap;
   }
   // Reverse some dims: start at the far end and walk back.
-  int64_t offset = rng() % 3;  // misaligned offsets too
+  int64_t offset = static_cast<int64_t>(rng() % 3);
   for (int d = 0; d < rank; ++d) {
     if (t.view.strides[d] != 0 && rng() % 4 == 0) {
       offset += (shape[d] - 1) * t.view.strides[d];
@@ -55,22 +64,27 @@ OwnedTensor RandomLayout(const DimVector& shape, std::mt19937_64& rng) {
     }
   }
   const int64_t storage_elems = offset + extent + static_cast<int64_t>(rng() % 3);
-  t.storage.resize(storage_elems);
-  std::uniform_real_distribution<float> uni(-10.0f, 10.0f);
-  for (float& x : t.storage) {
-    const auto r = rng() % 50;
-    x = r == 0 ? uni(rng) * 1e30f : r == 1 ? uni(rng) * 1e-30f : r == 2 ? 0.0f : uni(rng);
-  }
+  const int64_t item = ItemSize(dtype);
+  t.storage.resize(storage_elems * item);
+  for (int64_t e = 0; e < storage_elems; ++e) fill(t.storage.data() + e * item);
   t.view.offset = offset;
-  t.view.data = reinterpret_cast<const std::byte*>(t.storage.data());
-  t.view.storage_bytes = storage_elems * static_cast<int64_t>(sizeof(float));
+  t.view.data = t.Data();
+  t.view.storage_bytes = storage_elems * item;
   return t;
 }
 
-float At(const TensorView& v, const std::vector<int64_t>& index) {
+const char* ElementAt(const TensorView& v, const std::vector<int64_t>& index) {
   int64_t e = v.offset;
   for (size_t k = 0; k < index.size(); ++k) e += index[k] * v.strides[k];
-  return reinterpret_cast<const float*>(v.data)[e];
+  return reinterpret_cast<const char*>(v.data) + e * ItemSize(v.dtype);
+}
+
+std::vector<int64_t> Project(const TensorView& v, const std::vector<int64_t>& out_index) {
+  std::vector<int64_t> j(v.shape.size());
+  for (size_t k = 0; k < j.size(); ++k) {
+    j[k] = v.shape[k] == 1 ? 0 : out_index[k + out_index.size() - v.shape.size()];
+  }
+  return j;
 }
 
 }  // namespace tc::testing

@@ -25,7 +25,7 @@ absl::Status Launch(const PreparedOp& op, char* const* base, ThreadPool& pool) {
   VisitDType(op.plan.compute_dtype, [&](auto tag) {
     using S = typename decltype(tag)::type;
     if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {
-      Elementwise<OpMath<S>, F::kArity>(op.plan, base, f, pool);
+      Elementwise<S, F::kArity>(op.plan, base, f, pool);
       ran = true;
     }
   });

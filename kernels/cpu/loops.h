@@ -26,32 +26,52 @@ inline constexpr int64_t kBlock = 256;
 // Tile edge for permuted layouts.
 inline constexpr int64_t kTile = 64;
 
-// dst[i] = Convert<C>(element i of a row of dtype `src`), for n elements `stride` bytes apart.
-template <typename C>
+// Casting goes through the compute dtype's storage type S, as if every input had first been
+// converted to the common dtype: an int32 input of a float16 computation becomes float16 (and
+// may overflow to infinity) before it is widened to float for the arithmetic.
+template <typename S, typename C, typename X>
+C LoadAs(X x) {
+  return static_cast<C>(Convert<S>(x));
+}
+
+// The result of a half-precision computation is rounded to the half type before any other
+// output conversion; bool results are stored as they are.
+template <typename S, typename Out, typename R>
+Out StoreAs(R r) {
+  if constexpr (std::is_same_v<R, bool>) {
+    return Convert<Out>(r);
+  } else {
+    return Convert<Out>(Convert<S>(r));
+  }
+}
+
+// dst[i] = element i of a row of dtype `src` in compute type C, for n elements `stride` bytes
+// apart.
+template <typename S, typename C>
 void LoadRow(DType src, const char* p, int64_t stride, int64_t n, C* __restrict dst) {
   VisitDType(src, [&](auto tag) {
-    using S = typename decltype(tag)::type;
+    using X = typename decltype(tag)::type;
     if (stride == 0) {
-      std::fill(dst, dst + n, Convert<C>(*reinterpret_cast<const S*>(p)));
-    } else if (stride == static_cast<int64_t>(sizeof(S))) {
-      const S* __restrict s = reinterpret_cast<const S*>(p);
-      for (int64_t i = 0; i < n; ++i) dst[i] = Convert<C>(s[i]);
+      std::fill(dst, dst + n, LoadAs<S, C>(*reinterpret_cast<const X*>(p)));
+    } else if (stride == static_cast<int64_t>(sizeof(X))) {
+      const X* __restrict s = reinterpret_cast<const X*>(p);
+      for (int64_t i = 0; i < n; ++i) dst[i] = LoadAs<S, C>(s[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) dst[i] = Convert<C>(*reinterpret_cast<const S*>(p + i * stride));
+      for (int64_t i = 0; i < n; ++i) dst[i] = LoadAs<S, C>(*reinterpret_cast<const X*>(p + i * stride));
     }
   });
 }
 
-// The inverse: stores n values of R as dtype `dst`.
-template <typename R>
+// The inverse: stores n results of type R as dtype `dst`.
+template <typename S, typename R>
 void StoreRow(DType dst, const R* __restrict src, char* p, int64_t stride, int64_t n) {
   VisitDType(dst, [&](auto tag) {
-    using S = typename decltype(tag)::type;
-    if (stride == static_cast<int64_t>(sizeof(S))) {
-      S* __restrict d = reinterpret_cast<S*>(p);
-      for (int64_t i = 0; i < n; ++i) d[i] = Convert<S>(src[i]);
+    using X = typename decltype(tag)::type;
+    if (stride == static_cast<int64_t>(sizeof(X))) {
+      X* __restrict d = reinterpret_cast<X*>(p);
+      for (int64_t i = 0; i < n; ++i) d[i] = StoreAs<S, X>(src[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<S*>(p + i * stride) = Convert<S>(src[i]);
+      for (int64_t i = 0; i < n; ++i) *reinterpret_cast<X*>(p + i * stride) = StoreAs<S, X>(src[i]);
     }
   });
 }
@@ -81,11 +101,16 @@ void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::in
   for (int64_t i = 0; i < m; ++i) out[i] = f(a[i], b[i], c[i]);
 }
 
-// One row of n elements: operand k starts at ptrs[k] and steps strides[k] bytes.
-template <typename C, int N, typename F>
+// One row of n elements: operand k starts at ptrs[k] and steps strides[k] bytes. S is the
+// compute dtype's storage type, C = OpMath<S> the type the functor computes in.
+template <typename S, int N, typename F>
 void Row(const F& f, char* const* ptrs, const int64_t* strides, const DType* dtypes, int64_t n) {
+  using C = OpMath<S>;
   using R = Result<F, C, N>;
-  constexpr DType kC = DTypeOf<C>(), kR = DTypeOf<R>();
+  // In place only where no conversion is due: half types always convert (to float and back).
+  constexpr bool kInPlace = std::is_same_v<S, C>;
+  constexpr DType kS = DTypeOf<S>(), kR = DTypeOf<R>();
+  constexpr bool kOutInPlace = std::is_same_v<R, bool> || kInPlace;
   alignas(64) C buf[N][kBlock];
   alignas(64) R obuf[kBlock];
   const C* in[N] = {};
@@ -93,24 +118,24 @@ void Row(const F& f, char* const* ptrs, const int64_t* strides, const DType* dty
     const int64_t m = std::min(kBlock, n - start);
     for (int k = 0; k < N; ++k) {
       const char* p = ptrs[k + 1] + start * strides[k + 1];
-      if (dtypes[k + 1] == kC && strides[k + 1] == static_cast<int64_t>(sizeof(C))) {
+      if (kInPlace && dtypes[k + 1] == kS && strides[k + 1] == static_cast<int64_t>(sizeof(C))) {
         in[k] = reinterpret_cast<const C*>(p);
       } else if (strides[k + 1] != 0 || start == 0) {  // a repeated value is loaded once
-        LoadRow<C>(dtypes[k + 1], p, strides[k + 1], m, buf[k]);
+        LoadRow<S, C>(dtypes[k + 1], p, strides[k + 1], m, buf[k]);
         in[k] = buf[k];
       }
     }
     char* op = ptrs[0] + start * strides[0];
-    const bool direct = dtypes[0] == kR && strides[0] == static_cast<int64_t>(sizeof(R));
+    const bool direct = kOutInPlace && dtypes[0] == kR && strides[0] == static_cast<int64_t>(sizeof(R));
     R* out = direct ? reinterpret_cast<R*>(op) : obuf;
     Apply(f, out, in, m, std::integral_constant<int, N>{});
-    if (!direct) StoreRow<R>(dtypes[0], obuf, op, strides[0], m);
+    if (!direct) StoreRow<S, R>(dtypes[0], obuf, op, strides[0], m);
   }
 }
 
-// Applies f to every element of the plan, computing in C; `base[k]` points at operand k's
-// element (0, ..., 0).
-template <typename C, int N, typename F>
+// Applies f to every element of the plan, computing in OpMath<S>; `base[k]` points at operand
+// k's element (0, ..., 0).
+template <typename S, int N, typename F>
 void Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& pool) {
   if (plan.numel == 0) return;
   const int nops = N + 1;
@@ -148,7 +173,7 @@ void Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& po
           idx[1] = i1;
           char* ptrs[kMaxOperands];
           pointers(idx, ptrs);
-          Row<C, N>(f, ptrs, row_strides, plan.dtypes, n0);
+          Row<S, N>(f, ptrs, row_strides, plan.dtypes, n0);
         }
       }
     });
@@ -166,7 +191,7 @@ void Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& po
       char* ptrs[kMaxOperands];
       pointers(idx, ptrs);
       const int64_t n = std::min(plan.sizes[0] - idx[0], end - pos);
-      Row<C, N>(f, ptrs, row_strides, plan.dtypes, n);
+      Row<S, N>(f, ptrs, row_strides, plan.dtypes, n);
       pos += n;
       idx[0] += n;
       for (int d = 0; d + 1 < plan.ndim && idx[d] == plan.sizes[d]; ++d) {

@@ -32,25 +32,30 @@ struct KernelArgs {
 };
 
 
-template <typename C>
+// Loads element p of dtype t into compute type C through the compute dtype's storage type S
+// (as if the input had been converted to the common dtype first).
+template <typename S, typename C>
 __device__ __forceinline__ C LoadAs(DType t, const char* p) {
   switch (t) {
-    case DType::kBool: return Convert<C>(*reinterpret_cast<const bool*>(p));
-    case DType::kUInt8: return Convert<C>(*reinterpret_cast<const uint8_t*>(p));
-    case DType::kInt8: return Convert<C>(*reinterpret_cast<const int8_t*>(p));
-    case DType::kInt16: return Convert<C>(*reinterpret_cast<const int16_t*>(p));
-    case DType::kInt32: return Convert<C>(*reinterpret_cast<const int32_t*>(p));
-    case DType::kInt64: return Convert<C>(*reinterpret_cast<const int64_t*>(p));
-    case DType::kFloat16: return Convert<C>(*reinterpret_cast<const Half*>(p));
-    case DType::kBFloat16: return Convert<C>(*reinterpret_cast<const BFloat16*>(p));
-    case DType::kFloat32: return Convert<C>(*reinterpret_cast<const float*>(p));
+    case DType::kBool: return static_cast<C>(Convert<S>(*reinterpret_cast<const bool*>(p)));
+    case DType::kUInt8: return static_cast<C>(Convert<S>(*reinterpret_cast<const uint8_t*>(p)));
+    case DType::kInt8: return static_cast<C>(Convert<S>(*reinterpret_cast<const int8_t*>(p)));
+    case DType::kInt16: return static_cast<C>(Convert<S>(*reinterpret_cast<const int16_t*>(p)));
+    case DType::kInt32: return static_cast<C>(Convert<S>(*reinterpret_cast<const int32_t*>(p)));
+    case DType::kInt64: return static_cast<C>(Convert<S>(*reinterpret_cast<const int64_t*>(p)));
+    case DType::kFloat16: return static_cast<C>(Convert<S>(*reinterpret_cast<const Half*>(p)));
+    case DType::kBFloat16: return static_cast<C>(Convert<S>(*reinterpret_cast<const BFloat16*>(p)));
+    case DType::kFloat32: return static_cast<C>(Convert<S>(*reinterpret_cast<const float*>(p)));
     case DType::kFloat64: break;
   }
-  return Convert<C>(*reinterpret_cast<const double*>(p));
+  return static_cast<C>(Convert<S>(*reinterpret_cast<const double*>(p)));
 }
 
-template <typename R>
-__device__ __forceinline__ void StoreAs(DType t, char* p, R v) {
+// Stores a result as dtype t; half-precision results are rounded to S first.
+template <typename S, typename R>
+__device__ __forceinline__ void StoreAs(DType t, char* p, R r) {
+  using V = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
+  const V v = Convert<V>(r);
   switch (t) {
     case DType::kBool: *reinterpret_cast<bool*>(p) = Convert<bool>(v); return;
     case DType::kUInt8: *reinterpret_cast<uint8_t*>(p) = Convert<uint8_t>(v); return;
@@ -84,8 +89,9 @@ __global__ void DenseKernel(F f, KernelArgs<N + 1> a) {
   }
 }
 
-template <typename C, int N, typename F>
+template <typename S, int N, typename F>
 __global__ void GeneralKernel(F f, KernelArgs<N + 1> a) {
+  using C = OpMath<S>;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.numel; i += step) {
     int64_t off[N + 1] = {};
@@ -99,8 +105,8 @@ __global__ void GeneralKernel(F f, KernelArgs<N + 1> a) {
     }
     C v[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = LoadAs<C>(a.dtypes[k + 1], a.base[k + 1] + off[k + 1]);
-    StoreAs(a.dtypes[0], a.base[0] + off[0], Call(f, v, std::make_index_sequence<N>{}));
+    for (int k = 0; k < N; ++k) v[k] = LoadAs<S, C>(a.dtypes[k + 1], a.base[k + 1] + off[k + 1]);
+    StoreAs<S>(a.dtypes[0], a.base[0] + off[0], Call(f, v, std::make_index_sequence<N>{}));
   }
 }
 
@@ -139,7 +145,7 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
   if (dense) {
     DenseKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
   } else {
-    GeneralKernel<C, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
+    GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
     return absl::InternalError(absl::StrCat("CUDA kernel launch failed: ", cudaGetErrorString(e)));

@@ -1,20 +1,32 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "tests/add_conformance.h"
+#include "tests/conformance.h"
 #include "tests/random_tensors.h"
 
 namespace tc {
 namespace {
 
-TEST(CpuAdd, RandomLayoutsMatchReference) {
+TEST(CpuBackend, EveryOpMatchesTheReference) {
   const uint64_t seed = testing::TestSeed();
   std::printf("TC_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
   CpuBackend backend(2);
-  testing::CheckRandomAdds(backend, seed, 400, 200000);
+  testing::CheckConformance(backend, seed, {});
+}
+
+// Fewer cases, but large enough that rows split across threads and blocks.
+TEST(CpuBackend, LargeTensorsMatchTheReference) {
+  const uint64_t seed = testing::TestSeed() ^ 0x9e3779b97f4a7c15ull;
+  std::printf("TC_TEST_SEED=%llu (xor 0x9e3779b97f4a7c15)\n", static_cast<unsigned long long>(seed));
+  CpuBackend backend(3);
+  testing::ConformanceOptions options;
+  options.cases_per_op = 2;
+  options.max_numel = 300000;
+  options.max_rank = 4;
+  testing::CheckConformance(backend, seed, options);
 }
 
 // Large enough to be split across threads, with a broadcast operand.
-TEST(CpuAdd, ThreadedRowBroadcast) {
+TEST(CpuBackend, ThreadedRowBroadcast) {
   CpuBackend backend(3);
   const int64_t m = 1031, n = 777;
   std::vector<float> a(m * n), b(n);
@@ -35,7 +47,7 @@ TEST(CpuAdd, ThreadedRowBroadcast) {
   }
 }
 
-TEST(CpuAdd, EmptyAndScalar) {
+TEST(CpuBackend, EmptyAndScalar) {
   CpuBackend backend(1);
   float x = 1.5f, y = 2.0f;
   TensorView sx{DType::kFloat32, {}, {}, 0, reinterpret_cast<const std::byte*>(&x), 4};

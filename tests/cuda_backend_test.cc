@@ -5,13 +5,13 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "tests/add_conformance.h"
+#include "tests/conformance.h"
 #include "tests/random_tensors.h"
 
 namespace tc {
 namespace {
 
-class CudaAdd : public ::testing::Test {
+class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (CudaBackend::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible: skipping GPU tests";
@@ -22,14 +22,23 @@ class CudaAdd : public ::testing::Test {
   std::unique_ptr<CudaBackend> backend_;
 };
 
-TEST_F(CudaAdd, RandomLayoutsMatchReference) {
+TEST_F(CudaBackendTest, EveryOpMatchesTheReference) {
   const uint64_t seed = testing::TestSeed();
   std::printf("TC_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
-  testing::CheckRandomAdds(*backend_, seed, 400, 200000);
+  testing::CheckConformance(*backend_, seed, {});
+}
+
+TEST_F(CudaBackendTest, LargeTensorsMatchTheReference) {
+  const uint64_t seed = testing::TestSeed() ^ 0x9e3779b97f4a7c15ull;
+  testing::ConformanceOptions options;
+  options.cases_per_op = 2;
+  options.max_numel = 300000;
+  options.max_rank = 4;
+  testing::CheckConformance(*backend_, seed, options);
 }
 
 // Bit-for-bit the CPU result on a large contiguous add (no multiply: alpha 1).
-TEST_F(CudaAdd, LargeContiguousMatchesCpu) {
+TEST_F(CudaBackendTest, LargeContiguousMatchesCpu) {
   const int64_t n = (int64_t{1} << 24) + 3;
   std::vector<float> a(n), b(n);
   for (int64_t i = 0; i < n; ++i) {

@@ -1,0 +1,21 @@
+// Randomized conformance of every op against the independent reference (reference.h), for any
+// backend: every op, dtype combination it accepts, broadcast pattern, layout (permuted, zero
+// and negative strides, offsets), odd sizes, NaN and infinities.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/engine.h"
+
+namespace tc::testing {
+
+struct ConformanceOptions {
+  int cases_per_op = 64;
+  int64_t max_numel = 16384;
+  int max_rank = 6;
+};
+
+// Reports mismatches through gtest, with the seed and the case to replay them.
+void CheckConformance(Backend& backend, uint64_t seed, const ConformanceOptions& options);
+
+}  // namespace tc::testing
