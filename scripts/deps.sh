@@ -6,7 +6,7 @@ pkgs=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto libabsl-dev
   libgtest-dev libgmock-dev
-  python3-grpcio python3-protobuf python3-numpy
+  python3-grpcio python3-protobuf python3-numpy python3-torch
 )
 missing=()
 for p in "${pkgs[@]}"; do

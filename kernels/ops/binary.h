@@ -28,7 +28,7 @@ struct AddOp {
     if constexpr (kIsBool<T>) {
       return a || (alpha != 0 && b);
     } else if constexpr (kIsInt<T>) {
-      return math::WrapAdd(a, math::WrapMul(static_cast<T>(alpha), b));
+      return math::WrapAdd(a, math::WrapMul(math::ScalarAs<T>(alpha), b));
     } else {
       return a + static_cast<T>(alpha) * b;
     }
@@ -45,7 +45,7 @@ struct SubOp {
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsInt<T>) {
-      return math::WrapSub(a, math::WrapMul(static_cast<T>(alpha), b));
+      return math::WrapSub(a, math::WrapMul(math::ScalarAs<T>(alpha), b));
     } else {
       return a - static_cast<T>(alpha) * b;
     }

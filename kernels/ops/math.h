@@ -62,6 +62,17 @@ TC_HOST_DEVICE bool IsNan(T x) {
   }
 }
 
+// A whole-number attribute (alpha, value) as T: through int64 for integers, since converting a
+// negative double straight to an unsigned type is undefined (and differs between CPU and GPU).
+template <typename T>
+TC_HOST_DEVICE T ScalarAs(double v) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    return static_cast<T>(static_cast<int64_t>(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
 // a < 0, without comparing unsigned values against zero.
 template <typename T>
 TC_HOST_DEVICE bool IsNegative(T a) {

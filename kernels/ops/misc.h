@@ -80,7 +80,7 @@ struct AddcmulOp {
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b, T c) const {
     if constexpr (kIsInt<T>) {
-      return math::WrapAdd(a, math::WrapMul(static_cast<T>(value), math::WrapMul(b, c)));
+      return math::WrapAdd(a, math::WrapMul(math::ScalarAs<T>(value), math::WrapMul(b, c)));
     } else {
       return a + static_cast<T>(value) * b * c;
     }

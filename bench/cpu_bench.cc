@@ -1,0 +1,179 @@
+// CPU backend benchmark: the case matrix of bench/cpu_reference.py (2^24 elements), timed on
+// tensorcompute's CPU backend and, in the same invocation, on NumPy and PyTorch.
+//
+//   tensorcompute-cpu-bench [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE]
+//
+// Each figure is the median of R timed calls after 3 warm-ups; a call is PrepareOp (checks and
+// planning) plus the backend run into a preallocated output, as NumPy's and PyTorch's out=.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/engine.h"
+
+namespace tc {
+namespace {
+
+struct Buffer {
+  std::vector<char> bytes;
+  TensorView View(DType t, DimVector shape, DimVector strides = {}, int64_t offset = 0) const {
+    if (strides.empty()) strides = ContiguousStrides(shape);
+    return TensorView{t, std::move(shape), std::move(strides), offset,
+                      reinterpret_cast<const std::byte*>(bytes.data()),
+                      static_cast<int64_t>(bytes.size())};
+  }
+};
+
+template <typename T, typename Gen>
+Buffer Make(int64_t n, Gen gen) {
+  Buffer b;
+  b.bytes.resize(n * sizeof(T));
+  T* p = reinterpret_cast<T*>(b.bytes.data());
+  for (int64_t i = 0; i < n; ++i) p[i] = gen(i);
+  return b;
+}
+
+double MedianMs(const std::function<void()>& fn, int reps) {
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<double> ts;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    ts.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+struct Case {
+  std::string name;
+  std::string op;
+  std::vector<TensorView> inputs;
+  OutputOptions output;
+};
+
+}  // namespace
+}  // namespace tc
+
+int main(int argc, char** argv) {
+  using namespace tc;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int reps = 15;
+  std::string reference = "bench/cpu_reference.py", markdown;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      const size_t n = std::strlen(flag);
+      return a.compare(0, n, flag) == 0 ? argv[i] + n : nullptr;
+    };
+    if (const char* v = value("--threads=")) threads = std::atoi(v);
+    else if (const char* v = value("--reps=")) reps = std::atoi(v);
+    else if (const char* v = value("--reference=")) reference = v;
+    else if (const char* v = value("--markdown=")) markdown = v;
+    else {
+      std::fprintf(stderr, "usage: %s [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+
+  const int64_t N = int64_t{1} << 24, M = 4096;
+  std::mt19937 rng(0);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  const Buffer a = Make<float>(N, [&](int64_t) { return uni(rng); });
+  const Buffer b = Make<float>(N, [&](int64_t) { return uni(rng); });
+  const Buffer h1 = Make<Half>(N, [&](int64_t i) { return Half(reinterpret_cast<const float*>(a.bytes.data())[i]); });
+  const Buffer h2 = Make<Half>(N, [&](int64_t i) { return Half(reinterpret_cast<const float*>(b.bytes.data())[i]); });
+  const Buffer row = Make<float>(M, [&](int64_t) { return uni(rng); });
+  const Buffer col = Make<float>(M, [&](int64_t) { return uni(rng); });
+  const Buffer i1 = Make<int32_t>(N, [&](int64_t i) { return static_cast<int32_t>(reinterpret_cast<const float*>(a.bytes.data())[i] * 1000); });
+  const Buffer i2 = Make<int32_t>(N, [&](int64_t i) { return static_cast<int32_t>(reinterpret_cast<const float*>(b.bytes.data())[i] * 1000) + 1; });
+  const Buffer sa = Make<float>(4096, [&](int64_t) { return uni(rng); });
+  const Buffer sb = Make<float>(4096, [&](int64_t) { return uni(rng); });
+
+  const DType F32 = DType::kFloat32, F16 = DType::kFloat16, I32 = DType::kInt32;
+  std::vector<Case> cases = {
+      {"add_f32_contig", "add", {a.View(F32, {N}), b.View(F32, {N})}, {}},
+      {"div_f32_contig", "div", {a.View(F32, {N}), b.View(F32, {N})}, {}},
+      {"pow_f32_contig", "pow", {a.View(F32, {N}), b.View(F32, {N})}, {}},
+      {"mul_f16_contig", "mul", {h1.View(F16, {N}), h2.View(F16, {N})}, {}},
+      {"add_f16_f32_mixed", "add", {h1.View(F16, {N}), b.View(F32, {N})}, {}},
+      {"gt_f32_to_bool", "gt", {a.View(F32, {N}), b.View(F32, {N})}, {}},
+      {"add_f32_bcast_row", "add", {a.View(F32, {M, M}), row.View(F32, {M})}, {}},
+      {"add_f32_bcast_col", "add", {a.View(F32, {M, M}), col.View(F32, {M, 1})}, {}},
+      {"add_f32_transposed_in", "add", {a.View(F32, {M, M}), b.View(F32, {M, M}, {1, M})}, {}},
+      {"add_i32_contig", "add", {i1.View(I32, {N}), i2.View(I32, {N})}, {}},
+      {"add_f32_small_4k", "add", {sa.View(F32, {4096}), sb.View(F32, {4096})}, {}},
+  };
+
+  CpuBackend backend(threads);
+  std::map<std::string, double> ours;
+  std::vector<char> out(static_cast<size_t>(N) * 4);
+  for (const Case& c : cases) {
+    absl::Status status;
+    ours[c.name] = MedianMs([&] {
+      auto op = PrepareOp(c.op, c.inputs, {}, c.output);
+      status = op.ok() ? backend.Run(*op, c.inputs, reinterpret_cast<std::byte*>(out.data())) : op.status();
+    }, reps);
+    if (!status.ok()) {
+      std::fprintf(stderr, "%s: %s\n", c.name.c_str(), status.ToString().c_str());
+      return 1;
+    }
+  }
+
+  // NumPy and PyTorch, same machine, same invocation.
+  std::map<std::string, std::pair<double, double>> refs;
+  std::string versions = "reference not run";
+  if (reference != "none") {
+    const std::string cmd = "/usr/bin/python3 " + reference + " " + std::to_string(threads) + " " + std::to_string(reps);
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char line[512];
+      while (std::fgets(line, sizeof line, p)) {
+        std::istringstream in(line);
+        if (line[0] == '#') {
+          versions = std::string(line + 2);
+          versions.erase(versions.find_last_not_of("\n") + 1);
+          continue;
+        }
+        std::string name;
+        double np_ms, th_ms;
+        if (in >> name >> np_ms >> th_ms) refs[name] = {np_ms, th_ms};
+      }
+      if (pclose(p) != 0) std::fprintf(stderr, "reference script failed: %s\n", cmd.c_str());
+    }
+  }
+
+  std::ostringstream table;
+  table << "| case | tensorcompute ms | numpy ms | torch ms | vs numpy | vs torch |\n"
+        << "|---|---:|---:|---:|---:|---:|\n";
+  char buf[256];
+  for (const Case& c : cases) {
+    const double us = ours[c.name];
+    auto it = refs.find(c.name);
+    if (it == refs.end()) {
+      std::snprintf(buf, sizeof buf, "| %s | %.3f | - | - | - | - |\n", c.name.c_str(), us);
+    } else {
+      const auto [np_ms, th_ms] = it->second;
+      std::snprintf(buf, sizeof buf, "| %s | %.3f | %.3f | %.3f | %.2fx | %.2fx |\n", c.name.c_str(),
+                    us, np_ms, th_ms, np_ms / us, th_ms / us);
+    }
+    table << buf;
+  }
+  std::printf("threads=%d reps=%d (%s)\n%s", threads, reps, versions.c_str(), table.str().c_str());
+  if (!markdown.empty()) {
+    std::ofstream md(markdown);
+    md << "CPU backend, " << threads << " threads, median of " << reps << " calls; " << versions
+       << ". Ratios above 1 mean tensorcompute is faster.\n\n" << table.str();
+  }
+  return 0;
+}
