@@ -2,6 +2,7 @@
 // tensorcompute's CPU backend and, in the same invocation, on NumPy and PyTorch.
 //
 //   tensorcompute-cpu-bench [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE]
+//                           [--only=CASE]
 //
 // Each figure is the median of R timed calls after 3 warm-ups; a call is PrepareOp (checks and
 // planning) plus the backend run into a preallocated output, as NumPy's and PyTorch's out=.
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
   using namespace tc;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int reps = 15;
-  std::string reference = "bench/cpu_reference.py", markdown;
+  std::string reference = "bench/cpu_reference.py", markdown, only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -81,8 +82,9 @@ int main(int argc, char** argv) {
     else if (const char* v = value("--reps=")) reps = std::atoi(v);
     else if (const char* v = value("--reference=")) reference = v;
     else if (const char* v = value("--markdown=")) markdown = v;
+    else if (const char* v = value("--only=")) only = v;
     else {
-      std::fprintf(stderr, "usage: %s [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE] [--only=CASE]\n", argv[0]);
       return 2;
     }
   }
@@ -116,6 +118,10 @@ int main(int argc, char** argv) {
       {"add_f32_small_4k", "add", {sa.View(F32, {4096}), sb.View(F32, {4096})}, {}},
   };
 
+  if (!only.empty()) {
+    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return c.name != only; }),
+                cases.end());
+  }
   CpuBackend backend(threads);
   std::map<std::string, double> ours;
   std::vector<char> out(static_cast<size_t>(N) * 4);

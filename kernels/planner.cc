@@ -87,8 +87,11 @@ Path ChoosePath(const Plan& p) {
     }
     if (dense_or_scalar) return dense ? Path::kContiguous : Path::kScalarBroadcast;
   }
-  // Permuted: some operand's fastest dim (smallest non-zero |stride|) is not dim 0.
+  // Permuted: some operand that moves along dim 0 moves faster along another dim (smallest
+  // non-zero |stride| elsewhere). One that is constant along dim 0 reads the same element for a
+  // whole row, which needs no tiling.
   for (int op = 0; op < p.num_operands; ++op) {
+    if (p.strides[op][0] == 0) continue;
     int fastest = -1;
     int64_t best = 0;
     for (int d = 0; d < p.ndim; ++d) {

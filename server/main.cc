@@ -116,6 +116,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (absl::GetFlag(FLAGS_request_threads) < 1) {
+    Log("--request_threads must be at least 1");
+    return 2;
+  }
   std::unique_ptr<tc::Backend> backend = MakeBackend(absl::GetFlag(FLAGS_backend));
   auto request_pool = std::make_unique<tc::ThreadPool>(absl::GetFlag(FLAGS_request_threads));
   tc::server::ServiceOptions options;

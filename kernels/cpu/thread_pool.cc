@@ -7,9 +7,14 @@
 namespace tc {
 
 ThreadPool::ThreadPool(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads < 0) threads = 0;
   workers_.reserve(threads);
   for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+int ThreadPool::WorkersFor(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(threads - 1, 0);
 }
 
 ThreadPool::~ThreadPool() {

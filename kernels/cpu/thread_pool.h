@@ -15,6 +15,9 @@ class ThreadPool {
  public:
   // `threads` workers; 0 means one per hardware thread.
   explicit ThreadPool(int threads = 0);
+  // A pool for ParallelFor on `threads` threads in all: the caller plus threads - 1 workers
+  // (0: one per hardware thread), so that nothing is oversubscribed.
+  static int WorkersFor(int threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
