@@ -4,8 +4,10 @@
 //   tensorcompute-cpu-bench [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE]
 //                           [--only=CASE]
 //
-// Each figure is the median of R timed calls after 3 warm-ups; a call is PrepareOp (checks and
-// planning) plus the backend run into a preallocated output, as NumPy's and PyTorch's out=.
+// Each figure is a median of timed calls after 3 warm-ups (ours: the mean of the medians of two
+// halves of R calls, taken before and after NumPy's and PyTorch's R calls of the same case);
+// a call is PrepareOp (checks and planning) plus the backend run into a preallocated output,
+// as NumPy's and PyTorch's out=.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -123,40 +125,46 @@ int main(int argc, char** argv) {
                 cases.end());
   }
   CpuBackend backend(threads);
-  std::map<std::string, double> ours;
   std::vector<char> out(static_cast<size_t>(N) * 4);
-  for (const Case& c : cases) {
-    absl::Status status;
-    ours[c.name] = MedianMs([&] {
+  auto time_ours = [&](const Case& c, int n, absl::Status& status) {
+    return MedianMs([&] {
       auto op = PrepareOp(c.op, c.inputs, {}, c.output);
       status = op.ok() ? backend.Run(*op, c.inputs, reinterpret_cast<std::byte*>(out.data())) : op.status();
-    }, reps);
+    }, n);
+  };
+  // NumPy and PyTorch run between two halves of our repetitions of the same case, so that a
+  // machine getting faster or slower over the run does not favour either side.
+  std::map<std::string, double> ours;
+  std::map<std::string, std::pair<double, double>> refs;
+  std::string versions = "reference not run";
+  for (const Case& c : cases) {
+    absl::Status status;
+    const double first = time_ours(c, (reps + 1) / 2, status);
     if (!status.ok()) {
       std::fprintf(stderr, "%s: %s\n", c.name.c_str(), status.ToString().c_str());
       return 1;
     }
-  }
-
-  // NumPy and PyTorch, same machine, same invocation.
-  std::map<std::string, std::pair<double, double>> refs;
-  std::string versions = "reference not run";
-  if (reference != "none") {
-    const std::string cmd = "/usr/bin/python3 " + reference + " " + std::to_string(threads) + " " + std::to_string(reps);
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char line[512];
-      while (std::fgets(line, sizeof line, p)) {
-        std::istringstream in(line);
-        if (line[0] == '#') {
-          versions = std::string(line + 2);
-          versions.erase(versions.find_last_not_of("\n") + 1);
-          continue;
+    if (reference != "none") {
+      const std::string cmd = "/usr/bin/python3 " + reference + " " + std::to_string(threads) + " " +
+                              std::to_string(reps) + " " + c.name;
+      if (FILE* p = popen(cmd.c_str(), "r")) {
+        char line[512];
+        while (std::fgets(line, sizeof line, p)) {
+          std::istringstream in(line);
+          if (line[0] == '#') {
+            versions = std::string(line + 2);
+            versions.erase(versions.find_last_not_of("\n") + 1);
+            continue;
+          }
+          std::string name;
+          double np_ms, th_ms;
+          if (in >> name >> np_ms >> th_ms) refs[name] = {np_ms, th_ms};
         }
-        std::string name;
-        double np_ms, th_ms;
-        if (in >> name >> np_ms >> th_ms) refs[name] = {np_ms, th_ms};
+        if (pclose(p) != 0) std::fprintf(stderr, "reference script failed: %s\n", cmd.c_str());
       }
-      if (pclose(p) != 0) std::fprintf(stderr, "reference script failed: %s\n", cmd.c_str());
     }
+    const double second = time_ours(c, (reps + 1) / 2, status);
+    ours[c.name] = (first + second) / 2;
   }
 
   std::ostringstream table;

@@ -3,7 +3,7 @@
 
 Run by tensorcompute-cpu-bench in the same invocation (Debian's /usr/bin/python3 with
 python3-numpy and python3-torch); prints one line per case: name numpy_ms torch_ms.
-Argument: PyTorch thread count.
+Arguments: PyTorch thread count, repetitions, then optionally the case names to run.
 """
 import statistics
 import sys
@@ -65,6 +65,9 @@ cases = [
     ("add_i32_contig", lambda: np.add(i1, i2, out=io), lambda: torch.add(ti1, ti2, out=tio)),
     ("add_f32_small_4k", lambda: np.add(sa, sb, out=so), lambda: torch.add(tsa, tsb, out=tso)),
 ]
+only = set(sys.argv[3:])
 print(f"# numpy {np.__version__} torch {torch.__version__} threads {torch.get_num_threads()}")
 for name, fnp, fth in cases:
+    if only and name not in only:
+        continue
     print(f"{name} {bench(fnp):.4f} {bench(fth):.4f}", flush=True)

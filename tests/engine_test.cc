@@ -4,6 +4,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "kernels/cpu/half_rows.h"
 #include "kernels/engine.h"
 #include "kernels/planner.h"
 #include "kernels/tensor_view.h"
@@ -173,6 +178,46 @@ TEST(PrepareOp, ChecksOpArityDtypeAndAttributes) {
                 "does not accept dtype float32");
   const TensorView bad_view[] = {Contiguous({2}), F32({3}, {1}, 0, 2)};
   ExpectInvalid(PrepareOp("add", bad_view, {}).status(), "input 1");
+}
+
+}  // namespace
+}  // namespace tc
+
+namespace tc {
+namespace {
+
+// The F16C row conversions (where the CPU has them) against the portable scalar ones.
+TEST(HalfRows, MatchScalarConversionForEveryHalfAndManyFloats) {
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t i = 0; i < 65536; ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<float> widened(65536);
+  cpu::HalfToFloatRow(halves.data(), widened.data(), 65536);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float want = Half::ToFloat(halves[i]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(widened[i])) << i;
+    } else {
+      ASSERT_EQ(std::memcmp(&want, &widened[i], 4), 0) << i;
+    }
+  }
+  std::mt19937 rng(7);
+  std::vector<float> floats(1 << 16);
+  for (float& f : floats) {
+    uint32_t bits = static_cast<uint32_t>(rng());
+    if (rng() % 2) bits = (bits & 0x80ffffffu) | ((100u + rng() % 60) << 23);  // near half range
+    std::memcpy(&f, &bits, 4);
+  }
+  std::vector<uint16_t> narrowed(floats.size());
+  cpu::FloatToHalfRow(floats.data(), narrowed.data(), static_cast<int64_t>(floats.size()));
+  for (size_t i = 0; i < floats.size(); ++i) {
+    const uint16_t want = Half::FromFloat(floats[i]);
+    if (std::isnan(floats[i])) {
+      ASSERT_TRUE(std::isnan(Half::ToFloat(narrowed[i]))) << i;
+    } else {
+      ASSERT_EQ(narrowed[i], want) << "float bits " << std::hex << floats[i];
+    }
+  }
+  std::printf("F16C rows: %s\n", cpu::HalfRowsUseF16C() ? "yes" : "no (portable)");
 }
 
 }  // namespace

@@ -19,7 +19,10 @@
 #include <emmintrin.h>
 #endif
 
+#include "kernels/cpu/half_rows.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/vector_math.h"
+#include "kernels/ops/binary.h"
 #include "kernels/planner.h"
 #include "kernels/scalar_types.h"
 
@@ -64,6 +67,12 @@ void LoadRow(DType src, const char* p, int64_t stride, int64_t n, C* __restrict 
     if (stride == 0) {
       std::fill(dst, dst + n, LoadAs<S, C>(*reinterpret_cast<const X*>(p)));
     } else if (stride == static_cast<int64_t>(sizeof(X))) {
+      if constexpr (std::is_same_v<X, Half> && std::is_same_v<C, float> &&
+                    (std::is_same_v<S, Half> || std::is_same_v<S, float>)) {
+        // Exact either way: a float16 value widens to float without rounding.
+        HalfToFloatRow(reinterpret_cast<const uint16_t*>(p), dst, n);
+        return;
+      }
       const X* __restrict s = reinterpret_cast<const X*>(p);
       for (int64_t i = 0; i < n; ++i) dst[i] = LoadAs<S, C>(s[i]);
     } else {
@@ -78,6 +87,12 @@ void StoreRow(DType dst, const R* __restrict src, char* p, int64_t stride, int64
   VisitDType(dst, [&](auto tag) {
     using X = typename decltype(tag)::type;
     if (stride == static_cast<int64_t>(sizeof(X))) {
+      if constexpr (std::is_same_v<X, Half> && std::is_same_v<R, float> &&
+                    (std::is_same_v<S, Half> || std::is_same_v<S, float>)) {
+        // One rounding, float to float16, in both cases.
+        FloatToHalfRow(src, reinterpret_cast<uint16_t*>(p), n);
+        return;
+      }
       X* __restrict d = reinterpret_cast<X*>(p);
       for (int64_t i = 0; i < n; ++i) d[i] = StoreAs<S, X>(src[i]);
     } else {
@@ -99,6 +114,10 @@ void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::in
 }
 template <typename F, typename R, typename C>
 void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 2>) {
+  if constexpr (std::is_same_v<F, PowOp> && std::is_same_v<C, float>) {
+    PowRow(in[0], in[1], out, m);  // vectorized; the functor would call powf per element
+    return;
+  }
   const C* __restrict a = in[0];
   const C* __restrict b = in[1];
   for (int64_t i = 0; i < m; ++i) out[i] = f(a[i], b[i]);
