@@ -18,7 +18,8 @@ constexpr char kUsage[] = R"(usage: tensorcompute-cli [--target=HOST:PORT] [--ti
 commands:
   health [SERVICE]        print the serving status; exit 0 only when SERVING
   ops                     list the ops the server supports
-  compute OP --input=TENSOR... [--attr=NAME=VALUE...]
+  compute OP --input=TENSOR... [--attr=NAME=VALUE...] [--output_dtype=DTYPE]
+          [--output_layout=contiguous|like_first_input]
                           run OP and print the result
 
 TENSOR is DTYPE[d0,d1,...]=v0,v1,... in C order, e.g. float32[2,3]=1,2,3,4,5,6;
@@ -62,8 +63,7 @@ int Ops(tc::client::Client& client) {
   for (const auto& op : ops->ops()) {
     std::vector<std::string> dtypes, attrs;
     for (int t : op.dtypes()) {
-      std::string n = tensorcompute::v1::DType_Name(static_cast<tensorcompute::v1::DType>(t));
-      dtypes.push_back(n == "bool_" ? "bool" : n);
+      dtypes.push_back(tensorcompute::v1::DType_Name(static_cast<tensorcompute::v1::DType>(t)));
     }
     for (const auto& a : op.attributes()) {
       attrs.push_back(a.required() ? absl::StrCat(a.name(), ":", a.type())
@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   const char* env_target = std::getenv("TENSORCOMPUTE_TARGET");
   std::string target = env_target ? env_target : "127.0.0.1:50051";
   std::string timeout = "60";
+  std::string output_dtype, output_layout;
   std::vector<std::string> positional, inputs, attrs;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string v;
@@ -94,6 +95,10 @@ int main(int argc, char** argv) {
       inputs.push_back(v);
     } else if (TakeFlag(args, i, "attr", &v)) {
       attrs.push_back(v);
+    } else if (TakeFlag(args, i, "output_dtype", &v)) {
+      output_dtype = v;
+    } else if (TakeFlag(args, i, "output_layout", &v)) {
+      output_layout = v;
     } else if (args[i] == "-h" || args[i] == "--help") {
       return Usage("");
     } else if (args[i].rfind("--", 0) == 0) {
@@ -132,7 +137,21 @@ int main(int argc, char** argv) {
       if (!a.ok()) return Fail(a.status());
       attributes.push_back(*std::move(a));
     }
-    auto result = client.Compute(positional[1], std::move(tensors), std::move(attributes));
+    tensorcompute::v1::ComputeRequest request;
+    request.set_op(positional[1]);
+    for (auto& t : tensors) *request.add_inputs() = std::move(t);
+    for (auto& [name, value] : attributes) (*request.mutable_attributes())[name] = std::move(value);
+    if (!output_dtype.empty()) {
+      tensorcompute::v1::DType t;
+      if (!tensorcompute::v1::DType_Parse(output_dtype, &t)) return Usage("bad --output_dtype");
+      request.set_output_dtype(t);
+    }
+    if (output_layout == "like_first_input") {
+      request.set_output_layout(tensorcompute::v1::OUTPUT_LAYOUT_LIKE_FIRST_INPUT);
+    } else if (!output_layout.empty() && output_layout != "contiguous") {
+      return Usage("bad --output_layout");
+    }
+    auto result = client.Compute(request);
     if (!result.ok()) return Fail(result.status());
     auto text = tc::client::FormatTensor(*result);
     if (!text.ok()) return Fail(text.status());

@@ -197,8 +197,7 @@ absl::StatusOr<v1::Tensor> ParseTensor(absl::string_view spec) {
   }
   v1::Tensor t;
   v1::DType dtype;
-  std::string name(spec.substr(0, open));
-  if (name == "bool") name = "bool_";
+  const std::string name(spec.substr(0, open));
   if (!v1::DType_Parse(name, &dtype) || dtype == v1::DTYPE_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype '", spec.substr(0, open), "'"));
   }
@@ -243,7 +242,7 @@ absl::StatusOr<std::pair<std::string, v1::Attribute>> ParseAttribute(absl::strin
   v1::DType t;
   if (value == "true" || value == "false") {
     a.set_bool_value(value == "true");
-  } else if (v1::DType_Parse(value == "bool" ? "bool_" : value, &t) && t != v1::DTYPE_UNSPECIFIED) {
+  } else if (v1::DType_Parse(value, &t) && t != v1::DTYPE_UNSPECIFIED) {
     a.set_dtype_value(t);
   } else if (absl::SimpleAtoi(value, &i)) {
     a.set_int_value(i);
@@ -269,8 +268,7 @@ absl::StatusOr<std::string> FormatTensor(const v1::Tensor& t) {
       s *= t.shape(i);
     }
   }
-  std::string name = v1::DType_Name(t.dtype());
-  if (name == "bool_") name = "bool";
+  const std::string name = v1::DType_Name(t.dtype());
   std::string out = name + "[";
   for (int i = 0; i < rank; ++i) absl::StrAppend(&out, i ? "," : "", t.shape(i));
   out += "]\n";

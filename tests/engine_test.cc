@@ -1,6 +1,7 @@
 // Views, the planner and request checking, without a backend.
 #include <cstdint>
 #include <limits>
+#include <algorithm>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -158,6 +159,62 @@ TEST(Planner, BroadcastOutputThatOverflowsIsRejected) {
   const TensorView in[] = {F32({1 << 30, 1, 1}, {0, 0, 0}, 0, 1),
                            F32({1, 1 << 30, 1 << 30}, {0, 0, 0}, 0, 1)};
   ExpectInvalid(PlanElementwise(in, DType::kFloat32, DType::kFloat32).status(), "2^63");
+}
+
+TEST(Promotion, ResultTypeFollowsPyTorch) {
+  auto view = [](DType t, DimVector shape) {
+    TensorView v = Contiguous(shape);
+    v.dtype = t;
+    return v;
+  };
+  using D = DType;
+  struct Case {
+    std::vector<TensorView> in;
+    DType want;
+  };
+  const Case cases[] = {
+      {{view(D::kUInt8, {2}), view(D::kInt8, {2})}, D::kInt16},
+      {{view(D::kInt32, {2}), view(D::kFloat64, {})}, D::kFloat64},  // zero-dim of higher category
+      {{view(D::kInt8, {2}), view(D::kInt64, {})}, D::kInt8},        // same category: no raise
+      {{view(D::kFloat16, {2}), view(D::kFloat32, {})}, D::kFloat16},
+      {{view(D::kFloat16, {2}), view(D::kBFloat16, {2})}, D::kFloat32},
+      {{view(D::kBool, {2}), view(D::kInt32, {})}, D::kInt32},
+      {{view(D::kInt32, {}), view(D::kFloat16, {})}, D::kFloat16},
+      {{view(D::kBool, {2}), view(D::kBool, {2})}, D::kBool},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(ResultType(c.in), c.want) << DTypeName(c.in[0].dtype) << " " << DTypeName(c.in[1].dtype);
+  }
+  EXPECT_TRUE(CanCast(D::kInt32, D::kFloat32));
+  EXPECT_TRUE(CanCast(D::kBool, D::kUInt8));
+  EXPECT_FALSE(CanCast(D::kFloat32, D::kInt64));
+  EXPECT_FALSE(CanCast(D::kInt8, D::kBool));
+}
+
+TEST(Planner, SplitForIndexingCoversEveryElementOnce) {
+  // A [3000, 1000000] float32 output: 12 GB of offsets, far past 2^31.
+  const TensorView in[] = {F32({3000, 1}, {1, 1}, 0, 3000), F32({1, 1000000}, {1, 1}, 0, 1000000)};
+  // (Views need no real storage for planning beyond what ValidateView checks.)
+  auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const auto pieces = SplitForIndexing(*p);
+  ASSERT_GT(pieces.size(), 1u);
+  int64_t total = 0;
+  std::vector<int64_t> out_offsets;
+  for (const Plan& q : pieces) {
+    total += q.numel;
+    for (int op = 0; op < q.num_operands; ++op) {
+      int64_t reach = ItemSize(q.dtypes[op]);
+      for (int d = 0; d < q.ndim; ++d) reach += std::abs(q.strides[op][d]) * (q.sizes[d] - 1);
+      EXPECT_LE(reach, INT32_MAX);
+    }
+    out_offsets.push_back(q.offsets[0]);
+  }
+  EXPECT_EQ(total, p->numel);
+  std::sort(out_offsets.begin(), out_offsets.end());
+  EXPECT_EQ(std::adjacent_find(out_offsets.begin(), out_offsets.end()), out_offsets.end());
+  const auto whole = SplitForIndexing(*p, INT64_MAX);
+  EXPECT_EQ(whole.size(), 1u);
 }
 
 TEST(PrepareOp, ChecksOpArityDtypeAndAttributes) {

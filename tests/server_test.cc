@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -126,6 +127,65 @@ TEST_F(ServerTest, StridedViewsWithOffsetsAndNegativeStrides) {
   auto out = client_->Compute("add", {a, b});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(Values(*out), (std::vector<float>{12, 11, 9, 8, 6, 5}));
+}
+
+TEST_F(ServerTest, OutputDtypeAndLayoutOptions) {
+  v1::ComputeRequest r;
+  r.set_op("add");
+  // a: [2,3] stored transposed (column-major), b: scalar.
+  v1::Tensor a = Floats({2, 3}, {1, 4, 2, 5, 3, 6});
+  a.add_strides(1);
+  a.add_strides(2);
+  *r.add_inputs() = a;
+  *r.add_inputs() = Floats({}, {10});
+  r.set_output_layout(v1::OUTPUT_LAYOUT_LIKE_FIRST_INPUT);
+  auto out = client_->Compute(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(std::vector<int64_t>(out->strides().begin(), out->strides().end()), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Values(*out), (std::vector<float>{11, 14, 12, 15, 13, 16}));
+
+  r.clear_output_layout();
+  r.add_output_strides(8);  // rows 8 apart: gaps stay zero
+  r.add_output_strides(2);
+  out = client_->Compute(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->data().size(), 4u * 13);
+  std::vector<float> v = Values(*out);
+  EXPECT_EQ((std::vector<float>{v[0], v[2], v[4], v[8], v[10], v[12]}), (std::vector<float>{11, 12, 13, 14, 15, 16}));
+  EXPECT_EQ(v[1], 0);
+
+  r.clear_output_strides();
+  r.add_output_strides(1);
+  r.add_output_strides(1);
+  auto overlap = client_->Compute(r);
+  EXPECT_EQ(overlap.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(overlap.status().message().find("overlap"), absl::string_view::npos) << overlap.status();
+
+  r.clear_output_strides();
+  r.set_output_dtype(v1::float64);
+  out = client_->Compute(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->dtype(), v1::float64);
+  r.set_output_dtype(v1::int32);
+  auto unsafe = client_->Compute(r);
+  EXPECT_EQ(unsafe.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unsafe.status().message().find("unsafe cast"), absl::string_view::npos) << unsafe.status();
+}
+
+TEST_F(ServerTest, IntegerDivisionByZeroIsAnErrorNotACrash) {
+  v1::ComputeRequest r;
+  r.set_op("remainder");
+  for (int k = 0; k < 2; ++k) {
+    v1::Tensor* t = r.add_inputs();
+    t->set_dtype(v1::int32);
+    t->add_shape(2);
+    const int32_t vals[2] = {std::numeric_limits<int32_t>::min(), k == 0 ? 5 : 0};
+    t->set_data(std::string(reinterpret_cast<const char*>(vals), 8));
+  }
+  auto out = client_->Compute(r);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(out.status().message().find("division by zero"), absl::string_view::npos);
+  ExpectHealthy();
 }
 
 TEST_F(ServerTest, BadInputsAreRejectedAndServerStaysHealthy) {

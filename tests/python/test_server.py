@@ -146,6 +146,11 @@ class ServerTest(unittest.TestCase):
                               "--input=float32[2,3]=1,2,3,4,5,6", "--input=float32[3]=10,20,30"],
                              capture_output=True, text=True, timeout=30, check=True).stdout
         self.assertEqual(out.strip(), "float32[2,3]\n[[11, 22, 33], [14, 25, 36]]")
+        out = subprocess.run([ARGS.cli, f"--target={self.target}", "compute", "where",
+                              "--input=bool[3]=1,0,true", "--input=int16[3]=1,2,3",
+                              "--input=float32[]=9.5", "--output_dtype=float64"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+        self.assertEqual(out.strip(), "float64[3]\n[1, 9.5, 3]")
         r = subprocess.run([ARGS.cli, f"--target={self.target}", "compute", "add",
                             "--input=float32[2]=1,2", "--input=float32[3]=1,2,3"],
                            capture_output=True, text=True, timeout=30)
