@@ -206,15 +206,23 @@ void CheckConformance(Backend& backend, uint64_t seed, const ConformanceOptions&
   int64_t cases = 0, elements = 0;
   for (const ref::Op& op : ops) {
     int failures = 0;
-    for (int c = 0; c < options.cases_per_op && failures == 0; ++c) {
+    const bool enumerate = options.every_dtype_combination && op.arity <= 2;
+    const int num_cases = enumerate ? (op.arity == 1 ? 10 : 100) : options.cases_per_op;
+    for (int c = 0; c < num_cases && failures == 0; ++c) {
       // Dtypes: mostly one accepted dtype for every input, sometimes a mix.
       std::vector<DType> dtypes(op.arity);
-      const DType base = op.dtypes[rng() % op.dtypes.size()];
-      for (DType& t : dtypes) t = base;
-      if (op.kind != ref::Kind::kQuantized && rng() % 3 == 0) {
-        dtypes[rng() % op.arity] = kAll[rng() % kAll.size()];
+      if (enumerate) {
+        dtypes[0] = kAll[c % 10];
+        if (op.arity == 2) dtypes[1] = kAll[c / 10];
+      } else {
+        const DType base = op.dtypes[rng() % op.dtypes.size()];
+        for (DType& t : dtypes) t = base;
+        if (op.kind != ref::Kind::kQuantized && rng() % 3 == 0) {
+          dtypes[rng() % op.arity] = kAll[rng() % kAll.size()];
+        }
       }
       if (op.condition_input >= 0) dtypes[op.condition_input] = DType::kBool;
+      if (op.kind == ref::Kind::kQuantized && dtypes[0] != dtypes[op.arity - 1]) continue;
 
       const int rank = static_cast<int>(rng() % (options.max_rank + 1));
       const DimVector out_shape = RandomShape(rank, rng, options.max_numel);

@@ -13,6 +13,9 @@ struct ConformanceOptions {
   int cases_per_op = 64;
   int64_t max_numel = 16384;
   int max_rank = 6;
+  // Instead of random dtypes: every combination of input dtypes for unary and binary ops (one
+  // case each, for the combinations whose result type the op accepts).
+  bool every_dtype_combination = false;
 };
 
 // Reports mismatches through gtest, with the seed and the case to replay them.

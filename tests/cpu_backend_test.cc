@@ -13,6 +13,16 @@ TEST(CpuBackend, EveryOpMatchesTheReference) {
   testing::CheckConformance(backend, seed, {});
 }
 
+TEST(CpuBackend, EveryDtypeCombinationMatchesTheReference) {
+  const uint64_t seed = testing::TestSeed() ^ 0x5bd1e995ull;
+  std::printf("TC_TEST_SEED=%llu (xor 0x5bd1e995)\n", static_cast<unsigned long long>(seed));
+  CpuBackend backend(2);
+  testing::ConformanceOptions options;
+  options.every_dtype_combination = true;
+  options.max_numel = 2048;
+  testing::CheckConformance(backend, seed, options);
+}
+
 // Fewer cases, but large enough that rows split across threads and blocks.
 TEST(CpuBackend, LargeTensorsMatchTheReference) {
   const uint64_t seed = testing::TestSeed() ^ 0x9e3779b97f4a7c15ull;

@@ -28,6 +28,14 @@ TEST_F(CudaBackendTest, EveryOpMatchesTheReference) {
   testing::CheckConformance(*backend_, seed, {});
 }
 
+TEST_F(CudaBackendTest, EveryDtypeCombinationMatchesTheReference) {
+  const uint64_t seed = testing::TestSeed() ^ 0x5bd1e995ull;
+  testing::ConformanceOptions options;
+  options.every_dtype_combination = true;
+  options.max_numel = 2048;
+  testing::CheckConformance(*backend_, seed, options);
+}
+
 TEST_F(CudaBackendTest, LargeTensorsMatchTheReference) {
   const uint64_t seed = testing::TestSeed() ^ 0x9e3779b97f4a7c15ull;
   testing::ConformanceOptions options;
