@@ -3,18 +3,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/wire_tensors.h"
 #include "server/codec.h"
 
 namespace tc::server {
 namespace {
 
-v1::Tensor Floats(std::vector<int64_t> shape, std::vector<float> values) {
-  v1::Tensor t;
-  t.set_dtype(v1::float32);
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
-  return t;
-}
+using testing::Floats;
 
 absl::Status DecodeOne(const v1::Tensor& t) {
   google::protobuf::RepeatedPtrField<v1::Tensor> ts;

@@ -14,6 +14,7 @@
 #include "google/protobuf/descriptor.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/wire_tensors.h"
 #include "tests/server_process.h"
 
 namespace tc {
@@ -22,19 +23,9 @@ namespace {
 namespace v1 = ::tensorcompute::v1;
 using client::Client;
 
-v1::Tensor Floats(std::vector<int64_t> shape, std::vector<float> values) {
-  v1::Tensor t;
-  t.set_dtype(v1::float32);
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4));
-  return t;
-}
+using testing::Floats;
 
-std::vector<float> Values(const v1::Tensor& t) {
-  std::vector<float> v(t.data().size() / 4);
-  std::memcpy(v.data(), t.data().data(), t.data().size());
-  return v;
-}
+using testing::Values;
 
 // $TC_SERVER_BINARY overrides the binary built here (to test a bundled one elsewhere), and
 // $TC_TEST_BACKEND the backend (cpu by default; cuda on a GPU machine).

@@ -89,11 +89,7 @@ struct FloorDivideOp {
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsInt<T>) {
-      if (b == 0) {
-        math::RaiseError(error);
-        return 0;
-      }
-      return math::FloorDivInt(a, b);
+      return math::ZeroDivisor(b, error) ? T(0) : math::FloorDivInt(a, b);
     } else {
       return math::FloorDivFloat(a, b);
     }
@@ -110,11 +106,7 @@ struct RemainderOp {
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsInt<T>) {
-      if (b == 0) {
-        math::RaiseError(error);
-        return 0;
-      }
-      return math::FloorModInt(a, b);
+      return math::ZeroDivisor(b, error) ? T(0) : math::FloorModInt(a, b);
     } else {
       return math::FloorModFloat(a, b);
     }
@@ -131,11 +123,7 @@ struct FmodOp {
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsInt<T>) {
-      if (b == 0) {
-        math::RaiseError(error);
-        return 0;
-      }
-      return math::TruncMod(a, b);
+      return math::ZeroDivisor(b, error) ? T(0) : math::TruncMod(a, b);
     } else {
       return std::fmod(a, b);
     }

@@ -94,6 +94,15 @@ TC_HOST_DEVICE void RaiseError(int* flag) {
 #endif
 }
 
+// True (after raising `flag`) when an integer divisor is zero: the functor then returns 0 and
+// the backend fails the request.
+template <typename T>
+TC_HOST_DEVICE bool ZeroDivisor(T b, int* flag) {
+  if (b != T(0)) return false;
+  RaiseError(flag);
+  return true;
+}
+
 // Integer division and remainder, rounding toward zero (C) or toward negative infinity
 // (Python). min / -1 wraps to min and its remainder is 0, instead of trapping.
 template <typename T>

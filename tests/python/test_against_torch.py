@@ -4,12 +4,7 @@ real server: type promotion, integer and floating division conventions, rounding
 half types and the other places where the semantics are easy to get subtly wrong."""
 import argparse
 import math
-import os
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 import unittest
 
 import grpc
@@ -18,6 +13,7 @@ import torch
 
 from tensorcompute.v1 import tensor_service_pb2 as pb
 from tensorcompute.v1 import tensor_service_pb2_grpc as pb_grpc
+from harness import start_server, stop_server
 
 ARGS = None
 DTYPES = {
@@ -50,24 +46,14 @@ def from_pb(m: pb.Tensor) -> torch.Tensor:
 class AgainstTorch(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        tmp = tempfile.mkdtemp(prefix="tc-torch-")
-        port_file = os.path.join(tmp, "port")
-        cls.proc = subprocess.Popen([ARGS.server, "--address=127.0.0.1", "--port=0",
-                                     f"--port_file={port_file}", "--backend=cpu"])
-        deadline = time.time() + 30
-        while not os.path.exists(port_file):
-            if time.time() > deadline or cls.proc.poll() is not None:
-                raise RuntimeError("server did not start")
-            time.sleep(0.02)
-        with open(port_file) as f:
-            cls.channel = grpc.insecure_channel(f"127.0.0.1:{int(f.read())}")
+        cls.proc, target = start_server(ARGS.server)
+        cls.channel = grpc.insecure_channel(target)
         cls.stub = pb_grpc.TensorServiceStub(cls.channel)
 
     @classmethod
     def tearDownClass(cls):
         cls.channel.close()
-        cls.proc.send_signal(signal.SIGTERM)
-        cls.proc.wait(timeout=30)
+        stop_server(cls.proc)
 
     def run_op(self, op, *inputs, **attrs):
         attributes = {}

@@ -2,11 +2,8 @@
 """Calls the real server from Python (Debian's python3-grpcio), compared against NumPy."""
 import argparse
 import os
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 import unittest
 
 import grpc
@@ -15,26 +12,10 @@ import numpy as np
 from tensorcompute.v1 import tensor_service_pb2 as pb
 from tensorcompute.v1 import tensor_service_pb2_grpc as pb_grpc
 from tc_std import health_pb2, health_pb2_grpc, reflection_pb2, reflection_pb2_grpc
+from harness import start_server, stop_server
 
 ARGS = None
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def start_server(*extra):
-    tmp = tempfile.mkdtemp(prefix="tc-py-")
-    port_file = os.path.join(tmp, "port")
-    proc = subprocess.Popen([ARGS.server, "--address=127.0.0.1", "--port=0",
-                             f"--port_file={port_file}", "--backend=cpu", *extra])
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if os.path.exists(port_file):
-            with open(port_file) as f:
-                return proc, f"127.0.0.1:{int(f.read())}"
-        if proc.poll() is not None:
-            raise RuntimeError("server exited at start")
-        time.sleep(0.02)
-    proc.kill()
-    raise RuntimeError("server did not start")
 
 
 def tensor_of(a: np.ndarray) -> pb.Tensor:
@@ -59,7 +40,7 @@ def array_of(t: pb.Tensor) -> np.ndarray:
 class ServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.proc, cls.target = start_server()
+        cls.proc, cls.target = start_server(ARGS.server)
         cls.channel = grpc.insecure_channel(cls.target)
         cls.stub = pb_grpc.TensorServiceStub(cls.channel)
         cls.health = health_pb2_grpc.HealthStub(cls.channel)
@@ -67,8 +48,7 @@ class ServerTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.channel.close()
-        cls.proc.send_signal(signal.SIGTERM)
-        cls.proc.wait(timeout=30)
+        stop_server(cls.proc)
 
     def assert_serving(self):
         r = self.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)

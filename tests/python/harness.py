@@ -1,0 +1,28 @@
+"""Starts the real server binary on an ephemeral 127.0.0.1 port for the Python tests."""
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+
+def start_server(binary, *extra):
+    """Returns (process, "127.0.0.1:PORT") once the server has written its port."""
+    port_file = os.path.join(tempfile.mkdtemp(prefix="tc-py-"), "port")
+    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0",
+                             f"--port_file={port_file}", "--backend=cpu", *extra])
+    deadline = time.time() + 30
+    while not os.path.exists(port_file):
+        if proc.poll() is not None:
+            raise RuntimeError("server exited at start")
+        if time.time() > deadline:
+            proc.kill()
+            raise RuntimeError("server did not start")
+        time.sleep(0.02)
+    with open(port_file) as f:
+        return proc, f"127.0.0.1:{int(f.read())}"
+
+
+def stop_server(proc):
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=30)
