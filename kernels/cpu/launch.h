@@ -11,16 +11,11 @@
 
 namespace tc::cpu {
 
-template <typename F, typename = void>
-struct HasErrorFlag : std::false_type {};
-template <typename F>
-struct HasErrorFlag<F, std::void_t<decltype(std::declval<F&>().error)>> : std::true_type {};
-
 template <typename F>
 absl::Status Launch(const PreparedOp& op, char* const* base, ThreadPool& pool) {
   F f = F::Make(MakeArgs{op.attrs, op.result_type});
   int error = 0;
-  if constexpr (HasErrorFlag<F>::value) f.error = &error;
+  if constexpr (kHasErrorFlag<F>) f.error = &error;
   bool ran = false;
   VisitDType(op.plan.compute_dtype, [&](auto tag) {
     using S = typename decltype(tag)::type;

@@ -110,11 +110,6 @@ __global__ void GeneralKernel(F f, KernelArgs<N + 1> a) {
   }
 }
 
-template <typename F, typename = void>
-struct HasErrorFlag : std::false_type {};
-template <typename F>
-struct HasErrorFlag<F, std::void_t<decltype(std::declval<F&>().error)>> : std::true_type {};
-
 inline constexpr int kThreads = 256;
 
 template <typename F, typename C, size_t... I>
@@ -156,7 +151,7 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
 template <typename F>
 absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env) {
   F f = F::Make(MakeArgs{op.attrs, op.result_type});
-  if constexpr (HasErrorFlag<F>::value) f.error = env.error;
+  if constexpr (kHasErrorFlag<F>) f.error = env.error;
   return VisitDType(op.plan.compute_dtype, [&](auto tag) -> absl::Status {
     using S = typename decltype(tag)::type;
     if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {

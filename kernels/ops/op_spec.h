@@ -2,6 +2,8 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,6 +40,13 @@ struct OpSpec {
   // Extra checks of attributes against the result type, e.g. an integral alpha for integers.
   absl::Status (*check)(const Attrs&, DType result) = nullptr;
 };
+
+// Whether functor F reports integer division by zero through an `int* error` member, which the
+// backend points at a flag it checks after the run.
+template <typename F, typename = void>
+inline constexpr bool kHasErrorFlag = false;
+template <typename F>
+inline constexpr bool kHasErrorFlag<F, std::void_t<decltype(std::declval<F&>().error)>> = true;
 
 // What a functor's Make gets: the request's attributes and the inputs' result type.
 struct MakeArgs {
