@@ -5,8 +5,8 @@ set -euo pipefail
 pkgs=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto libabsl-dev
-  libgtest-dev libgmock-dev
-  python3-grpcio python3-protobuf python3-numpy python3-torch
+  libgtest-dev libgmock-dev libcivetweb-dev
+  python3-grpcio python3-protobuf python3-numpy python3-torch python3-prometheus-client
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -17,48 +17,68 @@ absl::StatusOr<DType> DTypeFromProto(int wire) {
 
 v1::DType DTypeToProto(DType t) { return static_cast<v1::DType>(static_cast<int>(t) + 1); }
 
+absl::StatusOr<TensorView> DecodeView(const v1::Tensor& t, absl::string_view what) {
+  auto dtype = DTypeFromProto(t.dtype());
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", dtype.status().message()));
+  }
+  TensorView v;
+  v.dtype = *dtype;
+  if (t.shape_size() > kMaxRank) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", t.shape_size(),
+                                                   " exceeds the limit of ", kMaxRank));
+  }
+  v.shape.assign(t.shape().begin(), t.shape().end());
+  if (t.strides_size() == 0) {
+    auto numel = CheckedNumel(v.shape);
+    if (!numel.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", numel.status().message()));
+    }
+    v.strides = ContiguousStrides(v.shape);
+  } else if (t.strides_size() != t.shape_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", t.strides_size(),
+                                                   " strides given for rank ", t.shape_size(),
+                                                   " (leave strides empty for C-contiguous)"));
+  } else {
+    v.strides.assign(t.strides().begin(), t.strides().end());
+  }
+  v.offset = t.offset();
+  return v;
+}
+
+absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
+                                        std::vector<std::unique_ptr<std::string>>& owned) {
+  auto v = DecodeView(t, what);
+  if (!v.ok()) return v.status();
+  const std::string* blob = &t.data();
+  if (reinterpret_cast<uintptr_t>(blob->data()) % ItemSize(v->dtype) != 0) {
+    owned.push_back(std::make_unique<std::string>(*blob));
+    blob = owned.back().get();
+  }
+  v->data = reinterpret_cast<const std::byte*>(blob->data());
+  v->storage_bytes = static_cast<int64_t>(blob->size());
+  if (auto s = ValidateView(*v, what); !s.ok()) return s;
+  return v;
+}
+
 absl::StatusOr<DecodedInputs> DecodeInputs(
     const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors) {
   DecodedInputs out;
   out.views.reserve(tensors.size());
   for (int i = 0; i < tensors.size(); ++i) {
-    const v1::Tensor& t = tensors[i];
-    auto dtype = DTypeFromProto(t.dtype());
-    if (!dtype.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", dtype.status().message()));
-    }
-    TensorView v;
-    v.dtype = *dtype;
-    if (t.shape_size() > kMaxRank) {
-      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": rank ", t.shape_size(),
-                                                     " exceeds the limit of ", kMaxRank));
-    }
-    v.shape.assign(t.shape().begin(), t.shape().end());
-    if (t.strides_size() == 0) {
-      auto numel = CheckedNumel(v.shape);
-      if (!numel.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", numel.status().message()));
-      }
-      v.strides = ContiguousStrides(v.shape);
-    } else if (t.strides_size() != t.shape_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": ", t.strides_size(),
-                                                     " strides given for rank ", t.shape_size(),
-                                                     " (leave strides empty for C-contiguous)"));
-    } else {
-      v.strides.assign(t.strides().begin(), t.strides().end());
-    }
-    v.offset = t.offset();
-    const std::string* blob = &t.data();
-    if (reinterpret_cast<uintptr_t>(blob->data()) % ItemSize(v.dtype) != 0) {
-      out.owned.push_back(std::make_unique<std::string>(*blob));
-      blob = out.owned.back().get();
-    }
-    v.data = reinterpret_cast<const std::byte*>(blob->data());
-    v.storage_bytes = static_cast<int64_t>(blob->size());
-    if (auto s = ValidateView(v, absl::StrCat("input ", i)); !s.ok()) return s;
-    out.views.push_back(std::move(v));
+    auto v = DecodeInline(tensors[i], absl::StrCat("input ", i), out.owned);
+    if (!v.ok()) return v.status();
+    out.views.push_back(*std::move(v));
   }
   return out;
+}
+
+void SetTensorMeta(const TensorView& v, v1::Tensor* t) {
+  t->set_dtype(DTypeToProto(v.dtype));
+  t->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
+  t->mutable_strides()->Assign(v.strides.begin(), v.strides.end());
+  t->set_offset(v.offset);
+  t->set_storage_bytes(v.storage_bytes);
 }
 
 absl::StatusOr<AttrMap> DecodeAttributes(

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/map.h"
 #include "kernels/dtype.h"
 #include "kernels/engine.h"
@@ -27,6 +28,16 @@ struct DecodedInputs {
   std::vector<std::unique_ptr<std::string>> owned;
 };
 
+// dtype, shape, strides (C-contiguous when empty) and offset of `t`, checked for rank, dims
+// and stride count; data and storage_bytes left empty. `what` names it in errors.
+absl::StatusOr<TensorView> DecodeView(const v1::Tensor& t, absl::string_view what);
+
+// DecodeView over `t.data()`, checked with ValidateView. A blob not aligned to its element
+// size is copied into `owned`.
+absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
+                                        std::vector<std::unique_ptr<std::string>>& owned);
+
+// Every tensor inline (DecodeInline), named "input i".
 absl::StatusOr<DecodedInputs> DecodeInputs(
     const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors);
 
@@ -35,6 +46,9 @@ absl::StatusOr<AttrMap> DecodeAttributes(
 
 // The request's output_dtype, output_layout and output_strides.
 absl::StatusOr<OutputOptions> DecodeOutputOptions(const v1::ComputeRequest& request);
+
+// dtype, shape, strides, offset and storage_bytes of `v` into `t` (no data).
+void SetTensorMeta(const TensorView& v, v1::Tensor* t);
 
 // Fills `t` with the plan's output metadata and returns its data buffer (sized, zeroed, ready
 // for the backend to write).

@@ -1,6 +1,7 @@
 // tensorcompute-server: the gRPC process.
 #include <signal.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -20,10 +22,14 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "runtime/cpu_device.h"
+#include "server/metrics.h"
+#include "server/resident.h"
 #include "server/service.h"
 #if TC_WITH_CUDA
-#include "kernels/cuda/cuda_backend.h"
+#include "runtime/cuda_device.h"
 #endif
 
 ABSL_FLAG(std::string, address, "0.0.0.0", "Address to listen on.");
@@ -32,11 +38,34 @@ ABSL_FLAG(std::string, port_file, "",
           "If set, the port actually bound is written to this file once the server serves.");
 ABSL_FLAG(std::string, backend, "auto",
           "auto: CUDA when a GPU is visible, else CPU; cpu; or cuda (fails without a GPU).");
-ABSL_FLAG(int, device, 0, "CUDA device to use with the cuda backend.");
+ABSL_FLAG(std::string, devices, "all",
+          "CUDA devices to use with the cuda backend: 'all' or a list such as '0,2'.");
+ABSL_FLAG(int, streams_per_device, 4, "CUDA streams per device; requests share them.");
+ABSL_FLAG(int64_t, memory_budget, 0,
+          "Bytes of memory each device hands out; 0: 90% of a GPU's free memory, half of RAM "
+          "on the CPU backend.");
+ABSL_FLAG(int, memory_wait_ms, 200,
+          "How long a request waits for memory over the budget before RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, staging_bytes, int64_t{4} << 20, "Pinned staging buffer size (two per stream).");
 ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU backend; 0: one per hardware thread.");
-ABSL_FLAG(int, request_threads, 4, "Requests computed at once.");
+ABSL_FLAG(int, request_threads, 8,
+          "Threads that decode, copy and plan requests (kernels run on the devices).");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20,
           "Largest request and response message, in bytes (at most 2 GiB - 1).");
+ABSL_FLAG(int64_t, max_request_bytes, int64_t{64} << 30,
+          "Largest sum of one request's input storage (streamed and resident included).");
+ABSL_FLAG(int64_t, max_elements, int64_t{1} << 36, "Most elements in one input or output.");
+ABSL_FLAG(int, max_rank, 8, "Highest rank accepted (at most 8).");
+ABSL_FLAG(int, max_concurrent_per_device, 256,
+          "Requests admitted per device at once; more get RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, chunk_bytes, int64_t{1} << 20, "Chunk size of streamed replies.");
+ABSL_FLAG(int64_t, resident_quota_bytes, int64_t{16} << 30,
+          "Bytes of resident tensors one client may keep.");
+ABSL_FLAG(int, resident_max_tensors, 4096, "Resident tensors one client may keep.");
+ABSL_FLAG(int64_t, resident_ttl_seconds, 600, "Default lifetime of a resident tensor.");
+ABSL_FLAG(int64_t, resident_max_ttl_seconds, 86400, "Longest lifetime a client may ask for.");
+ABSL_FLAG(int, metrics_port, 9450,
+          "Port of the Prometheus /metrics endpoint (HTTP); 0 picks a free one, -1 turns it off.");
 ABSL_FLAG(int, shutdown_grace_seconds, 10,
           "On SIGTERM/SIGINT, how long in-flight requests get to finish.");
 
@@ -45,8 +74,13 @@ namespace {
 // Every flag can also come from the environment as TENSORCOMPUTE_<NAME>, for containers; the
 // command line wins.
 void ApplyEnvironment() {
-  for (const char* name : {"address", "port", "port_file", "backend", "device", "cpu_threads",
-                           "request_threads", "max_message_bytes", "shutdown_grace_seconds"}) {
+  for (const char* name :
+       {"address", "port", "port_file", "backend", "devices", "streams_per_device",
+        "memory_budget", "memory_wait_ms", "staging_bytes", "cpu_threads", "request_threads",
+        "max_message_bytes", "max_request_bytes", "max_elements", "max_rank",
+        "max_concurrent_per_device", "chunk_bytes", "resident_quota_bytes",
+        "resident_max_tensors", "resident_ttl_seconds", "resident_max_ttl_seconds",
+        "metrics_port", "shutdown_grace_seconds"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(var.c_str());
     if (value == nullptr) continue;
@@ -65,34 +99,112 @@ void Log(const std::string& line) {
                line.c_str());
 }
 
-std::unique_ptr<tc::Backend> MakeBackend(const std::string& choice) {
-  if (choice != "auto" && choice != "cpu" && choice != "cuda") {
-    Log(absl::StrCat("--backend must be auto, cpu or cuda, not '", choice, "'"));
-    std::exit(2);
+[[noreturn]] void Fail(const std::string& line, int code = 2) {
+  Log(line);
+  std::exit(code);
+}
+
+tc::runtime::DeviceOptions DeviceOptionsFromFlags() {
+  tc::runtime::DeviceOptions o;
+  o.memory_budget = absl::GetFlag(FLAGS_memory_budget);
+  o.memory_wait = absl::Milliseconds(absl::GetFlag(FLAGS_memory_wait_ms));
+  o.streams = absl::GetFlag(FLAGS_streams_per_device);
+  o.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
+  if (o.memory_budget < 0 || o.streams < 1 || o.staging_bytes < (64 << 10)) {
+    Fail("--memory_budget must be >= 0, --streams_per_device >= 1, --staging_bytes >= 65536");
   }
+  return o;
+}
+
+// The devices the server computes on, and the backend's name.
+std::pair<std::vector<std::unique_ptr<tc::runtime::Device>>, std::string> MakeDevices(
+    const std::string& choice) {
+  if (choice != "auto" && choice != "cpu" && choice != "cuda") {
+    Fail(absl::StrCat("--backend must be auto, cpu or cuda, not '", choice, "'"));
+  }
+  const tc::runtime::DeviceOptions options = DeviceOptionsFromFlags();
+  std::vector<std::unique_ptr<tc::runtime::Device>> devices;
 #if TC_WITH_CUDA
-  if (choice == "cuda" || (choice == "auto" && tc::CudaBackend::DeviceCount() > 0)) {
-    auto cuda = tc::CudaBackend::Create(absl::GetFlag(FLAGS_device));
-    if (cuda.ok()) {
-      Log(absl::StrCat("backend: cuda (device ", (*cuda)->device(), ", ",
-                       (*cuda)->multiprocessors(), " multiprocessors)"));
-      return *std::move(cuda);
+  const int count = tc::runtime::CudaDevice::Count();
+  if (choice == "cuda" || (choice == "auto" && count > 0)) {
+    std::vector<int> wanted;
+    const std::string list = absl::GetFlag(FLAGS_devices);
+    if (list == "all") {
+      for (int i = 0; i < count; ++i) wanted.push_back(i);
+    } else {
+      for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+        int i = 0;
+        if (!absl::SimpleAtoi(part, &i)) Fail(absl::StrCat("--devices: bad device '", part, "'"));
+        wanted.push_back(i);
+      }
     }
-    if (choice == "cuda") {
-      Log(absl::StrCat("--backend=cuda: ", cuda.status().message()));
-      std::exit(1);
+    std::string failure = count == 0 ? "no CUDA device visible" : "";
+    for (int i : wanted) {
+      auto d = tc::runtime::CudaDevice::Create(i, options);
+      if (!d.ok()) {
+        failure = std::string(d.status().message());
+        devices.clear();
+        break;
+      }
+      Log(absl::StrCat("device ", i, ": ", (*d)->info().name, ", ",
+                       (*d)->info().multiprocessors, " multiprocessors, budget ",
+                       tc::runtime::FormatBytes((*d)->memory_budget()), ", ",
+                       (*d)->info().streams, " streams"));
+      devices.push_back(*std::move(d));
     }
-    Log(absl::StrCat("no usable GPU (", cuda.status().message(), ")"));
+    if (!devices.empty()) {
+      Log(absl::StrCat("backend: cuda (", devices.size(), " device(s))"));
+      return {std::move(devices), "cuda"};
+    }
+    if (choice == "cuda") Fail(absl::StrCat("--backend=cuda: ", failure), 1);
+    Log(absl::StrCat("no usable GPU (", failure, ")"));
   }
 #else
   if (choice == "cuda") {
-    Log("--backend=cuda: this build has no CUDA backend (built with WITH_CUDA=OFF)");
-    std::exit(1);
+    Fail("--backend=cuda: this build has no CUDA backend (built with WITH_CUDA=OFF)", 1);
   }
 #endif
-  auto cpu = std::make_unique<tc::CpuBackend>(absl::GetFlag(FLAGS_cpu_threads));
-  Log(absl::StrCat("backend: cpu (", std::thread::hardware_concurrency(), " hardware threads)"));
-  return cpu;
+  devices.push_back(
+      std::make_unique<tc::runtime::CpuDevice>(absl::GetFlag(FLAGS_cpu_threads), options));
+  Log(absl::StrCat("backend: cpu (", std::thread::hardware_concurrency(),
+                   " hardware threads, budget ",
+                   tc::runtime::FormatBytes(devices[0]->memory_budget()), ")"));
+  return {std::move(devices), "cpu"};
+}
+
+void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devices,
+               const tc::server::ResidentStore& resident) {
+  auto per_device = [&devices](auto value) {
+    return [&devices, value] {
+      std::vector<std::pair<std::string, double>> out;
+      for (int i = 0; i < devices.size(); ++i) {
+        const tc::runtime::Device& d = devices.at(i);
+        out.emplace_back(absl::StrCat("device=\"", d.info().index, "\",kind=\"", d.info().kind, "\""),
+                         static_cast<double>(value(d)));
+      }
+      return out;
+    };
+  };
+  metrics.AddGauge("tensorcompute_device_memory_in_use_bytes",
+                   "Device memory held by requests and resident tensors.",
+                   per_device([](const tc::runtime::Device& d) { return d.memory_in_use(); }));
+  metrics.AddGauge("tensorcompute_device_memory_budget_bytes",
+                   "Device memory the server may hand out.",
+                   per_device([](const tc::runtime::Device& d) { return d.memory_budget(); }));
+  metrics.AddGauge("tensorcompute_device_memory_peak_bytes", "Most device memory held at once.",
+                   per_device([](const tc::runtime::Device& d) { return d.memory_peak(); }));
+  metrics.AddGauge("tensorcompute_device_requests_in_flight",
+                   "Requests admitted to the device and not finished (its queue depth).",
+                   per_device([](const tc::runtime::Device& d) { return d.in_flight(); }));
+  metrics.AddGauge("tensorcompute_resident_tensors", "Resident tensors held.", [&resident] {
+    return std::vector<std::pair<std::string, double>>{
+        {"", static_cast<double>(resident.count())}};
+  });
+  metrics.AddGauge("tensorcompute_resident_bytes", "Bytes of resident tensors held.",
+                   [&resident] {
+                     return std::vector<std::pair<std::string, double>>{
+                         {"", static_cast<double>(resident.bytes())}};
+                   });
 }
 
 }  // namespace
@@ -120,11 +232,45 @@ int main(int argc, char** argv) {
     Log("--request_threads must be at least 1");
     return 2;
   }
-  std::unique_ptr<tc::Backend> backend = MakeBackend(absl::GetFlag(FLAGS_backend));
+  const int max_rank = absl::GetFlag(FLAGS_max_rank);
+  if (max_rank < 0 || max_rank > tc::kMaxRank) Fail("--max_rank must be between 0 and 8");
+  auto [device_list, backend_name] = MakeDevices(absl::GetFlag(FLAGS_backend));
+  tc::runtime::DeviceSet devices(std::move(device_list));
   auto request_pool = std::make_unique<tc::ThreadPool>(absl::GetFlag(FLAGS_request_threads));
+
+  tc::server::ResidentOptions resident_options;
+  resident_options.quota_bytes = absl::GetFlag(FLAGS_resident_quota_bytes);
+  resident_options.max_tensors = absl::GetFlag(FLAGS_resident_max_tensors);
+  resident_options.default_ttl = absl::Seconds(absl::GetFlag(FLAGS_resident_ttl_seconds));
+  resident_options.max_ttl = absl::Seconds(absl::GetFlag(FLAGS_resident_max_ttl_seconds));
+  tc::server::ResidentStore resident(resident_options);
+
+  tc::server::Metrics metrics;
+  AddGauges(metrics, devices, resident);
+  std::unique_ptr<tc::server::MetricsHttpServer> metrics_http;
+  if (const int port = absl::GetFlag(FLAGS_metrics_port); port >= 0) {
+    auto m = tc::server::MetricsHttpServer::Start(absl::GetFlag(FLAGS_address), port, &metrics);
+    if (!m.ok()) Fail(std::string(m.status().message()), 1);
+    metrics_http = *std::move(m);
+    Log(absl::StrCat("metrics on http://", absl::GetFlag(FLAGS_address), ":",
+                     metrics_http->port(), "/metrics"));
+  }
+
   tc::server::ServiceOptions options;
-  options.max_response_bytes = max_message;
-  tc::server::TensorServiceImpl service(backend.get(), request_pool.get(), options);
+  options.max_message_bytes = max_message;
+  options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.max_elements = absl::GetFlag(FLAGS_max_elements);
+  options.max_rank = max_rank;
+  options.max_concurrent_per_device = absl::GetFlag(FLAGS_max_concurrent_per_device);
+  options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  if (options.chunk_bytes < 1) Fail("--chunk_bytes must be positive");
+  // A chunk and its framing must fit in one message.
+  options.chunk_bytes =
+      std::min(options.chunk_bytes, std::max(max_message - 1024, max_message / 2));
+  options.backend = backend_name;
+  options.metrics_port = metrics_http != nullptr ? metrics_http->port() : -1;
+  tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, &metrics,
+                                        options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -1,11 +1,16 @@
-// TensorService on gRPC's callback API. Handlers only decode and queue: the work runs on the
-// request pool, which finishes the reactor, so no gRPC thread waits on compute.
+// TensorService on gRPC's callback API. Handlers only decode and queue: copies and planning run
+// on the request pool, kernels on the devices' lanes, and completions finish the reactors, so
+// no gRPC thread waits on compute or on the GPU.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/engine.h"
+#include "runtime/device.h"
+#include "server/metrics.h"
+#include "server/resident.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
 
 namespace tc::server {
@@ -13,29 +18,62 @@ namespace tc::server {
 namespace v1 = ::tensorcompute::v1;
 
 struct ServiceOptions {
-  // Largest result a unary Compute returns; a larger one gets RESOURCE_EXHAUSTED before any
-  // memory is taken for it.
-  int64_t max_response_bytes = int64_t{256} << 20;
+  // Largest message either way; a unary result larger than this gets RESOURCE_EXHAUSTED
+  // before any memory is taken for it (ComputeStream has no such ceiling).
+  int64_t max_message_bytes = int64_t{256} << 20;
+  // Largest sum of one request's input storage, streamed and resident included.
+  int64_t max_request_bytes = int64_t{64} << 30;
+  // Most elements in any one input or output.
+  int64_t max_elements = int64_t{1} << 36;
+  int max_rank = 8;
+  // Requests admitted per device at once; more get RESOURCE_EXHAUSTED.
+  int max_concurrent_per_device = 256;
+  // Chunk size of streamed replies unless the client asks for another (Download).
+  int64_t chunk_bytes = int64_t{1} << 20;
+  // For ServerInfo.
+  std::string backend;
+  int metrics_port = -1;
 };
 
 class TensorServiceImpl final : public v1::TensorService::CallbackService {
  public:
-  TensorServiceImpl(Backend* backend, ThreadPool* request_pool, ServiceOptions options)
-      : backend_(backend), request_pool_(request_pool), options_(options) {}
+  TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
+                    ResidentStore* resident, Metrics* metrics, ServiceOptions options);
 
   grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
                                     const v1::ComputeRequest* request,
                                     v1::ComputeResponse* response) override;
+  grpc::ServerBidiReactor<v1::ComputeStreamRequest, v1::TensorStreamMessage>* ComputeStream(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* ctx,
+                                                     v1::UploadResponse* response) override;
+  grpc::ServerWriteReactor<v1::TensorStreamMessage>* Download(
+      grpc::CallbackServerContext* ctx, const v1::DownloadRequest* request) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
+                                    const v1::ReleaseRequest* request,
+                                    v1::ReleaseResponse* response) override;
   grpc::ServerUnaryReactor* ListOps(grpc::CallbackServerContext* ctx,
                                     const v1::ListOpsRequest* request,
                                     v1::ListOpsResponse* response) override;
+  grpc::ServerUnaryReactor* ServerInfo(grpc::CallbackServerContext* ctx,
+                                       const v1::ServerInfoRequest* request,
+                                       v1::ServerInfoResponse* response) override;
+
+  // What the reactors share.
+  struct Env {
+    runtime::DeviceSet* devices;
+    ThreadPool* pool;
+    ResidentStore* resident;
+    Metrics* metrics;
+    ServiceOptions options;
+  };
 
  private:
-  absl::Status RunCompute(const v1::ComputeRequest& request, v1::ComputeResponse* response);
-
-  Backend* backend_;
-  ThreadPool* request_pool_;
-  ServiceOptions options_;
+  Env env_;
 };
+
+// Who is calling: the authenticated peer identity where there is one, else the peer's address
+// without its port. Resident tensors and quotas belong to it.
+std::string ClientIdentity(const grpc::CallbackServerContext& ctx);
 
 }  // namespace tc::server

@@ -4,8 +4,10 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "runtime/cuda_device.h"
+#include "runtime/device_backend.h"
 #include "tests/conformance.h"
+#include "tests/device_checks.h"
 #include "tests/random_tensors.h"
 
 namespace tc {
@@ -14,12 +16,16 @@ namespace {
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaBackend::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible: skipping GPU tests";
-    auto b = CudaBackend::Create(0);
-    ASSERT_TRUE(b.ok()) << b.status();
-    backend_ = *std::move(b);
+    if (runtime::CudaDevice::Count() == 0) {
+      GTEST_SKIP() << "no CUDA device visible: skipping GPU tests";
+    }
+    auto d = runtime::CudaDevice::Create(0, {});
+    ASSERT_TRUE(d.ok()) << d.status();
+    device_ = *std::move(d);
+    backend_ = std::make_unique<runtime::DeviceBackend>(device_.get());
   }
-  std::unique_ptr<CudaBackend> backend_;
+  std::unique_ptr<runtime::CudaDevice> device_;
+  std::unique_ptr<runtime::DeviceBackend> backend_;
 };
 
 TEST_F(CudaBackendTest, EveryOpMatchesTheReference) {
@@ -65,6 +71,16 @@ TEST_F(CudaBackendTest, LargeContiguousMatchesCpu) {
   ASSERT_TRUE(cpu_backend.Run(*op, inputs, reinterpret_cast<std::byte*>(cpu.data())).ok());
   EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), n * 4), 0);
 }
+
+std::unique_ptr<runtime::Device> MakeCuda(const runtime::DeviceOptions& options) {
+  auto d = runtime::CudaDevice::Create(0, options);
+  EXPECT_TRUE(d.ok()) << d.status();
+  return d.ok() ? *std::move(d) : nullptr;
+}
+
+TEST_F(CudaBackendTest, Budget) { testing::CheckBudget(MakeCuda); }
+TEST_F(CudaBackendTest, Copies) { testing::CheckCopies(MakeCuda); }
+TEST_F(CudaBackendTest, ConcurrentRunsShareStreams) { testing::CheckConcurrentRuns(MakeCuda); }
 
 }  // namespace
 }  // namespace tc

@@ -16,7 +16,7 @@ ServerProcess::ServerProcess(const std::string& binary, const std::vector<std::s
   if (mkdtemp(dir) == nullptr) return;
   port_file_ = std::string(dir) + "/port";
   std::vector<std::string> args = {binary, "--address=127.0.0.1", "--port=0",
-                                   "--port_file=" + port_file_};
+                                   "--port_file=" + port_file_, "--metrics_port=0"};
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = fork();
   if (pid_ == 0) {

@@ -1,7 +1,10 @@
-// What a CUDA launch needs besides the plan.
+// What a CUDA launch needs besides the plan, and the one entry point into the CUDA kernels.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "kernels/engine.h"
 
 namespace tc::cuda {
 
@@ -11,5 +14,10 @@ struct LaunchEnv {
   // Device int the functor sets on integer division by zero; zeroed by the caller.
   int* error;
 };
+
+// Enqueues `op` on env.stream. base[0] is the output, base[1..] the inputs, each already
+// advanced by op.plan.offsets. Errors of the launch itself come back; the kernels' own
+// errors (division by zero) land in env.error.
+absl::Status LaunchOp(const PreparedOp& op, char* const* base, const LaunchEnv& env);
 
 }  // namespace tc::cuda

@@ -10,7 +10,7 @@ def start_server(binary, *extra):
     """Returns (process, "127.0.0.1:PORT") once the server has written its port."""
     port_file = os.path.join(tempfile.mkdtemp(prefix="tc-py-"), "port")
     proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0",
-                             f"--port_file={port_file}", "--backend=cpu", *extra])
+                             f"--port_file={port_file}", "--metrics_port=0", "--backend=cpu", *extra])
     deadline = time.time() + 30
     while not os.path.exists(port_file):
         if proc.poll() is not None:

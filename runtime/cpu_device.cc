@@ -1,0 +1,70 @@
+#include "runtime/cpu_device.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace tc::runtime {
+
+int64_t PhysicalMemoryBytes() {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+}
+
+namespace {
+
+DeviceInfo CpuInfo(int threads) {
+  DeviceInfo info;
+  info.kind = "cpu";
+  const unsigned hw = std::thread::hardware_concurrency();
+  info.name = absl::StrCat("host CPU, ", threads > 0 ? threads : static_cast<int>(hw),
+                           " compute threads");
+  info.total_memory = PhysicalMemoryBytes();
+  info.multiprocessors = static_cast<int>(hw);
+  return info;
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(int threads, const DeviceOptions& options)
+    : Device(CpuInfo(threads),
+             options.memory_budget > 0 ? options.memory_budget : PhysicalMemoryBytes() / 2,
+             options.memory_wait),
+      backend_(threads) {}
+
+std::byte* CpuDevice::RawAllocate(int64_t bytes, bool zero) {
+  // calloc takes fresh zero pages from the kernel for large sizes, without touching them.
+  void* p = zero ? std::calloc(static_cast<size_t>(bytes), 1)
+                 : std::malloc(static_cast<size_t>(bytes));
+  return static_cast<std::byte*>(p);
+}
+
+void CpuDevice::RawFree(std::byte* p, int64_t /*bytes*/) { std::free(p); }
+
+absl::Status CpuDevice::Write(Lane& /*lane*/, Storage& dst, int64_t offset, const void* src,
+                              int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("write past the end of the storage");
+  }
+  std::memcpy(dst.data() + offset, src, static_cast<size_t>(n));
+  return absl::OkStatus();
+}
+
+absl::Status CpuDevice::Read(Lane& /*lane*/, const Storage& src, int64_t offset, void* dst,
+                             int64_t n) {
+  if (offset < 0 || n < 0 || offset > src.bytes() - n) {
+    return absl::OutOfRangeError("read past the end of the storage");
+  }
+  std::memcpy(dst, src.data() + offset, static_cast<size_t>(n));
+  return absl::OkStatus();
+}
+
+void CpuDevice::Run(Lane& /*lane*/, const PreparedOp& op, std::vector<TensorView> inputs,
+                    std::byte* out, std::function<void(absl::Status)> done) {
+  done(backend_.Run(op, inputs, out));
+}
+
+}  // namespace tc::runtime

@@ -1,0 +1,35 @@
+// The CPU device: host memory and the CPU backend. Ops run on the calling thread (with the
+// backend's workers), so `done` is called before Run returns.
+#pragma once
+
+#include "kernels/cpu/cpu_backend.h"
+#include "runtime/device.h"
+
+namespace tc::runtime {
+
+class CpuDevice final : public Device {
+ public:
+  // `threads`: CPU backend threads (0: one per hardware thread).
+  CpuDevice(int threads, const DeviceOptions& options);
+
+  bool host_memory() const override { return true; }
+  std::unique_ptr<Lane> AcquireLane() override { return std::make_unique<Lane>(); }
+  absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                     int64_t n) override;
+  absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                    int64_t n) override;
+  void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
+           std::function<void(absl::Status)> done) override;
+
+ protected:
+  std::byte* RawAllocate(int64_t bytes, bool zero) override;
+  void RawFree(std::byte* p, int64_t bytes) override;
+
+ private:
+  CpuBackend backend_;
+};
+
+// Physical memory of this machine in bytes.
+int64_t PhysicalMemoryBytes();
+
+}  // namespace tc::runtime

@@ -1,0 +1,42 @@
+// One GPU as a runtime Device: a pool of streams (lanes), each with a pair of pinned staging
+// buffers, memory from a stream-ordered pool (cudaMallocFromPoolAsync) under the budget, and
+// completion through a host function on the stream, so no thread waits on a kernel.
+// Plain C++ interface; the CUDA code stays in the .cu.
+#pragma once
+
+#include <memory>
+
+#include "runtime/device.h"
+
+namespace tc::runtime {
+
+class CudaDevice final : public Device {
+ public:
+  // Number of usable CUDA devices; 0 when there is no driver or no device.
+  static int Count();
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(int index,
+                                                            const DeviceOptions& options);
+  ~CudaDevice() override;
+
+  bool host_memory() const override { return false; }
+  std::unique_ptr<Lane> AcquireLane() override;
+  absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                     int64_t n) override;
+  absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                    int64_t n) override;
+  void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
+           std::function<void(absl::Status)> done) override;
+
+  struct Impl;
+
+ protected:
+  std::byte* RawAllocate(int64_t bytes, bool zero) override;
+  void RawFree(std::byte* p, int64_t bytes) override;
+
+ private:
+  CudaDevice(DeviceInfo info, int64_t budget, const DeviceOptions& options,
+             std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tc::runtime

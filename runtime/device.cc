@@ -1,0 +1,88 @@
+#include "runtime/device.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tc::runtime {
+
+Storage::~Storage() { device_->Free(data_, bytes_); }
+
+Device::Device(DeviceInfo info, int64_t budget, absl::Duration memory_wait)
+    : info_(std::move(info)), budget_(budget), memory_wait_(memory_wait) {}
+
+absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time deadline) {
+  if (bytes < 0) return absl::InvalidArgumentError("negative allocation size");
+  const int64_t n = std::max<int64_t>(bytes, 1);
+  auto over_budget = [&] {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device ", info_.index, " (", info_.kind, ") has no room for ", FormatBytes(n), ": ",
+        FormatBytes(memory_in_use()), " of its ", FormatBytes(budget_), " budget in use"));
+  };
+  if (n > budget_) return over_budget();
+  const absl::Time until = std::min(deadline, absl::Now() + memory_wait_);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Reserve first, so concurrent requests never overshoot the budget together.
+    while (in_use_.load(std::memory_order_relaxed) + n > budget_) {
+      const absl::Time now = absl::Now();
+      if (now >= until) return over_budget();
+      freed_.wait_for(lock, absl::ToChronoNanoseconds(until - now));
+    }
+    const int64_t used = in_use_.fetch_add(n, std::memory_order_relaxed) + n;
+    if (used > peak_.load(std::memory_order_relaxed)) peak_.store(used, std::memory_order_relaxed);
+  }
+  std::byte* p = RawAllocate(n, zero);
+  if (p == nullptr) {
+    in_use_.fetch_sub(n, std::memory_order_relaxed);
+    freed_.notify_all();
+    return absl::ResourceExhaustedError(absl::StrCat("device ", info_.index, " (", info_.kind,
+                                                     ") is out of memory allocating ",
+                                                     FormatBytes(n)));
+  }
+  return std::make_shared<Storage>(this, p, n);
+}
+
+void Device::Free(std::byte* p, int64_t bytes) {
+  RawFree(p, bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_use_.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+  freed_.notify_all();
+}
+
+bool Device::TryAdmit(int limit) {
+  int cur = in_flight_.load(std::memory_order_relaxed);
+  while (cur < limit) {
+    if (in_flight_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+Device& DeviceSet::LeastLoaded() const {
+  Device* best = devices_.front().get();
+  for (const auto& d : devices_) {
+    // Fewest requests in flight; ties go to the one with more free budget.
+    const auto key = [](const Device& x) {
+      return std::make_pair(x.in_flight(), -(x.memory_budget() - x.memory_in_use()));
+    };
+    if (key(*d) < key(*best)) best = d.get();
+  }
+  return *best;
+}
+
+std::string FormatBytes(int64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  if (u == 0) return absl::StrCat(bytes, " B");
+  return absl::StrFormat("%.1f %s", v, kUnits[u]);
+}
+
+}  // namespace tc::runtime

@@ -1,0 +1,168 @@
+// The runtime's view of where tensors live and ops run: a Device owns memory (accounted against
+// a budget), lanes (CUDA streams: one request's copies and kernels run in order on one), and
+// runs prepared ops asynchronously. The CPU device runs the same engine on host memory.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/engine.h"
+
+namespace tc::runtime {
+
+class Device;
+
+// Bytes on one device (TH's StorageImpl), counted against the device's budget until the last
+// reference goes away.
+class Storage {
+ public:
+  Storage(Device* device, std::byte* data, int64_t bytes)
+      : device_(device), data_(data), bytes_(bytes) {}
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  std::byte* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  Device& device() const { return *device_; }
+
+ private:
+  Device* device_;
+  std::byte* data_;
+  int64_t bytes_;
+};
+using StoragePtr = std::shared_ptr<Storage>;
+
+// One request's ordered queue of work on a device (a CUDA stream). Lanes may be shared by
+// several requests; work on one lane runs in the order it was issued.
+class Lane {
+ public:
+  virtual ~Lane() = default;
+};
+
+struct DeviceInfo {
+  std::string kind;  // "cpu" or "cuda"
+  std::string name;
+  int index = 0;
+  int64_t total_memory = 0;
+  int multiprocessors = 0;
+  int streams = 0;
+};
+
+struct DeviceOptions {
+  // Bytes the device may hand out; 0: a default fraction of its memory.
+  int64_t memory_budget = 0;
+  // How long an allocation waits for others to free memory before RESOURCE_EXHAUSTED.
+  absl::Duration memory_wait = absl::Milliseconds(200);
+  // CUDA streams (lanes) per device.
+  int streams = 4;
+  // Pinned staging buffer size; two per lane.
+  int64_t staging_bytes = int64_t{4} << 20;
+};
+
+class Device {
+ public:
+  Device(DeviceInfo info, int64_t budget, absl::Duration memory_wait);
+  virtual ~Device() = default;
+
+  const DeviceInfo& info() const { return info_; }
+  // True when storage is plain host memory (the CPU device): requests then compute on their
+  // message bytes directly.
+  virtual bool host_memory() const = 0;
+
+  // `bytes` of storage (zeroed when `zero`), waiting until `deadline` (at most the device's
+  // memory wait) for memory that others free; RESOURCE_EXHAUSTED past the budget.
+  absl::StatusOr<StoragePtr> Allocate(int64_t bytes, bool zero, absl::Time deadline);
+
+  virtual std::unique_ptr<Lane> AcquireLane() = 0;
+  // Host <-> storage copies, in lane order; they return once the bytes have arrived.
+  virtual absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                             int64_t n) = 0;
+  virtual absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                            int64_t n) = 0;
+  // Runs `op` over `inputs` (views whose data point at this device's memory) into `out`
+  // (laid out as op.plan.out_strides, op.plan.out_storage_bytes long). `done` is called once,
+  // perhaps before Run returns, perhaps on another thread; it may block and call the device.
+  virtual void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
+                   std::byte* out, std::function<void(absl::Status)> done) = 0;
+
+  int64_t memory_budget() const { return budget_; }
+  int64_t memory_in_use() const { return in_use_.load(std::memory_order_relaxed); }
+  int64_t memory_peak() const { return peak_.load(std::memory_order_relaxed); }
+
+  // Requests admitted to this device and not finished: placement and the per-device limit.
+  int in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
+  // Admits one request unless `limit` are in flight already.
+  bool TryAdmit(int limit);
+  void Leave() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+
+ protected:
+  // The raw allocator; nullptr when the memory is not there.
+  virtual std::byte* RawAllocate(int64_t bytes, bool zero) = 0;
+  virtual void RawFree(std::byte* p, int64_t bytes) = 0;
+  // For the CPU device, the budget default and the info come from the subclass.
+  DeviceInfo info_;
+
+ private:
+  friend class Storage;
+  void Free(std::byte* p, int64_t bytes);
+
+  int64_t budget_;
+  absl::Duration memory_wait_;
+  std::atomic<int64_t> in_use_{0};
+  std::atomic<int64_t> peak_{0};
+  std::atomic<int> in_flight_{0};
+  std::mutex mu_;
+  std::condition_variable freed_;
+};
+
+// Admission for one request on one device: releases its slot when it goes.
+class Admission {
+ public:
+  Admission() = default;
+  explicit Admission(Device* d) : device_(d) {}
+  Admission(Admission&& o) noexcept : device_(o.device_) { o.device_ = nullptr; }
+  Admission& operator=(Admission&& o) noexcept {
+    if (this != &o) {
+      if (device_ != nullptr) device_->Leave();
+      device_ = o.device_;
+      o.device_ = nullptr;
+    }
+    return *this;
+  }
+  ~Admission() {
+    if (device_ != nullptr) device_->Leave();
+  }
+
+ private:
+  Device* device_ = nullptr;
+};
+
+// The devices a server uses. Requests go to the least loaded one unless resident inputs pin
+// them.
+class DeviceSet {
+ public:
+  explicit DeviceSet(std::vector<std::unique_ptr<Device>> devices)
+      : devices_(std::move(devices)) {}
+  int size() const { return static_cast<int>(devices_.size()); }
+  Device& at(int i) const { return *devices_[i]; }
+  Device& LeastLoaded() const;
+
+ private:
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+// Human-readable byte count: "1.5 GiB".
+std::string FormatBytes(int64_t bytes);
+
+}  // namespace tc::runtime

@@ -1,0 +1,212 @@
+#include "server/job.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/codec.h"
+
+namespace tc::server {
+
+namespace {
+
+absl::Status Prefixed(const absl::Status& s, absl::string_view what) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+absl::Status CheckSize(const TensorView& v, absl::string_view what, const ServiceOptions& o) {
+  if (static_cast<int>(v.shape.size()) > o.max_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", v.shape.size(),
+                                                   " exceeds this server's limit of ",
+                                                   o.max_rank));
+  }
+  int64_t numel = 1;
+  for (int64_t d : v.shape) numel *= d;  // Already checked not to overflow.
+  if (numel > o.max_elements) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", numel,
+                                                     " elements exceed this server's limit of ",
+                                                     o.max_elements));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
+    const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
+    const TensorServiceImpl::Env& env, absl::Time deadline) {
+  const ServiceOptions& limits = env.options;
+  // The op first: "unknown op" is the more useful message when the inputs are wrong too.
+  if (auto op = LookupOp(request.op()); !op.ok()) return op.status();
+  std::unique_ptr<ComputeJob> job(new ComputeJob());
+  const int n = request.inputs_size();
+  job->views_.resize(n);
+  job->storages_.resize(n);
+  job->received_.assign(n, -1);
+  job->resident_.resize(n);
+  runtime::Device* pinned = nullptr;
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    const v1::Tensor& t = request.inputs(i);
+    const std::string what = absl::StrCat("input ", i);
+    TensorView& v = job->views_[i];
+    if (!t.handle().empty()) {
+      if (!t.data().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": both handle and data are set"));
+      }
+      auto r = env.resident->Find(owner, t.handle());
+      if (!r.ok()) return Prefixed(r.status(), what);
+      if ((*r)->writers.load() > 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": an upload into '", t.handle(), "' is still in progress"));
+      }
+      const bool whole = t.dtype() == v1::DTYPE_UNSPECIFIED && t.shape_size() == 0 &&
+                         t.strides_size() == 0 && t.offset() == 0;
+      if (whole) {
+        v = (*r)->view;
+      } else {
+        // Another view of the same storage.
+        auto view = DecodeView(t, what);
+        if (!view.ok()) return view.status();
+        v = *std::move(view);
+        v.data = (*r)->storage->data();
+        v.storage_bytes = (*r)->storage->bytes();
+        if (auto s = ValidateView(v, what); !s.ok()) return s;
+      }
+      runtime::Device* d = &(*r)->storage->device();
+      if (pinned != nullptr && pinned != d) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "resident inputs live on different devices (", pinned->info().index, " and ",
+            d->info().index, "); download and upload one of them to move it"));
+      }
+      pinned = d;
+      job->storages_[i] = (*r)->storage;
+      job->resident_[i] = *std::move(r);
+      total += v.storage_bytes;
+    } else if (t.data().empty() && t.storage_bytes() > 0) {
+      if (!allow_streamed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": storage_bytes is ", t.storage_bytes(),
+            " but no data was sent; send large inputs in chunks with ComputeStream"));
+      }
+      auto view = DecodeView(t, what);
+      if (!view.ok()) return view.status();
+      v = *std::move(view);
+      v.storage_bytes = t.storage_bytes();
+      if (auto s = ValidateView(v, what); !s.ok()) return s;
+      job->received_[i] = 0;
+      total += v.storage_bytes;
+    } else {
+      auto view = DecodeInline(t, what, job->owned_);
+      if (!view.ok()) return view.status();
+      v = *std::move(view);
+      total += v.storage_bytes;
+    }
+    if (auto s = CheckSize(v, what, limits); !s.ok()) return s;
+    if (total > limits.max_request_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the request's inputs exceed this server's limit of ",
+                       limits.max_request_bytes, " bytes"));
+    }
+  }
+  auto attrs = DecodeAttributes(request.attributes());
+  if (!attrs.ok()) return attrs.status();
+  auto output = DecodeOutputOptions(request);
+  if (!output.ok()) return output.status();
+  auto prepared = PrepareOp(request.op(), job->views_, *attrs, *output);
+  if (!prepared.ok()) return prepared.status();
+  job->prepared_ = *std::move(prepared);
+  TensorView out_meta;
+  out_meta.shape = job->plan().out_shape;
+  if (auto s = CheckSize(out_meta, "the output", limits); !s.ok()) return s;
+  job->keep_resident_ = request.keep_output_resident();
+  job->ttl_seconds_ = request.resident_ttl_seconds();
+  if (job->keep_resident_) {
+    if (auto s = env.resident->CheckQuota(owner, job->plan().out_storage_bytes); !s.ok()) {
+      return s;
+    }
+  }
+
+  job->device_ = pinned != nullptr ? pinned : &env.devices->LeastLoaded();
+  if (!job->device_->TryAdmit(limits.max_concurrent_per_device)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device ", job->device_->info().index, " is busy: ", limits.max_concurrent_per_device,
+        " requests in flight; retry later"));
+  }
+  job->admission_ = runtime::Admission(job->device_);
+  job->lane_ = job->device_->AcquireLane();
+
+  // Storage on the device for streamed inputs, and for inline ones where the device cannot
+  // read host memory.
+  for (int i = 0; i < n; ++i) {
+    TensorView& v = job->views_[i];
+    const bool streamed = job->received_[i] >= 0;
+    const bool copy = !streamed && !job->resident_[i] && !job->device_->host_memory();
+    if (!streamed && !copy) continue;
+    auto s = job->device_->Allocate(v.storage_bytes, false, deadline);
+    if (!s.ok()) return s.status();
+    if (copy) {
+      if (auto w = job->device_->Write(*job->lane_, **s, 0, v.data, v.storage_bytes); !w.ok()) {
+        return w;
+      }
+    }
+    v.data = (*s)->data();
+    job->storages_[i] = *std::move(s);
+  }
+  return job;
+}
+
+absl::Status ComputeJob::AcceptChunk(const v1::DataChunk& chunk) {
+  const int i = chunk.tensor();
+  if (i < 0 || i >= static_cast<int>(views_.size()) || received_[i] < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk for tensor ", i, ", which is not a streamed input of this request"));
+  }
+  const int64_t have = received_[i];
+  if (chunk.offset() != have) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input ", i, ": chunk at byte ", chunk.offset(), " but ", have,
+        " bytes have arrived; send each input's chunks in order, without gaps"));
+  }
+  const auto len = static_cast<int64_t>(chunk.data().size());
+  runtime::Storage& s = *storages_[i];
+  if (len > views_[i].storage_bytes - have) {
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, ": chunk of ", len,
+                                                   " bytes at byte ", have, " overruns its ",
+                                                   views_[i].storage_bytes, " bytes"));
+  }
+  if (auto w = device_->Write(*lane_, s, have, chunk.data().data(), len); !w.ok()) return w;
+  received_[i] = have + len;
+  bytes_received_ += len;
+  return absl::OkStatus();
+}
+
+absl::Status ComputeJob::CheckComplete() const {
+  for (size_t i = 0; i < views_.size(); ++i) {
+    if (received_[i] >= 0 && received_[i] != views_[i].storage_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": the stream ended after ",
+                                                     received_[i], " of its ",
+                                                     views_[i].storage_bytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<runtime::StoragePtr> ComputeJob::AllocateOutput(absl::Time deadline) {
+  const Plan& p = plan();
+  const bool gaps = p.out_storage_bytes != p.numel * ItemSize(p.out_dtype);
+  return device_->Allocate(p.out_storage_bytes, gaps, deadline);
+}
+
+void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done) {
+  device_->Run(*lane_, prepared_, views_, out, std::move(done));
+}
+
+TensorView ComputeJob::OutputView() const {
+  TensorView v;
+  v.dtype = plan().out_dtype;
+  v.shape = plan().out_shape;
+  v.strides = plan().out_strides;
+  v.offset = 0;
+  v.storage_bytes = plan().out_storage_bytes;
+  return v;
+}
+
+}  // namespace tc::server

@@ -1,0 +1,68 @@
+// One compute request resolved onto a device: each input inline (the request's bytes),
+// resident (a handle's storage, no copy) or streamed (storage the chunks fill), checked
+// against the limits, planned, and admitted to the device.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/service.h"
+
+namespace tc::server {
+
+class ComputeJob {
+ public:
+  // `allow_streamed`: inputs may announce storage_bytes and send their bytes as chunks later.
+  // The request must outlive the job (inline inputs may be computed on in place).
+  static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
+      const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
+      const TensorServiceImpl::Env& env, absl::Time deadline);
+
+  const PreparedOp& prepared() const { return prepared_; }
+  const Plan& plan() const { return prepared_.plan; }
+  runtime::Device& device() { return *device_; }
+  runtime::Lane& lane() { return *lane_; }
+  bool keep_output_resident() const { return keep_resident_; }
+  int64_t ttl_seconds() const { return ttl_seconds_; }
+
+  // A chunk of a streamed input: in order, inside its storage. Copied to the device before
+  // this returns.
+  absl::Status AcceptChunk(const v1::DataChunk& chunk);
+  // INVALID_ARGUMENT naming the first streamed input not complete.
+  absl::Status CheckComplete() const;
+  int64_t bytes_received() const { return bytes_received_; }
+
+  // Device storage for the output (zeroed where its strides leave gaps).
+  absl::StatusOr<runtime::StoragePtr> AllocateOutput(absl::Time deadline);
+  // Runs into `out` (device memory; host memory on a host device). `done` as Device::Run.
+  void Run(std::byte* out, std::function<void(absl::Status)> done);
+
+  // The output's metadata: offset 0, plan strides, storage_bytes.
+  TensorView OutputView() const;
+
+ private:
+  ComputeJob() = default;
+
+  PreparedOp prepared_;
+  runtime::Device* device_ = nullptr;
+  runtime::Admission admission_;
+  std::unique_ptr<runtime::Lane> lane_;
+  std::vector<TensorView> views_;
+  // Per input: the storage it lives in on the device (null for inline inputs on a host
+  // device), and for streamed ones how many bytes have arrived (-1: not streamed).
+  std::vector<runtime::StoragePtr> storages_;
+  std::vector<int64_t> received_;
+  // Inline blobs copied for alignment.
+  std::vector<std::unique_ptr<std::string>> owned_;
+  // Resident inputs, held so a Release during the request cannot free them.
+  std::vector<std::shared_ptr<ResidentTensor>> resident_;
+  bool keep_resident_ = false;
+  int64_t ttl_seconds_ = 0;
+  int64_t bytes_received_ = 0;
+};
+
+}  // namespace tc::server

@@ -1,0 +1,76 @@
+// Prometheus metrics: counters and latency histograms kept by the service, gauges read at
+// scrape time, rendered in the text exposition format and served over HTTP by civetweb.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+struct mg_context;
+
+namespace tc::server {
+
+class Metrics {
+ public:
+  // Upper bounds of the latency buckets, seconds.
+  static constexpr std::array<double, 16> kBuckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,   0.1,     0.25,   0.5,   1,      2.5,   10,   60};
+
+  // One finished RPC: `op` empty where the method has none.
+  void RecordCall(absl::string_view method, absl::string_view op, absl::string_view code,
+                  absl::Duration latency);
+  void AddBytes(absl::string_view method, int64_t received, int64_t sent);
+
+  // A gauge computed at scrape time: name, help, and a function returning (labels, value)
+  // pairs, labels already rendered ("device=\"0\"").
+  using GaugeFn = std::function<std::vector<std::pair<std::string, double>>()>;
+  void AddGauge(std::string name, std::string help, GaugeFn fn);
+
+  // The text exposition format (version 0.0.4).
+  std::string Render() const;
+
+ private:
+  struct Histogram {
+    std::array<uint64_t, kBuckets.size()> buckets{};
+    uint64_t count = 0;
+    double sum = 0;
+  };
+  mutable std::mutex mu_;
+  std::map<std::tuple<std::string, std::string, std::string>, uint64_t> calls_;
+  std::map<std::pair<std::string, std::string>, Histogram> latency_;
+  std::map<std::string, std::pair<int64_t, int64_t>> bytes_;
+  struct Gauge {
+    std::string name, help;
+    GaugeFn fn;
+  };
+  std::vector<Gauge> gauges_;
+};
+
+// Serves GET /metrics from a civetweb server on its own threads.
+class MetricsHttpServer {
+ public:
+  // `port` 0 picks a free one.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& address,
+                                                                  int port, const Metrics* metrics);
+  ~MetricsHttpServer();
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer() = default;
+  ::mg_context* ctx_ = nullptr;
+  int port_ = 0;
+};
+
+}  // namespace tc::server

@@ -1,0 +1,86 @@
+// Resident tensors: storage kept on a device between requests, named by unguessable 128-bit
+// handles. Each belongs to the identity that created it (others get NOT_FOUND, as for a handle
+// that never existed), expires after its TTL, and counts against its owner's quota.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/tensor_view.h"
+#include "runtime/device.h"
+
+namespace tc::server {
+
+struct ResidentTensor {
+  std::string handle;
+  std::string owner;
+  runtime::StoragePtr storage;
+  // The view it was created with; `data` points at the storage.
+  TensorView view;
+  absl::Time expires;
+  // Uploads writing into it now; it cannot be read until they finish.
+  std::atomic<int> writers{0};
+};
+
+struct ResidentOptions {
+  // Bytes and tensors one identity may keep.
+  int64_t quota_bytes = int64_t{16} << 30;
+  int max_tensors = 4096;
+  absl::Duration default_ttl = absl::Minutes(10);
+  absl::Duration max_ttl = absl::Hours(24);
+};
+
+class ResidentStore {
+ public:
+  explicit ResidentStore(ResidentOptions options);
+  ~ResidentStore();
+
+  const ResidentOptions& options() const { return options_; }
+
+  // RESOURCE_EXHAUSTED when `owner` cannot keep `bytes` more (checked again by Add).
+  absl::Status CheckQuota(const std::string& owner, int64_t bytes) const;
+  // Keeps `storage` for `owner`; ttl_seconds 0 means the default, capped at the maximum.
+  absl::StatusOr<std::shared_ptr<ResidentTensor>> Add(const std::string& owner,
+                                                      runtime::StoragePtr storage,
+                                                      const TensorView& view,
+                                                      int64_t ttl_seconds);
+  // NOT_FOUND for unknown, expired and other identities' handles alike.
+  absl::StatusOr<std::shared_ptr<ResidentTensor>> Find(const std::string& owner,
+                                                       const std::string& handle);
+  // Frees the tensor (once no request uses it); returns its bytes.
+  absl::StatusOr<int64_t> Release(const std::string& owner, const std::string& handle);
+  // Drops every expired tensor; returns how many.
+  int Sweep(absl::Time now);
+
+  int64_t count() const;
+  int64_t bytes() const;
+
+ private:
+  absl::Duration Ttl(int64_t ttl_seconds) const;
+
+  ResidentOptions options_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<ResidentTensor>> tensors_;
+  struct Usage {
+    int64_t bytes = 0;
+    int tensors = 0;
+  };
+  absl::flat_hash_map<std::string, Usage> usage_;
+  int64_t total_bytes_ = 0;
+  bool stop_ = false;
+  std::condition_variable stop_cv_;
+  std::thread sweeper_;
+};
+
+// 32 lowercase hex digits from the kernel's random source.
+std::string NewHandle();
+
+}  // namespace tc::server

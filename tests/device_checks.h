@@ -1,0 +1,19 @@
+// Checks every runtime Device must pass (CPU here, CUDA on a GPU machine): the memory budget,
+// host <-> storage copies across staging-buffer boundaries, concurrent requests sharing
+// lanes, and memory accounting back to zero.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "runtime/device.h"
+
+namespace tc::testing {
+
+using DeviceFactory = std::function<std::unique_ptr<runtime::Device>(const runtime::DeviceOptions&)>;
+
+void CheckBudget(const DeviceFactory& make);
+void CheckCopies(const DeviceFactory& make);
+void CheckConcurrentRuns(const DeviceFactory& make);
+
+}  // namespace tc::testing

@@ -1,0 +1,44 @@
+// The CPU device through the runtime interface the server uses; cuda_backend_test runs the
+// same checks on a GPU.
+#include "gtest/gtest.h"
+#include "runtime/cpu_device.h"
+#include "runtime/device_backend.h"
+#include "tests/conformance.h"
+#include "tests/device_checks.h"
+#include "tests/random_tensors.h"
+
+namespace tc {
+namespace {
+
+std::unique_ptr<runtime::Device> MakeCpu(const runtime::DeviceOptions& options) {
+  return std::make_unique<runtime::CpuDevice>(2, options);
+}
+
+TEST(CpuDeviceTest, Budget) { testing::CheckBudget(MakeCpu); }
+TEST(CpuDeviceTest, Copies) { testing::CheckCopies(MakeCpu); }
+TEST(CpuDeviceTest, ConcurrentRuns) { testing::CheckConcurrentRuns(MakeCpu); }
+
+TEST(CpuDeviceTest, ConformanceThroughDeviceStorage) {
+  auto device = MakeCpu({});
+  runtime::DeviceBackend backend(device.get());
+  testing::ConformanceOptions options;
+  options.cases_per_op = 8;
+  testing::CheckConformance(backend, testing::TestSeed() ^ 0x2545F491ull, options);
+  EXPECT_EQ(device->memory_in_use(), 0);
+}
+
+TEST(DeviceSetTest, LeastLoadedPicksFewestInFlight) {
+  std::vector<std::unique_ptr<runtime::Device>> devices;
+  devices.push_back(MakeCpu({}));
+  devices.push_back(MakeCpu({}));
+  runtime::DeviceSet set(std::move(devices));
+  ASSERT_TRUE(set.at(0).TryAdmit(1));
+  EXPECT_EQ(&set.LeastLoaded(), &set.at(1));
+  EXPECT_FALSE(set.at(0).TryAdmit(1));  // The limit holds.
+  set.at(0).Leave();
+  EXPECT_TRUE(set.at(0).TryAdmit(1));
+  set.at(0).Leave();
+}
+
+}  // namespace
+}  // namespace tc
