@@ -59,4 +59,125 @@ absl::StatusOr<v1::Tensor> Client::Compute(
   return Compute(req);
 }
 
+namespace {
+
+// Reads a TensorStreamMessage stream into one tensor: the header, then its chunks in order.
+template <class Reader>
+absl::StatusOr<v1::Tensor> ReadTensorStream(Reader& reader) {
+  v1::TensorStreamMessage msg;
+  v1::Tensor out;
+  bool have_header = false;
+  int64_t begin = 0;
+  while (reader.Read(&msg)) {
+    if (msg.has_header()) {
+      out = std::move(*msg.mutable_header());
+      have_header = true;
+      continue;
+    }
+    if (!have_header) return absl::InternalError("server sent a chunk before the header");
+    std::string* data = out.mutable_data();
+    if (data->empty()) {
+      data->reserve(static_cast<size_t>(out.storage_bytes()));
+      begin = msg.chunk().offset();
+    }
+    if (msg.chunk().offset() != begin + static_cast<int64_t>(data->size())) {
+      return absl::InternalError("server sent chunks out of order");
+    }
+    data->append(msg.chunk().data());
+  }
+  if (!have_header) return absl::InternalError("server sent no header");
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
+                                                   int64_t chunk_bytes) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  auto stream = stub_->ComputeStream(&ctx);
+  v1::ComputeStreamRequest header;
+  v1::ComputeRequest* h = header.mutable_header();
+  *h = request;
+  for (v1::Tensor& t : *h->mutable_inputs()) {
+    if (t.handle().empty()) {
+      t.set_storage_bytes(static_cast<int64_t>(t.data().size()));
+      t.clear_data();
+    }
+  }
+  bool ok = stream->Write(header);
+  for (int i = 0; ok && i < request.inputs_size(); ++i) {
+    const std::string& data = request.inputs(i).data();
+    if (!request.inputs(i).handle().empty()) continue;
+    for (size_t at = 0; ok && at < data.size(); at += static_cast<size_t>(chunk_bytes)) {
+      v1::ComputeStreamRequest m;
+      v1::DataChunk* c = m.mutable_chunk();
+      c->set_tensor(i);
+      c->set_offset(static_cast<int64_t>(at));
+      c->set_data(data.substr(at, static_cast<size_t>(chunk_bytes)));
+      ok = stream->Write(m);
+    }
+  }
+  stream->WritesDone();
+  auto out = ReadTensorStream(*stream);
+  if (grpc::Status s = stream->Finish(); !s.ok()) return FromGrpc(s);
+  return out;
+}
+
+absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int64_t ttl_seconds,
+                                                  int64_t chunk_bytes) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::UploadResponse resp;
+  auto stream = stub_->Upload(&ctx, &resp);
+  v1::UploadRequest header;
+  v1::Tensor* t = header.mutable_header()->mutable_tensor();
+  *t = tensor;
+  t->clear_data();
+  t->set_storage_bytes(static_cast<int64_t>(tensor.data().size()));
+  header.mutable_header()->set_ttl_seconds(ttl_seconds);
+  bool ok = stream->Write(header);
+  const std::string& data = tensor.data();
+  for (size_t at = 0; ok && at < data.size(); at += static_cast<size_t>(chunk_bytes)) {
+    v1::UploadRequest m;
+    m.mutable_chunk()->set_offset(static_cast<int64_t>(at));
+    m.mutable_chunk()->set_data(data.substr(at, static_cast<size_t>(chunk_bytes)));
+    ok = stream->Write(m);
+  }
+  stream->WritesDone();
+  if (grpc::Status s = stream->Finish(); !s.ok()) return FromGrpc(s);
+  return resp;
+}
+
+absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::DownloadRequest req;
+  req.set_handle(handle);
+  auto reader = stub_->Download(&ctx, req);
+  auto out = ReadTensorStream(*reader);
+  if (grpc::Status s = reader->Finish(); !s.ok()) return FromGrpc(s);
+  return out;
+}
+
+absl::StatusOr<int64_t> Client::Release(const std::vector<std::string>& handles) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::ReleaseRequest req;
+  for (const std::string& h : handles) req.add_handles(h);
+  v1::ReleaseResponse resp;
+  if (grpc::Status s = stub_->Release(&ctx, req, &resp); !s.ok()) return FromGrpc(s);
+  return resp.released_bytes();
+}
+
+absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo() {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::ServerInfoResponse resp;
+  if (grpc::Status s = stub_->ServerInfo(&ctx, v1::ServerInfoRequest(), &resp); !s.ok()) {
+    return FromGrpc(s);
+  }
+  return resp;
+}
+
 }  // namespace tc::client

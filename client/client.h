@@ -34,6 +34,19 @@ class Client {
   absl::StatusOr<v1::Tensor> Compute(const v1::ComputeRequest& request);
   absl::StatusOr<v1::Tensor> Compute(absl::string_view op, std::vector<v1::Tensor> inputs,
                                      std::vector<std::pair<std::string, v1::Attribute>> attrs = {});
+  // Compute for tensors of any size: every input with inline data goes in chunks of
+  // `chunk_bytes` after the header, and the output comes back the same way (assembled here),
+  // or as a handle when request.keep_output_resident() is set.
+  absl::StatusOr<v1::Tensor> ComputeStreamed(const v1::ComputeRequest& request,
+                                             int64_t chunk_bytes = int64_t{1} << 20);
+  // Stores `tensor` (its data sent in chunks) on the server; the reply's tensor has the handle.
+  absl::StatusOr<v1::UploadResponse> Upload(const v1::Tensor& tensor, int64_t ttl_seconds = 0,
+                                            int64_t chunk_bytes = int64_t{1} << 20);
+  // A resident tensor's metadata and bytes.
+  absl::StatusOr<v1::Tensor> Download(const std::string& handle);
+  // Frees resident tensors; returns the bytes released.
+  absl::StatusOr<int64_t> Release(const std::vector<std::string>& handles);
+  absl::StatusOr<v1::ServerInfoResponse> ServerInfo();
 
  private:
   void SetDeadline(grpc::ClientContext& ctx) const;

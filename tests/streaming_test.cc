@@ -1,0 +1,518 @@
+// Streaming, resident tensors, limits and ServerInfo against the real server binary on
+// 127.0.0.1 ($TC_SERVER_BINARY and $TC_TEST_BACKEND as in server_test).
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "tests/server_process.h"
+#include "tests/wire_tensors.h"
+
+namespace tc {
+namespace {
+
+namespace v1 = ::tensorcompute::v1;
+using client::Client;
+using testing::Floats;
+using testing::Values;
+
+std::string ServerBinary() {
+  const char* env = std::getenv("TC_SERVER_BINARY");
+  return env ? env : TC_SERVER_BINARY;
+}
+
+std::string BackendFlag() {
+  const char* env = std::getenv("TC_TEST_BACKEND");
+  return std::string("--backend=") + (env ? env : "cpu");
+}
+
+std::vector<float> RandomFloats(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-100, 100);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A server of its own per test, with extra flags.
+class Server {
+ public:
+  explicit Server(std::vector<std::string> flags = {}) {
+    flags.push_back(BackendFlag());
+    process_ = std::make_unique<testing::ServerProcess>(ServerBinary(), flags);
+    client_ = std::make_unique<Client>(process_->target());
+  }
+  Client& client() { return *client_; }
+  std::string target() const { return process_->target(); }
+  int port() const { return process_->port(); }
+  void ExpectHealthy() {
+    auto h = client_->Health();
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(*h, "SERVING");
+  }
+  // Device memory in use on every device, summed.
+  int64_t MemoryInUse() {
+    auto info = client_->ServerInfo();
+    EXPECT_TRUE(info.ok()) << info.status();
+    int64_t sum = 0;
+    if (info.ok()) {
+      for (const auto& d : info->devices()) sum += d.memory_in_use_bytes();
+    }
+    return sum;
+  }
+  // Waits (up to 5 s) for the memory in use to come back to `baseline`.
+  void ExpectMemoryBackTo(int64_t baseline) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (MemoryInUse() != baseline && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(MemoryInUse(), baseline);
+  }
+
+ private:
+  std::unique_ptr<testing::ServerProcess> process_;
+  std::unique_ptr<Client> client_;
+};
+
+v1::ComputeRequest AddRequest(v1::Tensor a, v1::Tensor b) {
+  v1::ComputeRequest req;
+  req.set_op("add");
+  *req.add_inputs() = std::move(a);
+  *req.add_inputs() = std::move(b);
+  return req;
+}
+
+TEST(ServerInfoTest, DescribesDevicesLimitsAndMetrics) {
+  Server server({"--max_rank=5", "--resident_quota_bytes=12345678"});
+  ASSERT_GT(server.port(), 0);
+  auto info = server.client().ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_FALSE(info->version().empty());
+  EXPECT_FALSE(info->build().empty());
+  EXPECT_TRUE(info->backend() == "cpu" || info->backend() == "cuda") << info->backend();
+  ASSERT_GE(info->devices_size(), 1);
+  for (const auto& d : info->devices()) {
+    EXPECT_EQ(d.kind(), info->backend());
+    EXPECT_GT(d.memory_total_bytes(), 0);
+    EXPECT_GT(d.memory_budget_bytes(), 0);
+    EXPECT_EQ(d.memory_in_use_bytes(), 0);
+  }
+  EXPECT_EQ(info->limits().max_rank(), 5);
+  EXPECT_EQ(info->limits().resident_quota_bytes(), 12345678);
+  EXPECT_GT(info->limits().chunk_bytes(), 0);
+  EXPECT_GT(info->metrics_port(), 0);
+  EXPECT_EQ(info->resident_tensors(), 0);
+
+  // The rank limit applies.
+  v1::Tensor t = Floats({1, 1, 1, 1, 1, 2}, {1, 2});
+  auto r = server.client().Compute("neg", {t});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("limit of 5"), std::string::npos) << r.status();
+}
+
+class StreamingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<Server>(std::vector<std::string>{"--chunk_bytes=65536"});
+    ASSERT_GT(server_->port(), 0);
+  }
+  Client& client() { return server_->client(); }
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(StreamingTest, StreamedComputeMatchesUnary) {
+  const uint64_t seed = std::random_device()();
+  for (int64_t rows : {1, 7, 333}) {
+    const int64_t cols = 1031;
+    auto a = RandomFloats(rows * cols, seed + rows);
+    auto b = RandomFloats(cols, seed + rows + 1);
+    v1::ComputeRequest req = AddRequest(Floats({rows, cols}, a), Floats({cols}, b));
+    auto unary = client().Compute(req);
+    ASSERT_TRUE(unary.ok()) << unary.status();
+    // Odd chunk sizes: chunks do not line up with elements.
+    for (int64_t chunk : {int64_t{7}, int64_t{4099}, int64_t{1} << 20}) {
+      if (chunk < 100 && rows > 7) continue;  // Tiny chunks only where they stay quick.
+      auto streamed = client().ComputeStreamed(req, chunk);
+      ASSERT_TRUE(streamed.ok()) << streamed.status();
+      EXPECT_EQ(streamed->data(), unary->data()) << rows << " rows, chunk " << chunk;
+      EXPECT_EQ(streamed->storage_bytes(), rows * cols * 4);
+      EXPECT_EQ(streamed->shape_size(), 2);
+    }
+  }
+  server_->ExpectMemoryBackTo(0);
+}
+
+TEST_F(StreamingTest, ResidentTensorsAreViewsWithoutCopies) {
+  // A 3x4 matrix uploaded once, then used whole and as its transpose.
+  std::vector<float> m(12);
+  for (int i = 0; i < 12; ++i) m[i] = static_cast<float>(i);
+  auto up = client().Upload(Floats({3, 4}, m), 0, 5);
+  ASSERT_TRUE(up.ok()) << up.status();
+  const std::string handle = up->tensor().handle();
+  EXPECT_EQ(handle.size(), 32u);
+  EXPECT_EQ(up->bytes_received(), 48);
+  EXPECT_GT(up->expires_unix_seconds(), 0);
+
+  v1::Tensor whole;
+  whole.set_handle(handle);
+  auto doubled = client().Compute("add", {whole, whole});
+  ASSERT_TRUE(doubled.ok()) << doubled.status();
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(Values(*doubled)[i], 2.0f * i);
+
+  v1::Tensor transposed;
+  transposed.set_handle(handle);
+  transposed.set_dtype(v1::float32);
+  for (int64_t d : {4, 3}) transposed.add_shape(d);
+  for (int64_t s : {1, 4}) transposed.add_strides(s);
+  v1::Tensor row = Floats({3}, {100, 200, 300});
+  auto sum = client().Compute("add", {transposed, row});
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(Values(*sum)[i * 3 + j], m[j * 4 + i] + 100.0f * (j + 1));
+  }
+
+  // A view reaching outside the storage is refused.
+  v1::Tensor outside = transposed;
+  outside.set_offset(1);
+  auto bad = client().Compute("neg", {outside});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+
+  // Output kept resident, then downloaded.
+  v1::ComputeRequest req = AddRequest(whole, Floats({}, {0.5f}));
+  req.set_keep_output_resident(true);
+  auto kept = client().Compute(req);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(kept->data().empty());
+  EXPECT_EQ(kept->storage_bytes(), 48);
+  auto down = client().Download(kept->handle());
+  ASSERT_TRUE(down.ok()) << down.status();
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(Values(*down)[i], i + 0.5f);
+
+  auto info = client().ServerInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->resident_tensors(), 2);
+  EXPECT_EQ(info->resident_bytes(), 96);
+
+  auto released = client().Release({handle, kept->handle()});
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(*released, 96);
+  EXPECT_EQ(client().Compute("neg", {whole}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client().Download(handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client().Release({handle}).status().code(), absl::StatusCode::kNotFound);
+  server_->ExpectMemoryBackTo(0);
+}
+
+TEST_F(StreamingTest, StreamedInputsMixWithResidentAndInlineOnes) {
+  const int64_t n = 100003;
+  auto a = RandomFloats(n, 1), b = RandomFloats(n, 2);
+  auto up = client().Upload(Floats({n}, b));
+  ASSERT_TRUE(up.ok()) << up.status();
+  v1::Tensor resident;
+  resident.set_handle(up->tensor().handle());
+  v1::ComputeRequest req = AddRequest(Floats({n}, a), resident);
+  req.set_keep_output_resident(true);
+  auto out = client().ComputeStreamed(req, 10000);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_FALSE(out->handle().empty());
+  auto down = client().Download(out->handle());
+  ASSERT_TRUE(down.ok()) << down.status();
+  auto got = Values(*down);
+  ASSERT_EQ(got.size(), static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], a[i] + b[i]) << i;
+  ASSERT_TRUE(client().Release({up->tensor().handle(), out->handle()}).ok());
+  server_->ExpectMemoryBackTo(0);
+}
+
+TEST_F(StreamingTest, OneTensorUploadedInPartsOverSeveralConnections) {
+  const int64_t n = 300001;
+  auto values = RandomFloats(n, 7);
+  const std::string bytes(reinterpret_cast<const char*>(values.data()), n * 4);
+  // Reserve: a header without data.
+  v1::Tensor meta = Floats({n}, {});
+  meta.set_storage_bytes(n * 4);
+  grpc::ClientContext ctx;
+  auto channel = grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials());
+  auto stub = v1::TensorService::NewStub(channel);
+  v1::UploadResponse reserved;
+  {
+    auto w = stub->Upload(&ctx, &reserved);
+    v1::UploadRequest h;
+    *h.mutable_header()->mutable_tensor() = meta;
+    ASSERT_TRUE(w->Write(h));
+    w->WritesDone();
+    ASSERT_TRUE(w->Finish().ok());
+  }
+  const std::string handle = reserved.tensor().handle();
+  ASSERT_FALSE(handle.empty());
+  // Three parts, each on its own channel (its own connection), concurrently.
+  const int64_t part = (n * 4 + 2) / 3;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int p = 0; p < 3; ++p) {
+    threads.emplace_back([&, p] {
+      grpc::ChannelArguments args;
+      args.SetInt("grpc.channel_id", p);  // Distinct arguments: distinct connections.
+      auto ch = grpc::CreateCustomChannel(server_->target(), grpc::InsecureChannelCredentials(), args);
+      auto s = v1::TensorService::NewStub(ch);
+      grpc::ClientContext c;
+      v1::UploadResponse r;
+      auto w = s->Upload(&c, &r);
+      const int64_t begin = p * part;
+      const int64_t end = std::min<int64_t>(begin + part, n * 4);
+      v1::UploadRequest h;
+      h.mutable_header()->set_handle(handle);
+      h.mutable_header()->set_offset(begin);
+      bool good = w->Write(h);
+      for (int64_t at = begin; good && at < end; at += 65536) {
+        v1::UploadRequest m;
+        m.mutable_chunk()->set_offset(at);
+        m.mutable_chunk()->set_data(bytes.substr(at, std::min<int64_t>(65536, end - at)));
+        good = w->Write(m);
+      }
+      w->WritesDone();
+      if (w->Finish().ok() && r.bytes_received() == end - begin) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 3);
+  auto down = client().Download(handle);
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_EQ(down->data(), bytes);
+  ASSERT_TRUE(client().Release({handle}).ok());
+}
+
+TEST_F(StreamingTest, MalformedStreamsAreRefused) {
+  auto stub = v1::TensorService::NewStub(
+      grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
+  v1::ComputeStreamRequest header;
+  header.mutable_header()->set_op("neg");
+  v1::Tensor* in = header.mutable_header()->add_inputs();
+  in->set_dtype(v1::float32);
+  in->add_shape(4);
+  in->set_storage_bytes(16);
+  auto chunk = [](int tensor, int64_t offset, int64_t len) {
+    v1::ComputeStreamRequest m;
+    m.mutable_chunk()->set_tensor(tensor);
+    m.mutable_chunk()->set_offset(offset);
+    m.mutable_chunk()->set_data(std::string(len, '\0'));
+    return m;
+  };
+  struct Case {
+    const char* name;
+    std::vector<v1::ComputeStreamRequest> messages;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"no header", {}, "ended before its header"},
+      {"chunk first", {chunk(0, 0, 16)}, "before the header"},
+      {"out of order", {header, chunk(0, 8, 8), chunk(0, 0, 8)}, "in order"},
+      {"missing bytes", {header, chunk(0, 0, 8)}, "8 of its 16 bytes"},
+      {"overrun", {header, chunk(0, 0, 20)}, "overruns"},
+      {"unknown tensor", {header, chunk(3, 0, 4)}, "not a streamed input"},
+      {"two headers", {header, header}, "second header"},
+      {"empty message", {header, v1::ComputeStreamRequest()}, "neither header nor chunk"},
+  };
+  for (const Case& c : cases) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = stub->ComputeStream(&ctx);
+    for (const auto& m : c.messages) stream->Write(m);
+    stream->WritesDone();
+    v1::TensorStreamMessage out;
+    while (stream->Read(&out)) {
+    }
+    grpc::Status s = stream->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.name << ": "
+                                                                  << s.error_message();
+    EXPECT_NE(s.error_message().find(c.expect), std::string::npos)
+        << c.name << ": " << s.error_message();
+    server_->ExpectHealthy();
+  }
+  // Unary Compute does not take streamed inputs.
+  v1::ComputeRequest req = header.header();
+  auto r = client().Compute(req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("ComputeStream"), std::string::npos) << r.status();
+  server_->ExpectMemoryBackTo(0);
+}
+
+TEST_F(StreamingTest, CancelAndDeadlineFreeTheirMemory) {
+  auto stub = v1::TensorService::NewStub(
+      grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
+  v1::ComputeStreamRequest header;
+  header.mutable_header()->set_op("neg");
+  v1::Tensor* in = header.mutable_header()->add_inputs();
+  in->set_dtype(v1::float32);
+  in->add_shape(1 << 20);
+  in->set_storage_bytes(4 << 20);
+  v1::ComputeStreamRequest part;
+  part.mutable_chunk()->set_data(std::string(1 << 20, '\1'));
+  {
+    // Cancelled by the client after a quarter of the input.
+    grpc::ClientContext ctx;
+    auto stream = stub->ComputeStream(&ctx);
+    ASSERT_TRUE(stream->Write(header));
+    ASSERT_TRUE(stream->Write(part));
+    // The server has taken the input's storage.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (server_->MemoryInUse() == 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_GE(server_->MemoryInUse(), 4 << 20);
+    ctx.TryCancel();
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  server_->ExpectMemoryBackTo(0);
+  {
+    // The deadline passes while the server waits for the rest.
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    auto stream = stub->ComputeStream(&ctx);
+    stream->Write(header);
+    stream->Write(part);
+    EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  server_->ExpectMemoryBackTo(0);
+  server_->ExpectHealthy();
+}
+
+TEST(LimitsTest, MemoryBudgetQuotaAndConcurrency) {
+  Server server({"--memory_budget=4194304", "--memory_wait_ms=50",
+                 "--resident_quota_bytes=1048576", "--max_concurrent_per_device=1",
+                 "--resident_ttl_seconds=600"});
+  ASSERT_GT(server.port(), 0);
+  Client& client = server.client();
+  // 3 MiB in and 3 MiB out do not fit a 4 MiB budget.
+  const int64_t n = 3 << 18;
+  v1::ComputeRequest big;
+  big.set_op("neg");
+  *big.add_inputs() = Floats({n}, std::vector<float>(n, 1.0f));
+  auto r = client.ComputeStreamed(big, 1 << 20);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(r.status().message().find("budget"), std::string::npos) << r.status();
+  server.ExpectHealthy();
+  server.ExpectMemoryBackTo(0);
+
+  // Quota: 600 KiB kept, 600 KiB more refused, fine again after a release.
+  const int64_t m = 600 << 8;
+  auto first = client.Upload(Floats({m}, std::vector<float>(m, 2.0f)));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = client.Upload(Floats({m}, std::vector<float>(m, 3.0f)));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kResourceExhausted) << second.status();
+  EXPECT_NE(second.status().message().find("quota"), std::string::npos) << second.status();
+  ASSERT_TRUE(client.Release({first->tensor().handle()}).ok());
+  second = client.Upload(Floats({m}, std::vector<float>(m, 3.0f)));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(client.Release({second->tensor().handle()}).ok());
+
+  // One request at a time: a stream holding the device makes the next one wait its turn.
+  auto stub = v1::TensorService::NewStub(
+      grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  auto stream = stub->ComputeStream(&ctx);
+  v1::ComputeStreamRequest header;
+  header.mutable_header()->set_op("neg");
+  v1::Tensor* in = header.mutable_header()->add_inputs();
+  in->set_dtype(v1::float32);
+  in->add_shape(4);
+  in->set_storage_bytes(16);
+  ASSERT_TRUE(stream->Write(header));
+  auto busy = client.Compute("neg", {Floats({1}, {1.0f})});
+  for (int i = 0; i < 100 && busy.ok(); ++i) {  // Until the stream's header has been handled.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    busy = client.Compute("neg", {Floats({1}, {1.0f})});
+  }
+  EXPECT_EQ(busy.status().code(), absl::StatusCode::kResourceExhausted) << busy.status();
+  EXPECT_NE(busy.status().message().find("busy"), std::string::npos) << busy.status();
+  ctx.TryCancel();
+  (void)stream->Finish();
+  server.ExpectMemoryBackTo(0);
+  auto after = client.Compute("neg", {Floats({1}, {1.0f})});
+  EXPECT_TRUE(after.ok()) << after.status();
+}
+
+TEST(ExpiryTest, ResidentTensorsExpire) {
+  Server server;
+  ASSERT_GT(server.port(), 0);
+  auto up = server.client().Upload(Floats({4}, {1, 2, 3, 4}), /*ttl_seconds=*/1);
+  ASSERT_TRUE(up.ok()) << up.status();
+  EXPECT_EQ(server.client().Download(up->tensor().handle()).status().code(), absl::StatusCode::kOk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(server.client().Download(up->tensor().handle()).status().code(),
+            absl::StatusCode::kNotFound);
+  server.ExpectMemoryBackTo(0);
+  auto info = server.client().ServerInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->resident_tensors(), 0);
+}
+
+// No 2 GiB ceiling: 2^31 + 4097 bytes through one ComputeStream, every byte checked, neither
+// side ever holding the tensor in one message.
+TEST(LargeStreamTest, MoreThanTwoGibibytes) {
+  Server server;
+  ASSERT_GT(server.port(), 0);
+  const int64_t n = (int64_t{1} << 31) + 4097;
+  auto pattern = [](int64_t i) {
+    return static_cast<unsigned char>(i ^ (i >> 9) ^ (i >> 21) ^ (i >> 31));
+  };
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto stub = v1::TensorService::NewStub(grpc::CreateCustomChannel(
+      server.target(), grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext ctx;
+  auto stream = stub->ComputeStream(&ctx);
+  std::thread writer([&] {
+    v1::ComputeStreamRequest header;
+    header.mutable_header()->set_op("bitwise_not");
+    v1::Tensor* in = header.mutable_header()->add_inputs();
+    in->set_dtype(v1::uint8);
+    in->add_shape(n);
+    in->set_storage_bytes(n);
+    bool ok = stream->Write(header);
+    const int64_t chunk = 4 << 20;
+    v1::ComputeStreamRequest m;
+    for (int64_t at = 0; ok && at < n; at += chunk) {
+      const int64_t len = std::min(chunk, n - at);
+      std::string* data = m.mutable_chunk()->mutable_data();
+      data->resize(len);
+      for (int64_t i = 0; i < len; ++i) (*data)[i] = static_cast<char>(pattern(at + i));
+      m.mutable_chunk()->set_offset(at);
+      ok = stream->Write(m);
+    }
+    stream->WritesDone();
+  });
+  v1::TensorStreamMessage msg;
+  int64_t got = 0, wrong = 0;
+  bool header = false;
+  while (stream->Read(&msg)) {
+    if (msg.has_header()) {
+      header = true;
+      EXPECT_EQ(msg.header().storage_bytes(), n);
+      ASSERT_EQ(msg.header().shape_size(), 1);
+      EXPECT_EQ(msg.header().shape(0), n);
+      continue;
+    }
+    const std::string& d = msg.chunk().data();
+    ASSERT_EQ(msg.chunk().offset(), got);
+    for (size_t i = 0; i < d.size(); ++i) {
+      wrong += static_cast<unsigned char>(d[i]) !=
+               static_cast<unsigned char>(~pattern(got + static_cast<int64_t>(i)));
+    }
+    got += static_cast<int64_t>(d.size());
+  }
+  writer.join();
+  grpc::Status s = stream->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(header);
+  EXPECT_EQ(got, n);
+  EXPECT_EQ(wrong, 0);
+  server.ExpectMemoryBackTo(0);
+}
+
+}  // namespace
+}  // namespace tc
