@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Scrapes the server's /metrics endpoint and parses it with the Prometheus client library's
+own text-format parser (Debian's python3-prometheus-client), after real traffic."""
+import argparse
+import sys
+import unittest
+import urllib.request
+
+import grpc
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from tensorcompute.v1 import tensor_service_pb2 as pb
+from tensorcompute.v1 import tensor_service_pb2_grpc as pb_grpc
+from harness import start_server, stop_server
+
+ARGS = None
+
+
+def f32(a):
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    return pb.Tensor(dtype=pb.float32, shape=a.shape, data=a.tobytes())
+
+
+class MetricsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.target = start_server(ARGS.server)
+        cls.channel = grpc.insecure_channel(cls.target)
+        cls.stub = pb_grpc.TensorServiceStub(cls.channel)
+        cls.metrics_port = cls.stub.ServerInfo(pb.ServerInfoRequest(), timeout=10).metrics_port
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        stop_server(cls.proc)
+
+    def scrape(self):
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+            text = r.read().decode()
+        # Raises on anything that is not valid exposition format.
+        return {f.name: f for f in text_string_to_metric_families(text)}
+
+    def test_scrape_after_traffic(self):
+        a = np.arange(1024, dtype=np.float32)
+        for _ in range(5):
+            self.stub.Compute(pb.ComputeRequest(op="add", inputs=[f32(a), f32(a)]), timeout=10)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.stub.Compute(pb.ComputeRequest(op="no_such_op", inputs=[f32(a)]), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        up = self.stub.Upload(iter([pb.UploadRequest(header=pb.UploadHeader(tensor=f32(a)))]),
+                              timeout=10)
+
+        families = self.scrape()
+        requests = families["tensorcompute_requests"]
+        self.assertEqual(requests.type, "counter")
+        counts = {(s.labels["method"], s.labels["op"], s.labels["code"]): s.value
+                  for s in requests.samples if s.name.endswith("_total")}
+        self.assertEqual(counts[("Compute", "add", "OK")], 5)
+        self.assertEqual(counts[("Compute", "no_such_op", "INVALID_ARGUMENT")], 1)
+        self.assertEqual(counts[("Upload", "", "OK")], 1)
+
+        latency = families["tensorcompute_request_duration_seconds"]
+        self.assertEqual(latency.type, "histogram")
+        add = [s for s in latency.samples if s.labels.get("op") == "add"]
+        count = [s.value for s in add if s.name.endswith("_count")]
+        self.assertEqual(count, [5])
+        inf = [s.value for s in add if s.labels.get("le") == "+Inf"]
+        self.assertEqual(inf, [5])
+
+        received = {s.labels["method"]: s.value
+                    for s in families["tensorcompute_received_bytes"].samples}
+        self.assertEqual(received["Compute"], 5 * 2 * 4096 + 4096)
+        self.assertEqual(received["Upload"], 4096)
+
+        memory = families["tensorcompute_device_memory_in_use_bytes"].samples
+        self.assertEqual(len(memory), 1)
+        self.assertEqual(memory[0].labels["kind"], "cpu")
+        self.assertGreaterEqual(memory[0].value, 4096)  # The resident tensor.
+        budget = families["tensorcompute_device_memory_budget_bytes"].samples[0].value
+        self.assertGreater(budget, 0)
+        self.assertIn("tensorcompute_device_requests_in_flight", families)
+        self.assertEqual(families["tensorcompute_resident_tensors"].samples[0].value, 1)
+        self.assertEqual(families["tensorcompute_resident_bytes"].samples[0].value, 4096)
+
+        self.stub.Release(pb.ReleaseRequest(handles=[up.tensor.handle]), timeout=10)
+        families = self.scrape()
+        self.assertEqual(families["tensorcompute_resident_tensors"].samples[0].value, 0)
+        self.assertEqual(
+            families["tensorcompute_device_memory_in_use_bytes"].samples[0].value, 0)
+
+    def test_other_paths_and_methods(self):
+        url = f"http://127.0.0.1:{self.metrics_port}/nothing"
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url, timeout=10)
+        self.assertEqual(e.exception.code, 404)
+        req = urllib.request.Request(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                     data=b"x", method="POST")
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        self.assertEqual(e.exception.code, 405)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest)
