@@ -14,6 +14,7 @@ class ServerProcess {
   ~ServerProcess();
 
   int port() const { return port_; }
+  int pid() const { return pid_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   bool running();
   // Sends SIGTERM and returns the exit status (as from waitpid), or -1 after `timeout_s`.

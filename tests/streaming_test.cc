@@ -430,7 +430,8 @@ TEST(LimitsTest, MemoryBudgetQuotaAndConcurrency) {
   EXPECT_EQ(busy.status().code(), absl::StatusCode::kResourceExhausted) << busy.status();
   EXPECT_NE(busy.status().message().find("busy"), std::string::npos) << busy.status();
   ctx.TryCancel();
-  (void)stream->Finish();
+  grpc::Status held = stream->Finish();
+  EXPECT_EQ(held.error_code(), grpc::StatusCode::CANCELLED) << held.error_message();
   server.ExpectMemoryBackTo(0);
   auto after = client.Compute("neg", {Floats({1}, {1.0f})});
   EXPECT_TRUE(after.ok()) << after.status();
