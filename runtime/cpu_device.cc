@@ -35,14 +35,14 @@ CpuDevice::CpuDevice(int threads, const DeviceOptions& options)
              options.memory_wait),
       backend_(threads) {}
 
-std::byte* CpuDevice::RawAllocate(int64_t bytes, bool zero) {
+std::byte* CpuDevice::RawAllocate(int64_t bytes, bool zero, Lane* /*lane*/, void** /*tag*/) {
   // calloc takes fresh zero pages from the kernel for large sizes, without touching them.
   void* p = zero ? std::calloc(static_cast<size_t>(bytes), 1)
                  : std::malloc(static_cast<size_t>(bytes));
   return static_cast<std::byte*>(p);
 }
 
-void CpuDevice::RawFree(std::byte* p, int64_t /*bytes*/) { std::free(p); }
+void CpuDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* /*tag*/) { std::free(p); }
 
 absl::Status CpuDevice::Write(Lane& /*lane*/, Storage& dst, int64_t offset, const void* src,
                               int64_t n) {
@@ -63,7 +63,8 @@ absl::Status CpuDevice::Read(Lane& /*lane*/, const Storage& src, int64_t offset,
 }
 
 void CpuDevice::Run(Lane& /*lane*/, const PreparedOp& op, std::vector<TensorView> inputs,
-                    std::byte* out, std::function<void(absl::Status)> done) {
+                    std::byte* out, std::function<void(absl::Status)> done, ReadBack /*unused*/) {
+  // Storage is host memory: there is nothing to read back.
   done(backend_.Run(op, inputs, out));
 }
 

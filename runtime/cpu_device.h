@@ -18,12 +18,13 @@ class CpuDevice final : public Device {
                      int64_t n) override;
   absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                     int64_t n) override;
+  absl::Status Sync(Lane& /*lane*/) override { return absl::OkStatus(); }
   void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
-           std::function<void(absl::Status)> done) override;
+           std::function<void(absl::Status)> done, ReadBack read_back = {}) override;
 
  protected:
-  std::byte* RawAllocate(int64_t bytes, bool zero) override;
-  void RawFree(std::byte* p, int64_t bytes) override;
+  std::byte* RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) override;
+  void RawFree(std::byte* p, int64_t bytes, void* tag) override;
 
  private:
   CpuBackend backend_;

@@ -33,10 +33,17 @@ struct Stream {
   // The kernels' error flag (device) and where it lands on the host (pinned).
   int* dev_error = nullptr;
   int* host_error = nullptr;
+  // Small outputs land here (pinned) and the completion copies them out.
+  std::byte* read_back = nullptr;
   // Staging buffers and the error flag belong to one request at a time.
   std::mutex mu;
   std::atomic<int> users{0};
+  // The staging buffer the next Write starts with: consecutive writes alternate.
+  int next = 0;
 };
+
+// Outputs up to this size come back with the completion instead of a separate Read.
+constexpr int64_t kReadBackBytes = 256 << 10;
 
 struct CudaLane final : Lane {
   explicit CudaLane(Stream* s) : stream(s) { s->users.fetch_add(1); }
@@ -69,6 +76,7 @@ struct CudaDevice::Impl {
       }
       if (s->dev_error != nullptr) (void)cudaFree(s->dev_error);
       if (s->host_error != nullptr) (void)cudaFreeHost(s->host_error);
+      if (s->read_back != nullptr) (void)cudaFreeHost(s->read_back);
       if (s->stream != nullptr) (void)cudaStreamDestroy(s->stream);
     }
     completions.reset();
@@ -134,6 +142,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
     }
     TC_CUDA_RETURN_IF_ERROR(cudaMalloc(&s->dev_error, sizeof(int)), "cudaMalloc");
     TC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s->host_error, sizeof(int)), "cudaMallocHost");
+    TC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s->read_back, kReadBackBytes), "cudaMallocHost");
     impl->streams.push_back(std::move(s));
   }
   impl->completions = std::make_unique<ThreadPool>(1);
@@ -162,9 +171,23 @@ std::unique_ptr<Lane> CudaDevice::AcquireLane() {
   return std::make_unique<CudaLane>(best);
 }
 
-std::byte* CudaDevice::RawAllocate(int64_t bytes, bool zero) {
+std::byte* CudaDevice::RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) {
   if (cudaSetDevice(impl_->index) != cudaSuccess) return nullptr;
   void* p = nullptr;
+  if (lane != nullptr) {
+    // In the lane's order: ready for everything issued on it afterwards, no wait here.
+    Stream& s = *static_cast<CudaLane*>(lane)->stream;
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes), impl_->pool, s.stream) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    if (zero) (void)cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), s.stream);
+    // Freed on the same stream, after everything issued on it before.
+    *tag = &s;
+    return static_cast<std::byte*>(p);
+  }
   std::lock_guard<std::mutex> lock(impl_->alloc_mu);
   if (cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes), impl_->pool,
                               impl_->alloc_stream) != cudaSuccess) {
@@ -179,8 +202,16 @@ std::byte* CudaDevice::RawAllocate(int64_t bytes, bool zero) {
   return static_cast<std::byte*>(p);
 }
 
-void CudaDevice::RawFree(std::byte* p, int64_t /*bytes*/) {
+void CudaDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* tag) {
   (void)cudaSetDevice(impl_->index);
+  // Every use of the memory has completed as far as the host knows (the last reference is
+  // gone), except perhaps work on the stream it was allocated on: free it in that order.
+  if (tag != nullptr) {
+    Stream& s = *static_cast<Stream*>(tag);
+    std::lock_guard<std::mutex> lock(s.mu);
+    (void)cudaFreeAsync(p, s.stream);
+    return;
+  }
   std::lock_guard<std::mutex> lock(impl_->alloc_mu);
   (void)cudaFreeAsync(p, impl_->alloc_stream);
 }
@@ -195,7 +226,7 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
   std::lock_guard<std::mutex> lock(s.mu);
   const auto* from = static_cast<const std::byte*>(src);
   const int64_t chunk = impl_->staging_bytes;
-  int b = 0;
+  int& b = s.next;
   for (int64_t done = 0; done < n; done += chunk, b ^= 1) {
     const int64_t len = std::min(chunk, n - done);
     // The buffer's previous copy must have left it before it is filled again.
@@ -207,11 +238,19 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
                             "cudaMemcpyAsync to device");
     TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[b], s.stream), "cudaEventRecord");
   }
-  for (int i = 0; i < 2; ++i) {
-    TC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[i]), "cudaEventSynchronize");
-  }
+  // `src` has been copied into pinned memory: the caller may reuse it. The copies themselves
+  // complete in stream order.
   return absl::OkStatus();
 }
+
+absl::Status CudaDevice::Sync(Lane& lane) {
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
+  TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  return absl::OkStatus();
+}
+
+int64_t CudaDevice::max_read_back() const { return kReadBackBytes; }
 
 absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                               int64_t n) {
@@ -256,6 +295,7 @@ struct Completion {
   Stream* stream;
   std::function<void(absl::Status)> done;
   std::string op;
+  Device::ReadBack read_back;
   int error = 0;
 };
 
@@ -263,6 +303,10 @@ struct Completion {
 void CUDART_CB OnStreamDone(void* arg) {
   auto* c = static_cast<Completion*>(arg);
   c->error = *c->stream->host_error;
+  // Before anything later on the stream can overwrite the lane's read-back buffer.
+  if (c->read_back.bytes > 0) {
+    std::memcpy(c->read_back.host, c->stream->read_back, static_cast<size_t>(c->read_back.bytes));
+  }
   c->pool->Schedule([c] {
     std::unique_ptr<Completion> owned(c);
     // A failed kernel leaves an error on the stream; report it instead of the result.
@@ -284,7 +328,12 @@ void CUDART_CB OnStreamDone(void* arg) {
 }  // namespace
 
 void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
-                     std::byte* out, std::function<void(absl::Status)> done) {
+                     std::byte* out, std::function<void(absl::Status)> done,
+                     ReadBack read_back) {
+  if (read_back.bytes > kReadBackBytes || read_back.bytes < 0) {
+    done(absl::InternalError("read-back larger than the device's read-back buffer"));
+    return;
+  }
   if (op.plan.numel == 0) {
     done(absl::OkStatus());
     return;
@@ -309,7 +358,13 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
     TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_error, s.dev_error, sizeof(int),
                                             cudaMemcpyDeviceToHost, s.stream),
                             "cudaMemcpyAsync to host");
-    auto* c = new Completion{impl_->completions.get(), &s, std::move(done), op.op->spec.name};
+    if (read_back.bytes > 0) {
+      TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.read_back, out, static_cast<size_t>(read_back.bytes),
+                                              cudaMemcpyDeviceToHost, s.stream),
+                              "cudaMemcpyAsync to host");
+    }
+    auto* c = new Completion{impl_->completions.get(), &s, std::move(done), op.op->spec.name,
+                             read_back};
     if (cudaError_t e = cudaLaunchHostFunc(s.stream, &OnStreamDone, c); e != cudaSuccess) {
       done = std::move(c->done);
       delete c;

@@ -24,14 +24,16 @@ class CudaDevice final : public Device {
                      int64_t n) override;
   absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                     int64_t n) override;
+  absl::Status Sync(Lane& lane) override;
+  int64_t max_read_back() const override;
   void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
-           std::function<void(absl::Status)> done) override;
+           std::function<void(absl::Status)> done, ReadBack read_back = {}) override;
 
   struct Impl;
 
  protected:
-  std::byte* RawAllocate(int64_t bytes, bool zero) override;
-  void RawFree(std::byte* p, int64_t bytes) override;
+  std::byte* RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) override;
+  void RawFree(std::byte* p, int64_t bytes, void* tag) override;
 
  private:
   CudaDevice(DeviceInfo info, int64_t budget, const DeviceOptions& options,

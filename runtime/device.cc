@@ -7,12 +7,13 @@
 
 namespace tc::runtime {
 
-Storage::~Storage() { device_->Free(data_, bytes_); }
+Storage::~Storage() { device_->Free(data_, bytes_, tag_); }
 
 Device::Device(DeviceInfo info, int64_t budget, absl::Duration memory_wait)
     : info_(std::move(info)), budget_(budget), memory_wait_(memory_wait) {}
 
-absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time deadline) {
+absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time deadline,
+                                            Lane* lane) {
   if (bytes < 0) return absl::InvalidArgumentError("negative allocation size");
   const int64_t n = std::max<int64_t>(bytes, 1);
   auto over_budget = [&] {
@@ -33,7 +34,8 @@ absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time
     const int64_t used = in_use_.fetch_add(n, std::memory_order_relaxed) + n;
     if (used > peak_.load(std::memory_order_relaxed)) peak_.store(used, std::memory_order_relaxed);
   }
-  std::byte* p = RawAllocate(n, zero);
+  void* tag = nullptr;
+  std::byte* p = RawAllocate(n, zero, lane, &tag);
   if (p == nullptr) {
     in_use_.fetch_sub(n, std::memory_order_relaxed);
     freed_.notify_all();
@@ -41,11 +43,11 @@ absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time
                                                      ") is out of memory allocating ",
                                                      FormatBytes(n)));
   }
-  return std::make_shared<Storage>(this, p, n);
+  return std::make_shared<Storage>(this, p, n, tag);
 }
 
-void Device::Free(std::byte* p, int64_t bytes) {
-  RawFree(p, bytes);
+void Device::Free(std::byte* p, int64_t bytes, void* tag) {
+  RawFree(p, bytes, tag);
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_use_.fetch_sub(bytes, std::memory_order_relaxed);

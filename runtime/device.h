@@ -26,8 +26,9 @@ class Device;
 // reference goes away.
 class Storage {
  public:
-  Storage(Device* device, std::byte* data, int64_t bytes)
-      : device_(device), data_(data), bytes_(bytes) {}
+  // `tag`: the device's note on how the memory was allocated, handed back when freeing it.
+  Storage(Device* device, std::byte* data, int64_t bytes, void* tag = nullptr)
+      : device_(device), data_(data), bytes_(bytes), tag_(tag) {}
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -40,6 +41,7 @@ class Storage {
   Device* device_;
   std::byte* data_;
   int64_t bytes_;
+  void* tag_;
 };
 using StoragePtr = std::shared_ptr<Storage>;
 
@@ -57,6 +59,12 @@ struct DeviceInfo {
   int64_t total_memory = 0;
   int multiprocessors = 0;
   int streams = 0;
+};
+
+// Where Device::Run copies the output to the host itself before `done`, for small outputs.
+struct ReadBack {
+  void* host = nullptr;
+  int64_t bytes = 0;
 };
 
 struct DeviceOptions {
@@ -81,20 +89,34 @@ class Device {
   virtual bool host_memory() const = 0;
 
   // `bytes` of storage (zeroed when `zero`), waiting until `deadline` (at most the device's
-  // memory wait) for memory that others free; RESOURCE_EXHAUSTED past the budget.
-  absl::StatusOr<StoragePtr> Allocate(int64_t bytes, bool zero, absl::Time deadline);
+  // memory wait) for memory that others free; RESOURCE_EXHAUSTED past the budget. With a
+  // lane, the memory is ready in that lane's order (no wait); use it elsewhere only after a
+  // Sync of that lane. Without one, it is ready everywhere when this returns.
+  absl::StatusOr<StoragePtr> Allocate(int64_t bytes, bool zero, absl::Time deadline,
+                                      Lane* lane = nullptr);
 
   virtual std::unique_ptr<Lane> AcquireLane() = 0;
-  // Host <-> storage copies, in lane order; they return once the bytes have arrived.
+  // Host -> storage: returns once `src` may be reused; the bytes arrive in lane order (Sync
+  // waits for them).
   virtual absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
                              int64_t n) = 0;
+  // Storage -> host, in lane order: returns once the bytes are in `dst`.
   virtual absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                             int64_t n) = 0;
+  // Waits for everything issued on the lane so far.
+  virtual absl::Status Sync(Lane& lane) = 0;
+
+  using ReadBack = runtime::ReadBack;
+  // The largest ReadBack Run accepts (0: none; read with Read instead).
+  virtual int64_t max_read_back() const { return 0; }
+
   // Runs `op` over `inputs` (views whose data point at this device's memory) into `out`
-  // (laid out as op.plan.out_strides, op.plan.out_storage_bytes long). `done` is called once,
-  // perhaps before Run returns, perhaps on another thread; it may block and call the device.
+  // (laid out as op.plan.out_strides, op.plan.out_storage_bytes long), then copies `read_back`
+  // (at most max_read_back() bytes of `out`) to the host. `done` is called once, perhaps
+  // before Run returns, perhaps on another thread; it may block and call the device.
   virtual void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
-                   std::byte* out, std::function<void(absl::Status)> done) = 0;
+                   std::byte* out, std::function<void(absl::Status)> done,
+                   ReadBack read_back = {}) = 0;
 
   int64_t memory_budget() const { return budget_; }
   int64_t memory_in_use() const { return in_use_.load(std::memory_order_relaxed); }
@@ -107,15 +129,16 @@ class Device {
   void Leave() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
 
  protected:
-  // The raw allocator; nullptr when the memory is not there.
-  virtual std::byte* RawAllocate(int64_t bytes, bool zero) = 0;
-  virtual void RawFree(std::byte* p, int64_t bytes) = 0;
+  // The raw allocator: nullptr when the memory is not there. `tag` is kept with the storage
+  // and passed back to RawFree.
+  virtual std::byte* RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) = 0;
+  virtual void RawFree(std::byte* p, int64_t bytes, void* tag) = 0;
   // For the CPU device, the budget default and the info come from the subclass.
   DeviceInfo info_;
 
  private:
   friend class Storage;
-  void Free(std::byte* p, int64_t bytes);
+  void Free(std::byte* p, int64_t bytes, void* tag);
 
   int64_t budget_;
   absl::Duration memory_wait_;

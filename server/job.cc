@@ -140,7 +140,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const bool streamed = job->received_[i] >= 0;
     const bool copy = !streamed && !job->resident_[i] && !job->device_->host_memory();
     if (!streamed && !copy) continue;
-    auto s = job->device_->Allocate(v.storage_bytes, false, deadline);
+    auto s = job->device_->Allocate(v.storage_bytes, false, deadline, job->lane_.get());
     if (!s.ok()) return s.status();
     if (copy) {
       if (auto w = job->device_->Write(*job->lane_, **s, 0, v.data, v.storage_bytes); !w.ok()) {
@@ -192,11 +192,12 @@ absl::Status ComputeJob::CheckComplete() const {
 absl::StatusOr<runtime::StoragePtr> ComputeJob::AllocateOutput(absl::Time deadline) {
   const Plan& p = plan();
   const bool gaps = p.out_storage_bytes != p.numel * ItemSize(p.out_dtype);
-  return device_->Allocate(p.out_storage_bytes, gaps, deadline);
+  return device_->Allocate(p.out_storage_bytes, gaps, deadline, lane_.get());
 }
 
-void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done) {
-  device_->Run(*lane_, prepared_, views_, out, std::move(done));
+void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
+                     runtime::Device::ReadBack read_back) {
+  device_->Run(*lane_, prepared_, views_, out, std::move(done), read_back);
 }
 
 TensorView ComputeJob::OutputView() const {

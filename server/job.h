@@ -38,8 +38,10 @@ class ComputeJob {
 
   // Device storage for the output (zeroed where its strides leave gaps).
   absl::StatusOr<runtime::StoragePtr> AllocateOutput(absl::Time deadline);
-  // Runs into `out` (device memory; host memory on a host device). `done` as Device::Run.
-  void Run(std::byte* out, std::function<void(absl::Status)> done);
+  // Runs into `out` (device memory; host memory on a host device). `done` and `read_back`
+  // as Device::Run.
+  void Run(std::byte* out, std::function<void(absl::Status)> done,
+           runtime::Device::ReadBack read_back = {});
 
   // The output's metadata: offset 0, plan strides, storage_bytes.
   TensorView OutputView() const;

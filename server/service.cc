@@ -57,6 +57,9 @@ struct UnaryCall {
   }
 };
 
+// Requests up to this many input bytes run on the gRPC thread on the CPU backend.
+constexpr int64_t kInlineBytes = 64 << 10;
+
 absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t limit) {
   return absl::ResourceExhaustedError(absl::StrCat(
       "the result of '", op, "' would be ", ShapeToString(plan.out_shape), " ",
@@ -73,7 +76,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
   auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "Compute",
                                                     request->op()});
   // `request` and `response` stay valid until Finish.
-  env_.pool->Schedule([this, ctx, request, response, call] {
+  auto work = [this, ctx, request, response, call] {
     if (ctx->IsCancelled()) {
       call->Finish(absl::CancelledError("cancelled before it ran"));
       return;
@@ -130,6 +133,14 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
       return;
     }
     runtime::StoragePtr storage = *out;
+    if (plan.out_storage_bytes <= job->device().max_read_back()) {
+      // Small: the device copies the result into the response as part of the run.
+      std::byte* host = PrepareOutput(plan, response->mutable_output());
+      call->sent = plan.out_storage_bytes;
+      job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
+               {host, plan.out_storage_bytes});
+      return;
+    }
     job->Run(storage->data(), [&env, job, storage, response, call](absl::Status s) {
       if (!s.ok()) {
         call->Finish(s);
@@ -142,7 +153,18 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
         call->Finish(job->device().Read(job->lane(), *storage, 0, host, storage->bytes()));
       });
     });
-  });
+  };
+  // A small request for host memory takes a few microseconds: it runs right here rather than
+  // paying for a trip through the pool. Everything else (GPU copies, large computations)
+  // goes to the pool.
+  int64_t bytes = 0;
+  for (const v1::Tensor& t : request->inputs()) bytes += static_cast<int64_t>(t.data().size());
+  if (bytes <= kInlineBytes && env_.devices->size() == 1 && env_.devices->at(0).host_memory() &&
+      !request->keep_output_resident()) {
+    work();
+  } else {
+    env_.pool->Schedule(std::move(work));
+  }
   return call->reactor;
 }
 
@@ -400,6 +422,8 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
 
   absl::Status EndOfInput() {
     if (storage_ == nullptr) return absl::InvalidArgumentError("the stream ended before its header");
+    // Every byte on the device before anyone can use the tensor.
+    if (auto s = storage_->device().Sync(*lane_); !s.ok()) return s;
     response_->set_bytes_received(got_);
     if (part_of_ != nullptr) {
       SetTensorMeta(part_of_->view, response_->mutable_tensor());
