@@ -134,6 +134,11 @@ int ServeEcho() {
 
 // ---------------------------------------------------------------- helpers
 
+// Every call gets a deadline, so that a stuck server shows up as errors, not as a hang.
+void Deadline(grpc::ClientContext& ctx, int seconds = 120) {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+}
+
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -208,6 +213,7 @@ SmallResult RunSmall(const std::vector<std::unique_ptr<v1::TensorService::Stub>>
       lat[t].reserve(1 << 16);
       while (!stop.load(std::memory_order_relaxed)) {
         grpc::ClientContext ctx;
+        Deadline(ctx);
         v1::ComputeResponse resp;
         const auto t0 = std::chrono::steady_clock::now();
         grpc::Status s = stub.Compute(&ctx, req, &resp);
@@ -245,6 +251,7 @@ double OneStream(v1::TensorService::Stub& stub, const v1::ComputeRequest& req, i
                  int64_t expect_bytes, bool* ok) {
   const auto t0 = std::chrono::steady_clock::now();
   grpc::ClientContext ctx;
+  Deadline(ctx);
   auto stream = stub.ComputeStream(&ctx);
   std::thread writer([&] {
     v1::ComputeStreamRequest h;
@@ -287,6 +294,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
   std::vector<std::string> handles;
   for (const v1::Tensor& t : req.inputs()) {
     grpc::ClientContext ctx;
+    Deadline(ctx);
     v1::UploadResponse r;
     auto w = stubs[0]->Upload(&ctx, &r);
     v1::UploadRequest h;
@@ -311,6 +319,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
       const int64_t begin = std::min<int64_t>(k * part, d.size());
       const int64_t end = std::min<int64_t>(begin + part, d.size());
       grpc::ClientContext ctx;
+      Deadline(ctx);
       v1::UploadResponse r;
       auto w = stubs[k]->Upload(&ctx, &r);
       v1::UploadRequest h;
@@ -334,6 +343,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
   v1::ComputeResponse cresp;
   {
     grpc::ClientContext ctx;
+    Deadline(ctx);
     if (!stubs[0]->Compute(&ctx, creq, &cresp).ok()) good = false;
   }
   const int64_t out_bytes = cresp.output().storage_bytes();
@@ -344,6 +354,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
     const int64_t len = std::min<int64_t>(part, out_bytes - begin);
     if (len == 0) return;
     grpc::ClientContext ctx;
+    Deadline(ctx);
     v1::DownloadRequest d;
     d.set_handle(cresp.output().handle());
     d.set_offset(begin);
@@ -358,6 +369,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
   });
   {
     grpc::ClientContext ctx;
+    Deadline(ctx);
     v1::ReleaseRequest rel;
     for (const std::string& h : handles) rel.add_handles(h);
     rel.add_handles(cresp.output().handle());
@@ -402,6 +414,7 @@ RssResult StreamedAddRss(const std::string& binary, const std::vector<std::strin
   auto stub = v1::TensorService::NewStub(Channel(server.target(), 0));
   const auto t0 = std::chrono::steady_clock::now();
   grpc::ClientContext ctx;
+  Deadline(ctx);
   auto stream = stub->ComputeStream(&ctx);
   std::thread writer([&] {
     v1::ComputeStreamRequest h;
@@ -480,6 +493,7 @@ int main(int argc, char** argv) {
   {
     auto stub = v1::TensorService::NewStub(Channel(ours.target(), -1));
     grpc::ClientContext ctx;
+    Deadline(ctx);
     v1::ServerInfoResponse info;
     if (stub->ServerInfo(&ctx, v1::ServerInfoRequest(), &info).ok()) {
       metrics_port = info.metrics_port();
@@ -544,6 +558,7 @@ int main(int argc, char** argv) {
           if (mode == "unary") {
             const auto t0 = std::chrono::steady_clock::now();
             grpc::ClientContext ctx;
+            Deadline(ctx);
             v1::ComputeResponse resp;
             ok = stub->Compute(&ctx, req, &resp).ok() &&
                  static_cast<int64_t>(resp.output().data().size()) == n * 4;

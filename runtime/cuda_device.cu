@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/thread_pool.h"
 #include "kernels/cuda/launch_env.h"
 #include "runtime/cuda_device.h"
 
@@ -23,27 +25,127 @@ absl::Status CudaError(cudaError_t e, absl::string_view what) {
       return CudaError(e_, what);                   \
   } while (0)
 
-// A stream with its staging buffers and error flag.
+// Outputs up to this size come back with the completion instead of a separate Read.
+constexpr int64_t kReadBackBytes = 256 << 10;
+// Runs in flight per stream, each with its own slot for results.
+constexpr int kSlots = 8;
+
+// Where one run's results land on the host (pinned), and the event that says they have.
+struct Slot {
+  int* host_error = nullptr;
+  std::byte* read_back = nullptr;
+  cudaEvent_t event = nullptr;
+};
+
+struct Completion {
+  int slot;
+  std::function<void(absl::Status)> done;
+  std::string op;
+  ReadBack read_back;
+  // Where in the slot's buffer the read-back starts, and where the error flag landed.
+  int64_t read_back_offset = 0;
+  const int* error = nullptr;
+};
+
+// A stream with its staging buffers, error flag, result slots, and the thread that waits for
+// its runs to complete (in order, as the stream runs them) and calls their `done`.
 struct Stream {
   cudaStream_t stream = nullptr;
   // Two pinned buffers, so one fills while the other's copy runs; each with the event of its
   // last copy.
   std::byte* pinned[2] = {};
   cudaEvent_t done[2] = {};
-  // The kernels' error flag (device) and where it lands on the host (pinned).
+  // The kernels' error flag: reset before and copied out after each run, in stream order.
   int* dev_error = nullptr;
-  int* host_error = nullptr;
-  // Small outputs land here (pinned) and the completion copies them out.
-  std::byte* read_back = nullptr;
-  // Staging buffers and the error flag belong to one request at a time.
+  Slot slots[kSlots];
+  // Guards the staging buffers and the order of what requests sharing the stream issue.
   std::mutex mu;
   std::atomic<int> users{0};
   // The staging buffer the next Write starts with: consecutive writes alternate.
   int next = 0;
+
+  std::mutex slot_mu;
+  std::condition_variable slot_freed;
+  std::vector<int> free_slots;
+
+  std::mutex wait_mu;
+  std::condition_variable wait_cv;
+  std::deque<std::unique_ptr<Completion>> pending;
+  bool stop = false;
+  std::thread waiter;
 };
 
-// Outputs up to this size come back with the completion instead of a separate Read.
-constexpr int64_t kReadBackBytes = 256 << 10;
+// A free result slot of the stream, or -1 (without waiting) when all are in flight.
+int TryAcquireSlot(Stream& s) {
+  std::lock_guard<std::mutex> lock(s.slot_mu);
+  if (s.free_slots.empty()) return -1;
+  const int k = s.free_slots.back();
+  s.free_slots.pop_back();
+  return k;
+}
+
+int AcquireSlot(Stream& s) {
+  std::unique_lock<std::mutex> lock(s.slot_mu);
+  s.slot_freed.wait(lock, [&] { return !s.free_slots.empty(); });
+  const int k = s.free_slots.back();
+  s.free_slots.pop_back();
+  return k;
+}
+
+void ReleaseSlot(Stream& s, int k) {
+  {
+    std::lock_guard<std::mutex> lock(s.slot_mu);
+    s.free_slots.push_back(k);
+  }
+  s.slot_freed.notify_one();
+}
+
+void Enqueue(Stream& s, std::unique_ptr<Completion> c) {
+  {
+    std::lock_guard<std::mutex> lock(s.wait_mu);
+    s.pending.push_back(std::move(c));
+  }
+  s.wait_cv.notify_one();
+}
+
+// Waits for each run on the stream in turn, then reports it: the error flag, the read-back
+// copied out of its slot, and `done`.
+void WaitLoop(Stream& s, int device) {
+  (void)cudaSetDevice(device);
+  for (;;) {
+    Completion* c;
+    {
+      std::unique_lock<std::mutex> lock(s.wait_mu);
+      s.wait_cv.wait(lock, [&] { return s.stop || !s.pending.empty(); });
+      if (s.pending.empty()) return;
+      c = s.pending.front().get();
+    }
+    Slot& slot = s.slots[c->slot];
+    auto outcome = [&]() -> absl::Status {
+      if (cudaError_t e = cudaEventSynchronize(slot.event); e != cudaSuccess) {
+        return CudaError(e, "kernel");
+      }
+      if (*c->error != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("integer division by zero in '", c->op, "'"));
+      }
+      if (c->read_back.bytes > 0) {
+        std::memcpy(c->read_back.host, slot.read_back + c->read_back_offset,
+                    static_cast<size_t>(c->read_back.bytes));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status status = outcome();
+    ReleaseSlot(s, c->slot);
+    std::unique_ptr<Completion> owned;
+    {
+      std::lock_guard<std::mutex> lock(s.wait_mu);
+      owned = std::move(s.pending.front());
+      s.pending.pop_front();
+    }
+    owned->done(std::move(status));
+  }
+}
 
 struct CudaLane final : Lane {
   explicit CudaLane(Stream* s) : stream(s) { s->users.fetch_add(1); }
@@ -63,11 +165,18 @@ struct CudaDevice::Impl {
   cudaStream_t alloc_stream = nullptr;
   std::mutex alloc_mu;
   std::vector<std::unique_ptr<Stream>> streams;
-  // Runs `done` callbacks: CUDA host functions must not call CUDA themselves.
-  std::unique_ptr<ThreadPool> completions;
-
   ~Impl() {
     (void)cudaSetDevice(index);
+    for (auto& s : streams) {
+      if (s->waiter.joinable()) {
+        {
+          std::lock_guard<std::mutex> lock(s->wait_mu);
+          s->stop = true;
+        }
+        s->wait_cv.notify_all();
+        s->waiter.join();
+      }
+    }
     for (auto& s : streams) {
       if (s->stream != nullptr) (void)cudaStreamSynchronize(s->stream);
       for (int i = 0; i < 2; ++i) {
@@ -75,11 +184,13 @@ struct CudaDevice::Impl {
         if (s->done[i] != nullptr) (void)cudaEventDestroy(s->done[i]);
       }
       if (s->dev_error != nullptr) (void)cudaFree(s->dev_error);
-      if (s->host_error != nullptr) (void)cudaFreeHost(s->host_error);
-      if (s->read_back != nullptr) (void)cudaFreeHost(s->read_back);
+      for (Slot& slot : s->slots) {
+        if (slot.host_error != nullptr) (void)cudaFreeHost(slot.host_error);
+        if (slot.read_back != nullptr) (void)cudaFreeHost(slot.read_back);
+        if (slot.event != nullptr) (void)cudaEventDestroy(slot.event);
+      }
       if (s->stream != nullptr) (void)cudaStreamDestroy(s->stream);
     }
-    completions.reset();
     if (alloc_stream != nullptr) {
       (void)cudaStreamSynchronize(alloc_stream);
       (void)cudaStreamDestroy(alloc_stream);
@@ -141,11 +252,18 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
                               "cudaEventCreate");
     }
     TC_CUDA_RETURN_IF_ERROR(cudaMalloc(&s->dev_error, sizeof(int)), "cudaMalloc");
-    TC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s->host_error, sizeof(int)), "cudaMallocHost");
-    TC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&s->read_back, kReadBackBytes), "cudaMallocHost");
+    for (int k = 0; k < kSlots; ++k) {
+      Slot& slot = s->slots[k];
+      TC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&slot.host_error, sizeof(int)), "cudaMallocHost");
+      TC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&slot.read_back, kReadBackBytes), "cudaMallocHost");
+      TC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming),
+                              "cudaEventCreate");
+      s->free_slots.push_back(k);
+    }
+    Stream* raw = s.get();
+    s->waiter = std::thread([raw, index] { WaitLoop(*raw, index); });
     impl->streams.push_back(std::move(s));
   }
-  impl->completions = std::make_unique<ThreadPool>(1);
 
   DeviceInfo info;
   info.kind = "cuda";
@@ -176,8 +294,9 @@ std::byte* CudaDevice::RawAllocate(int64_t bytes, bool zero, Lane* lane, void** 
   void* p = nullptr;
   if (lane != nullptr) {
     // In the lane's order: ready for everything issued on it afterwards, no wait here.
+    // Stream operations are thread-safe; this one may land between another request's, which
+    // is harmless.
     Stream& s = *static_cast<CudaLane*>(lane)->stream;
-    std::lock_guard<std::mutex> lock(s.mu);
     if (cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes), impl_->pool, s.stream) !=
         cudaSuccess) {
       (void)cudaGetLastError();
@@ -206,13 +325,12 @@ void CudaDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* tag) {
   (void)cudaSetDevice(impl_->index);
   // Every use of the memory has completed as far as the host knows (the last reference is
   // gone), except perhaps work on the stream it was allocated on: free it in that order.
+  // No lock: freeing may be the last thing a completion does, and must never wait on a
+  // thread that waits for completions.
   if (tag != nullptr) {
-    Stream& s = *static_cast<Stream*>(tag);
-    std::lock_guard<std::mutex> lock(s.mu);
-    (void)cudaFreeAsync(p, s.stream);
+    (void)cudaFreeAsync(p, static_cast<Stream*>(tag)->stream);
     return;
   }
-  std::lock_guard<std::mutex> lock(impl_->alloc_mu);
   (void)cudaFreeAsync(p, impl_->alloc_stream);
 }
 
@@ -288,45 +406,6 @@ absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, vo
   return absl::OkStatus();
 }
 
-namespace {
-
-struct Completion {
-  ThreadPool* pool;
-  Stream* stream;
-  std::function<void(absl::Status)> done;
-  std::string op;
-  Device::ReadBack read_back;
-  int error = 0;
-};
-
-// Runs on CUDA's callback thread after everything before it on the stream: no CUDA calls here.
-void CUDART_CB OnStreamDone(void* arg) {
-  auto* c = static_cast<Completion*>(arg);
-  c->error = *c->stream->host_error;
-  // Before anything later on the stream can overwrite the lane's read-back buffer.
-  if (c->read_back.bytes > 0) {
-    std::memcpy(c->read_back.host, c->stream->read_back, static_cast<size_t>(c->read_back.bytes));
-  }
-  c->pool->Schedule([c] {
-    std::unique_ptr<Completion> owned(c);
-    // A failed kernel leaves an error on the stream; report it instead of the result.
-    auto status = [&]() -> absl::Status {
-      if (cudaError_t e = cudaStreamQuery(owned->stream->stream);
-          e != cudaSuccess && e != cudaErrorNotReady) {
-        return CudaError(e, "kernel");
-      }
-      if (owned->error != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("integer division by zero in '", owned->op, "'"));
-      }
-      return absl::OkStatus();
-    };
-    owned->done(status());
-  });
-}
-
-}  // namespace
-
 void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
                      std::byte* out, std::function<void(absl::Status)> done,
                      ReadBack read_back) {
@@ -341,38 +420,127 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   auto enqueue = [&]() -> absl::Status {
     TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
-    // Requests sharing the stream must not interleave their flag resets and launches.
-    std::lock_guard<std::mutex> lock(s.mu);
+    // A slot for this run's results, taken before the stream's lock: one frees up as the
+    // waiter reports earlier runs, and the waiter never needs that lock.
+    const int slot_index = AcquireSlot(s);
+    Slot& slot = s.slots[slot_index];
     char* base[kMaxOperands] = {};
     base[0] = reinterpret_cast<char*>(out) + op.plan.offsets[0];
     for (size_t i = 0; i < inputs.size(); ++i) {
       base[i + 1] = const_cast<char*>(reinterpret_cast<const char*>(inputs[i].data)) +
                     op.plan.offsets[i + 1];
     }
-    // The flag is reset, set by the kernel and copied out in stream order, and the host
-    // function reads it before anything later on the stream can run.
-    TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.dev_error, 0, sizeof(int), s.stream),
-                            "cudaMemsetAsync");
-    const cuda::LaunchEnv env{impl_->multiprocessors, s.stream, s.dev_error};
-    if (auto st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.host_error, s.dev_error, sizeof(int),
-                                            cudaMemcpyDeviceToHost, s.stream),
-                            "cudaMemcpyAsync to host");
-    if (read_back.bytes > 0) {
-      TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.read_back, out, static_cast<size_t>(read_back.bytes),
+    auto issue = [&]() -> absl::Status {
+      // Requests sharing the stream must not interleave their flag resets and launches.
+      std::lock_guard<std::mutex> lock(s.mu);
+      // The flag is reset, set by the kernel and copied out in stream order.
+      TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.dev_error, 0, sizeof(int), s.stream),
+                              "cudaMemsetAsync");
+      const cuda::LaunchEnv env{impl_->multiprocessors, s.stream, s.dev_error};
+      if (auto st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
+      TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.host_error, s.dev_error, sizeof(int),
                                               cudaMemcpyDeviceToHost, s.stream),
                               "cudaMemcpyAsync to host");
+      if (read_back.bytes > 0) {
+        TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.read_back, out,
+                                                static_cast<size_t>(read_back.bytes),
+                                                cudaMemcpyDeviceToHost, s.stream),
+                                "cudaMemcpyAsync to host");
+      }
+      TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.event, s.stream), "cudaEventRecord");
+      return absl::OkStatus();
+    };
+    if (absl::Status st = issue(); !st.ok()) {
+      ReleaseSlot(s, slot_index);
+      return st;
     }
-    auto* c = new Completion{impl_->completions.get(), &s, std::move(done), op.op->spec.name,
-                             read_back};
-    if (cudaError_t e = cudaLaunchHostFunc(s.stream, &OnStreamDone, c); e != cudaSuccess) {
-      done = std::move(c->done);
-      delete c;
-      return CudaError(e, "cudaLaunchHostFunc");
-    }
+    Enqueue(s, std::make_unique<Completion>(Completion{slot_index, std::move(done),
+                                                       op.op->spec.name, read_back, 0,
+                                                       slot.host_error}));
     return absl::OkStatus();
   };
   if (absl::Status st = enqueue(); !st.ok()) done(std::move(st));
+}
+
+int64_t CudaDevice::max_small_bytes() const { return kReadBackBytes; }
+
+namespace {
+constexpr int64_t Align256(int64_t n) { return (n + 255) & ~int64_t{255}; }
+}  // namespace
+
+bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
+                             const std::vector<TensorView>& host_inputs, std::byte* host_out,
+                             std::function<void(absl::Status)>& done) {
+  const Plan& plan = op.plan;
+  // One block on the device and one slot buffer on the host: [inputs... | output | flag].
+  int64_t in_bytes = 0;
+  for (const TensorView& v : host_inputs) in_bytes += Align256(v.storage_bytes);
+  const int64_t out_at = in_bytes;
+  const int64_t flag_at = out_at + Align256(plan.out_storage_bytes);
+  const int64_t total = flag_at + static_cast<int64_t>(sizeof(int));
+  if (total > kReadBackBytes || plan.numel == 0) return false;
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  const int slot_index = TryAcquireSlot(s);
+  if (slot_index < 0) return false;
+  // No waiting for memory here: the caller falls back to the ordinary path, which may wait.
+  auto block = Allocate(total, false, absl::Now(), &lane);
+  if (!block.ok()) {
+    ReleaseSlot(s, slot_index);
+    return false;
+  }
+  Slot& slot = s.slots[slot_index];
+  std::byte* dev = (*block)->data();
+  char* base[kMaxOperands] = {};
+  base[0] = reinterpret_cast<char*>(dev + out_at) + plan.offsets[0];
+  int64_t at = 0;
+  for (size_t i = 0; i < host_inputs.size(); ++i) {
+    // The slot's buffer is free: its last run has been reported. The upload out of it comes
+    // before the read-back into it on the stream.
+    std::memcpy(slot.read_back + at, host_inputs[i].data,
+                static_cast<size_t>(host_inputs[i].storage_bytes));
+    base[i + 1] = reinterpret_cast<char*>(dev + at) + plan.offsets[i + 1];
+    at += Align256(host_inputs[i].storage_bytes);
+  }
+  const bool gaps = plan.out_storage_bytes != plan.numel * ItemSize(plan.out_dtype);
+  auto issue = [&]() -> absl::Status {
+    TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (in_bytes > 0) {
+      TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, slot.read_back, static_cast<size_t>(in_bytes),
+                                              cudaMemcpyHostToDevice, s.stream),
+                              "cudaMemcpyAsync to device");
+    }
+    // The flag, and the output's gaps where its strides leave some, start as zeros.
+    const int64_t clear_from = gaps ? out_at : flag_at;
+    TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev + clear_from, 0,
+                                            static_cast<size_t>(total - clear_from), s.stream),
+                            "cudaMemsetAsync");
+    const cuda::LaunchEnv env{impl_->multiprocessors, s.stream,
+                              reinterpret_cast<int*>(dev + flag_at)};
+    if (auto st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.read_back + out_at, dev + out_at,
+                                            static_cast<size_t>(total - out_at),
+                                            cudaMemcpyDeviceToHost, s.stream),
+                            "cudaMemcpyAsync to host");
+    TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.event, s.stream), "cudaEventRecord");
+    return absl::OkStatus();
+  };
+  if (absl::Status st = issue(); !st.ok()) {
+    ReleaseSlot(s, slot_index);
+    done(std::move(st));
+    return true;
+  }
+  // The block goes back to the pool when the run has been reported.
+  StoragePtr keep = *std::move(block);
+  auto report = [keep, done = std::move(done)](absl::Status st) mutable {
+    keep.reset();  // Accounted free before the caller hears of the result.
+    done(std::move(st));
+  };
+  Enqueue(s, std::make_unique<Completion>(Completion{
+                 slot_index, std::move(report), op.op->spec.name,
+                 ReadBack{host_out, plan.out_storage_bytes}, out_at,
+                 reinterpret_cast<const int*>(slot.read_back + flag_at)}));
+  return true;
 }
 
 }  // namespace tc::runtime

@@ -26,6 +26,9 @@ class CudaDevice final : public Device {
                     int64_t n) override;
   absl::Status Sync(Lane& lane) override;
   int64_t max_read_back() const override;
+  int64_t max_small_bytes() const override;
+  bool TryRunSmall(Lane& lane, const PreparedOp& op, const std::vector<TensorView>& host_inputs,
+                   std::byte* host_out, std::function<void(absl::Status)>& done) override;
   void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
            std::function<void(absl::Status)> done, ReadBack read_back = {}) override;
 

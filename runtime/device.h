@@ -110,6 +110,20 @@ class Device {
   // The largest ReadBack Run accepts (0: none; read with Read instead).
   virtual int64_t max_read_back() const { return 0; }
 
+  // For small requests: runs `op` straight from host memory (`host_inputs` point at the
+  // host) into `host_out` (op.plan.out_storage_bytes), packing inputs and output into one
+  // staging buffer and one device block. Never waits: returns false, leaving `done` unused,
+  // when it cannot start at once (too large, no free result slot, no memory within the
+  // budget), and the caller takes the ordinary path. Otherwise `done` is taken as with Run.
+  virtual bool TryRunSmall(Lane& /*lane*/, const PreparedOp& /*op*/,
+                           const std::vector<TensorView>& /*host_inputs*/,
+                           std::byte* /*host_out*/,
+                           std::function<void(absl::Status)>& /*done*/) {
+    return false;
+  }
+  // The most bytes (inputs, output and padding) TryRunSmall takes; 0 where it never does.
+  virtual int64_t max_small_bytes() const { return 0; }
+
   // Runs `op` over `inputs` (views whose data point at this device's memory) into `out`
   // (laid out as op.plan.out_strides, op.plan.out_storage_bytes long), then copies `read_back`
   // (at most max_read_back() bytes of `out`) to the host. `done` is called once, perhaps

@@ -9,13 +9,17 @@ namespace tc::runtime {
 
 class DeviceBackend final : public Backend {
  public:
-  explicit DeviceBackend(Device* device) : device_(device) {}
+  // `small_first`: run what fits through Device::TryRunSmall, like the server's small
+  // requests; the rest (and everything when it is false) through storage copies and Run.
+  explicit DeviceBackend(Device* device, bool small_first = false)
+      : device_(device), small_first_(small_first) {}
   absl::string_view name() const override { return device_->info().kind; }
   absl::Status Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
                    std::byte* out) override;
 
  private:
   Device* device_;
+  bool small_first_;
 };
 
 }  // namespace tc::runtime

@@ -31,7 +31,7 @@ absl::Status CheckSize(const TensorView& v, absl::string_view what, const Servic
 
 absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
-    const TensorServiceImpl::Env& env, absl::Time deadline) {
+    const TensorServiceImpl::Env& env, absl::Time deadline, bool stage_inline) {
   const ServiceOptions& limits = env.options;
   // The op first: "unknown op" is the more useful message when the inputs are wrong too.
   if (auto op = LookupOp(request.op()); !op.ok()) return op.status();
@@ -138,7 +138,8 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   for (int i = 0; i < n; ++i) {
     TensorView& v = job->views_[i];
     const bool streamed = job->received_[i] >= 0;
-    const bool copy = !streamed && !job->resident_[i] && !job->device_->host_memory();
+    const bool copy =
+        stage_inline && !streamed && !job->resident_[i] && !job->device_->host_memory();
     if (!streamed && !copy) continue;
     auto s = job->device_->Allocate(v.storage_bytes, false, deadline, job->lane_.get());
     if (!s.ok()) return s.status();
@@ -198,6 +199,16 @@ absl::StatusOr<runtime::StoragePtr> ComputeJob::AllocateOutput(absl::Time deadli
 void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
                      runtime::Device::ReadBack read_back) {
   device_->Run(*lane_, prepared_, views_, out, std::move(done), read_back);
+}
+
+bool ComputeJob::TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done) {
+  return device_->TryRunSmall(*lane_, prepared_, views_, host_out, done);
+}
+
+int64_t ComputeJob::input_bytes() const {
+  int64_t n = 0;
+  for (const TensorView& v : views_) n += v.storage_bytes;
+  return n;
 }
 
 TensorView ComputeJob::OutputView() const {

@@ -18,9 +18,11 @@ class ComputeJob {
  public:
   // `allow_streamed`: inputs may announce storage_bytes and send their bytes as chunks later.
   // The request must outlive the job (inline inputs may be computed on in place).
+  // `stage_inline`: copy inline inputs into device storage where the device cannot read host
+  // memory; without it they stay host views, for TryRunSmall.
   static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
       const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
-      const TensorServiceImpl::Env& env, absl::Time deadline);
+      const TensorServiceImpl::Env& env, absl::Time deadline, bool stage_inline = true);
 
   const PreparedOp& prepared() const { return prepared_; }
   const Plan& plan() const { return prepared_.plan; }
@@ -42,6 +44,11 @@ class ComputeJob {
   // as Device::Run.
   void Run(std::byte* out, std::function<void(absl::Status)> done,
            runtime::Device::ReadBack read_back = {});
+
+  // Device::TryRunSmall over the (host) inline inputs, into `host_out`.
+  bool TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done);
+  // Total input storage bytes.
+  int64_t input_bytes() const;
 
   // The output's metadata: offset 0, plan strides, storage_bytes.
   TensorView OutputView() const;

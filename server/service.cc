@@ -38,8 +38,6 @@ TensorServiceImpl::TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* re
                                      ServiceOptions options)
     : env_{devices, request_pool, resident, metrics, std::move(options)} {}
 
-namespace {
-
 // Records one unary call in the metrics when it finishes.
 struct UnaryCall {
   const TensorServiceImpl::Env* env;
@@ -56,6 +54,8 @@ struct UnaryCall {
     reactor->Finish(ToGrpcStatus(s));
   }
 };
+
+namespace {
 
 // Requests up to this many input bytes run on the gRPC thread on the CPU backend.
 constexpr int64_t kInlineBytes = 64 << 10;
@@ -154,18 +154,53 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
       });
     });
   };
-  // A small request for host memory takes a few microseconds: it runs right here rather than
-  // paying for a trip through the pool. Everything else (GPU copies, large computations)
-  // goes to the pool.
+  // A small request takes a few microseconds to compute on the host, or to hand to a GPU
+  // without waiting for it: it starts right here rather than paying for a trip through the
+  // pool. Everything else (large copies, large computations) goes to the pool.
   int64_t bytes = 0;
-  for (const v1::Tensor& t : request->inputs()) bytes += static_cast<int64_t>(t.data().size());
-  if (bytes <= kInlineBytes && env_.devices->size() == 1 && env_.devices->at(0).host_memory() &&
-      !request->keep_output_resident()) {
-    work();
-  } else {
-    env_.pool->Schedule(std::move(work));
+  bool inline_only = !request->keep_output_resident();
+  for (const v1::Tensor& t : request->inputs()) {
+    bytes += static_cast<int64_t>(t.data().size());
+    inline_only = inline_only && t.handle().empty() && t.storage_bytes() == 0;
   }
+  if (bytes <= kInlineBytes && inline_only && env_.devices->size() == 1) {
+    if (env_.devices->at(0).host_memory()) {
+      work();
+      return call->reactor;
+    }
+    if (TrySmallOnDevice(ctx, request, response, call)) return call->reactor;
+  }
+  env_.pool->Schedule(std::move(work));
   return call->reactor;
+}
+
+bool TensorServiceImpl::TrySmallOnDevice(grpc::CallbackServerContext* ctx,
+                                         const v1::ComputeRequest* request,
+                                         v1::ComputeResponse* response,
+                                         std::shared_ptr<UnaryCall> call) {
+  for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
+  auto prepared = ComputeJob::Prepare(*request, ClientIdentity(*ctx), false, env_,
+                                      DeadlineOf(*ctx), /*stage_inline=*/false);
+  if (!prepared.ok()) {
+    call->Finish(prepared.status());
+    return true;
+  }
+  std::shared_ptr<ComputeJob> job = *std::move(prepared);
+  const Plan& plan = job->plan();
+  if (plan.out_storage_bytes + job->input_bytes() > job->device().max_small_bytes()) {
+    call->received = 0;
+    return false;
+  }
+  std::byte* out = PrepareOutput(plan, response->mutable_output());
+  std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
+  if (!job->TryRunSmall(out, done)) {
+    // Busy or short of memory: the ordinary path, which may wait.
+    response->clear_output();
+    call->received = 0;
+    return false;
+  }
+  call->sent = plan.out_storage_bytes;
+  return true;
 }
 
 namespace {
@@ -322,7 +357,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
     StartRead(&in_);
   }
   ~UploadReactor() override {
-    if (part_of_ != nullptr) part_of_->writers.fetch_sub(1);
+    if (writing_) part_of_->writers.fetch_sub(1);
   }
 
   void OnReadDone(bool ok) override {
@@ -367,6 +402,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
       }
       part_of_ = *std::move(r);
       part_of_->writers.fetch_add(1);
+      writing_ = true;
       storage_ = part_of_->storage;
       start_ = h.offset();
       lane_ = storage_->device().AcquireLane();
@@ -426,6 +462,9 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
     if (auto s = storage_->device().Sync(*lane_); !s.ok()) return s;
     response_->set_bytes_received(got_);
     if (part_of_ != nullptr) {
+      // Done writing: readable as soon as the client hears so.
+      part_of_->writers.fetch_sub(1);
+      writing_ = false;
       SetTensorMeta(part_of_->view, response_->mutable_tensor());
       response_->mutable_tensor()->set_handle(part_of_->handle);
       response_->set_expires_unix_seconds(absl::ToUnixSeconds(part_of_->expires));
@@ -450,6 +489,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
   runtime::StoragePtr storage_;
   std::unique_ptr<runtime::Lane> lane_;
   std::shared_ptr<ResidentTensor> part_of_;
+  bool writing_ = false;
   TensorView view_;
   int64_t ttl_ = 0;
   int64_t start_ = 0;

@@ -17,6 +17,8 @@ namespace tc::server {
 
 namespace v1 = ::tensorcompute::v1;
 
+struct UnaryCall;
+
 struct ServiceOptions {
   // Largest message either way; a unary result larger than this gets RESOURCE_EXHAUSTED
   // before any memory is taken for it (ComputeStream has no such ceiling).
@@ -69,6 +71,11 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   };
 
  private:
+  // The small-request fast path on a GPU: plans and hands the request to the device from the
+  // gRPC thread. False (nothing finished) when it does not apply or the device is busy.
+  bool TrySmallOnDevice(grpc::CallbackServerContext* ctx, const v1::ComputeRequest* request,
+                        v1::ComputeResponse* response, std::shared_ptr<UnaryCall> call);
+
   Env env_;
 };
 

@@ -78,6 +78,18 @@ std::unique_ptr<runtime::Device> MakeCuda(const runtime::DeviceOptions& options)
   return d.ok() ? *std::move(d) : nullptr;
 }
 
+// The small-request path: inputs and output packed into one staging buffer and one block.
+TEST_F(CudaBackendTest, SmallPathMatchesTheReference) {
+  runtime::DeviceBackend small(device_.get(), /*small_first=*/true);
+  testing::ConformanceOptions options;
+  options.max_numel = 4096;
+  testing::CheckConformance(small, testing::TestSeed() ^ 0x51ull, options);
+  options.every_dtype_combination = true;
+  options.max_numel = 512;
+  testing::CheckConformance(small, testing::TestSeed() ^ 0x52ull, options);
+  EXPECT_EQ(device_->memory_in_use(), 0);
+}
+
 TEST_F(CudaBackendTest, Budget) { testing::CheckBudget(MakeCuda); }
 TEST_F(CudaBackendTest, Copies) { testing::CheckCopies(MakeCuda); }
 TEST_F(CudaBackendTest, ConcurrentRunsShareStreams) { testing::CheckConcurrentRuns(MakeCuda); }

@@ -280,6 +280,7 @@ TEST_F(StreamingTest, OneTensorUploadedInPartsOverSeveralConnections) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 3);
+  // Each part is readable as soon as its upload has returned.
   auto down = client().Download(handle);
   ASSERT_TRUE(down.ok()) << down.status();
   EXPECT_EQ(down->data(), bytes);
@@ -422,11 +423,12 @@ TEST(LimitsTest, MemoryBudgetQuotaAndConcurrency) {
   in->add_shape(4);
   in->set_storage_bytes(16);
   ASSERT_TRUE(stream->Write(header));
-  auto busy = client.Compute("neg", {Floats({1}, {1.0f})});
-  for (int i = 0; i < 100 && busy.ok(); ++i) {  // Until the stream's header has been handled.
+  // The stream's header has been handled once its input's storage is taken.
+  for (int i = 0; i < 200 && server.MemoryInUse() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    busy = client.Compute("neg", {Floats({1}, {1.0f})});
   }
+  EXPECT_GT(server.MemoryInUse(), 0);
+  auto busy = client.Compute("neg", {Floats({1}, {1.0f})});
   EXPECT_EQ(busy.status().code(), absl::StatusCode::kResourceExhausted) << busy.status();
   EXPECT_NE(busy.status().message().find("busy"), std::string::npos) << busy.status();
   ctx.TryCancel();
