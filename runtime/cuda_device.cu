@@ -1,6 +1,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
@@ -71,6 +72,9 @@ struct Stream {
   std::mutex wait_mu;
   std::condition_variable wait_cv;
   std::deque<std::unique_ptr<Completion>> pending;
+  // pending.size(), readable without the lock: the waiter spins on it a little before it
+  // sleeps, so that a run arriving soon after the last one is seen without a wake-up.
+  std::atomic<int> pending_count{0};
   bool stop = false;
   std::thread waiter;
 };
@@ -104,9 +108,13 @@ void Enqueue(Stream& s, std::unique_ptr<Completion> c) {
   {
     std::lock_guard<std::mutex> lock(s.wait_mu);
     s.pending.push_back(std::move(c));
+    s.pending_count.fetch_add(1, std::memory_order_release);
   }
   s.wait_cv.notify_one();
 }
+
+// How long an idle waiter keeps looking for new runs before it sleeps.
+constexpr auto kWaiterSpin = std::chrono::microseconds(2000);
 
 // Waits for each run on the stream in turn, then reports it: the error flag, the read-back
 // copied out of its slot, and `done`.
@@ -114,6 +122,13 @@ void WaitLoop(Stream& s, int device) {
   (void)cudaSetDevice(device);
   for (;;) {
     Completion* c;
+    if (s.pending_count.load(std::memory_order_acquire) == 0) {
+      const auto until = std::chrono::steady_clock::now() + kWaiterSpin;
+      while (s.pending_count.load(std::memory_order_acquire) == 0 &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::yield();
+      }
+    }
     {
       std::unique_lock<std::mutex> lock(s.wait_mu);
       s.wait_cv.wait(lock, [&] { return s.stop || !s.pending.empty(); });
@@ -142,6 +157,7 @@ void WaitLoop(Stream& s, int device) {
       std::lock_guard<std::mutex> lock(s.wait_mu);
       owned = std::move(s.pending.front());
       s.pending.pop_front();
+      s.pending_count.fetch_sub(1, std::memory_order_release);
     }
     owned->done(std::move(status));
   }
@@ -472,12 +488,14 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
                              const std::vector<TensorView>& host_inputs, std::byte* host_out,
                              std::function<void(absl::Status)>& done) {
   const Plan& plan = op.plan;
-  // One block on the device and one slot buffer on the host: [inputs... | output | flag].
+  // One block on the device and one slot buffer on the host: [inputs... | flag | output].
+  // The flag travels up as a zero with the inputs and comes back with the output: one copy
+  // each way.
   int64_t in_bytes = 0;
   for (const TensorView& v : host_inputs) in_bytes += Align256(v.storage_bytes);
-  const int64_t out_at = in_bytes;
-  const int64_t flag_at = out_at + Align256(plan.out_storage_bytes);
-  const int64_t total = flag_at + static_cast<int64_t>(sizeof(int));
+  const int64_t flag_at = in_bytes;
+  const int64_t out_at = flag_at + 256;
+  const int64_t total = out_at + plan.out_storage_bytes;
   if (total > kReadBackBytes || plan.numel == 0) return false;
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   const int slot_index = TryAcquireSlot(s);
@@ -501,25 +519,27 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
     base[i + 1] = reinterpret_cast<char*>(dev + at) + plan.offsets[i + 1];
     at += Align256(host_inputs[i].storage_bytes);
   }
+  std::memset(slot.read_back + flag_at, 0, sizeof(int));
   const bool gaps = plan.out_storage_bytes != plan.numel * ItemSize(plan.out_dtype);
   auto issue = [&]() -> absl::Status {
     TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
     std::lock_guard<std::mutex> lock(s.mu);
-    if (in_bytes > 0) {
-      TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, slot.read_back, static_cast<size_t>(in_bytes),
-                                              cudaMemcpyHostToDevice, s.stream),
-                              "cudaMemcpyAsync to device");
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, slot.read_back,
+                                            static_cast<size_t>(flag_at + sizeof(int)),
+                                            cudaMemcpyHostToDevice, s.stream),
+                            "cudaMemcpyAsync to device");
+    if (gaps) {
+      // What lies between the output's elements reads as zeros.
+      TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev + out_at, 0,
+                                              static_cast<size_t>(plan.out_storage_bytes),
+                                              s.stream),
+                              "cudaMemsetAsync");
     }
-    // The flag, and the output's gaps where its strides leave some, start as zeros.
-    const int64_t clear_from = gaps ? out_at : flag_at;
-    TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev + clear_from, 0,
-                                            static_cast<size_t>(total - clear_from), s.stream),
-                            "cudaMemsetAsync");
     const cuda::LaunchEnv env{impl_->multiprocessors, s.stream,
                               reinterpret_cast<int*>(dev + flag_at)};
     if (auto st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.read_back + out_at, dev + out_at,
-                                            static_cast<size_t>(total - out_at),
+    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.read_back + flag_at, dev + flag_at,
+                                            static_cast<size_t>(total - flag_at),
                                             cudaMemcpyDeviceToHost, s.stream),
                             "cudaMemcpyAsync to host");
     TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.event, s.stream), "cudaEventRecord");
