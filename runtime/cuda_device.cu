@@ -36,6 +36,9 @@ struct Slot {
   int* host_error = nullptr;
   std::byte* read_back = nullptr;
   cudaEvent_t event = nullptr;
+  // Device memory for one small run (inputs, flag, output): reused with the slot, so small
+  // runs allocate nothing.
+  std::byte* block = nullptr;
 };
 
 struct Completion {
@@ -113,8 +116,10 @@ void Enqueue(Stream& s, std::unique_ptr<Completion> c) {
   s.wait_cv.notify_one();
 }
 
-// How long an idle waiter keeps looking for new runs before it sleeps.
+// How long an idle waiter keeps looking for new runs before it sleeps, and how long it
+// polls a run's event before it lets the driver put it to sleep.
 constexpr auto kWaiterSpin = std::chrono::microseconds(2000);
+constexpr auto kPollFor = std::chrono::microseconds(1000);
 
 // Waits for each run on the stream in turn, then reports it: the error flag, the read-back
 // copied out of its slot, and `done`.
@@ -137,9 +142,14 @@ void WaitLoop(Stream& s, int device) {
     }
     Slot& slot = s.slots[c->slot];
     auto outcome = [&]() -> absl::Status {
-      if (cudaError_t e = cudaEventSynchronize(slot.event); e != cudaSuccess) {
-        return CudaError(e, "kernel");
+      // Small runs finish within microseconds: poll for those, then sleep in the driver.
+      const auto until = std::chrono::steady_clock::now() + kPollFor;
+      cudaError_t e;
+      while ((e = cudaEventQuery(slot.event)) == cudaErrorNotReady &&
+             std::chrono::steady_clock::now() < until) {
       }
+      if (e == cudaErrorNotReady) e = cudaEventSynchronize(slot.event);
+      if (e != cudaSuccess) return CudaError(e, "kernel");
       if (*c->error != 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("integer division by zero in '", c->op, "'"));
@@ -204,6 +214,7 @@ struct CudaDevice::Impl {
         if (slot.host_error != nullptr) (void)cudaFreeHost(slot.host_error);
         if (slot.read_back != nullptr) (void)cudaFreeHost(slot.read_back);
         if (slot.event != nullptr) (void)cudaEventDestroy(slot.event);
+        if (slot.block != nullptr) (void)cudaFree(slot.block);
       }
       if (s->stream != nullptr) (void)cudaStreamDestroy(s->stream);
     }
@@ -274,6 +285,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
       TC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&slot.read_back, kReadBackBytes), "cudaMallocHost");
       TC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&slot.event, cudaEventDisableTiming),
                               "cudaEventCreate");
+      TC_CUDA_RETURN_IF_ERROR(cudaMalloc(&slot.block, kReadBackBytes), "cudaMalloc");
       s->free_slots.push_back(k);
     }
     Stream* raw = s.get();
@@ -500,14 +512,9 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   const int slot_index = TryAcquireSlot(s);
   if (slot_index < 0) return false;
-  // No waiting for memory here: the caller falls back to the ordinary path, which may wait.
-  auto block = Allocate(total, false, absl::Now(), &lane);
-  if (!block.ok()) {
-    ReleaseSlot(s, slot_index);
-    return false;
-  }
   Slot& slot = s.slots[slot_index];
-  std::byte* dev = (*block)->data();
+  // The slot's own device block: free like the slot, since its last run has been reported.
+  std::byte* dev = slot.block;
   char* base[kMaxOperands] = {};
   base[0] = reinterpret_cast<char*>(dev + out_at) + plan.offsets[0];
   int64_t at = 0;
@@ -550,14 +557,8 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
     done(std::move(st));
     return true;
   }
-  // The block goes back to the pool when the run has been reported.
-  StoragePtr keep = *std::move(block);
-  auto report = [keep, done = std::move(done)](absl::Status st) mutable {
-    keep.reset();  // Accounted free before the caller hears of the result.
-    done(std::move(st));
-  };
   Enqueue(s, std::make_unique<Completion>(Completion{
-                 slot_index, std::move(report), op.op->spec.name,
+                 slot_index, std::move(done), op.op->spec.name,
                  ReadBack{host_out, plan.out_storage_bytes}, out_at,
                  reinterpret_cast<const int*>(slot.read_back + flag_at)}));
   return true;

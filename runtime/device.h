@@ -113,8 +113,9 @@ class Device {
   // For small requests: runs `op` straight from host memory (`host_inputs` point at the
   // host) into `host_out` (op.plan.out_storage_bytes), packing inputs and output into one
   // staging buffer and one device block. Never waits: returns false, leaving `done` unused,
-  // when it cannot start at once (too large, no free result slot, no memory within the
-  // budget), and the caller takes the ordinary path. Otherwise `done` is taken as with Run.
+  // when it cannot start at once (too large, no free result slot), and the caller takes the
+  // ordinary path. Otherwise `done` is taken as with Run.
+  // Its memory is set aside when the device starts, outside the budget.
   virtual bool TryRunSmall(Lane& /*lane*/, const PreparedOp& /*op*/,
                            const std::vector<TensorView>& /*host_inputs*/,
                            std::byte* /*host_out*/,

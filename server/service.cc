@@ -57,6 +57,15 @@ struct UnaryCall {
 
 namespace {
 
+// Whether a Compute touches resident tensors, which belong to the caller's identity.
+bool NeedsIdentity(const v1::ComputeRequest& request) {
+  if (request.keep_output_resident()) return true;
+  for (const v1::Tensor& t : request.inputs()) {
+    if (!t.handle().empty()) return true;
+  }
+  return false;
+}
+
 // Requests up to this many input bytes run on the gRPC thread on the CPU backend.
 constexpr int64_t kInlineBytes = 64 << 10;
 
@@ -82,7 +91,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
       return;
     }
     for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
-    const std::string owner = ClientIdentity(*ctx);
+    const std::string owner = NeedsIdentity(*request) ? ClientIdentity(*ctx) : std::string();
     auto prepared = ComputeJob::Prepare(*request, owner, false, env_, DeadlineOf(*ctx));
     if (!prepared.ok()) {
       call->Finish(prepared.status());
@@ -179,7 +188,8 @@ bool TensorServiceImpl::TrySmallOnDevice(grpc::CallbackServerContext* ctx,
                                          v1::ComputeResponse* response,
                                          std::shared_ptr<UnaryCall> call) {
   for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
-  auto prepared = ComputeJob::Prepare(*request, ClientIdentity(*ctx), false, env_,
+  // No handles and nothing kept: no identity needed.
+  auto prepared = ComputeJob::Prepare(*request, std::string(), false, env_,
                                       DeadlineOf(*ctx), /*stage_inline=*/false);
   if (!prepared.ok()) {
     call->Finish(prepared.status());
