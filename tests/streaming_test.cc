@@ -8,7 +8,11 @@
 #include <thread>
 #include <vector>
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include "client/client.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/server_process.h"
 #include "tests/wire_tensors.h"
@@ -50,6 +54,8 @@ class Server {
   Client& client() { return *client_; }
   std::string target() const { return process_->target(); }
   int port() const { return process_->port(); }
+  int pid() const { return process_->pid(); }
+  int Terminate() { return process_->Terminate(30); }
   void ExpectHealthy() {
     auto h = client_->Health();
     ASSERT_TRUE(h.ok()) << h.status();
@@ -452,6 +458,81 @@ TEST(ExpiryTest, ResidentTensorsExpire) {
   auto info = server.client().ServerInfo();
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->resident_tensors(), 0);
+}
+
+// SIGTERM under load: health turns NOT_SERVING for watchers, new calls get UNAVAILABLE, the
+// request in flight finishes with every byte, and the process exits 0 well within the grace.
+TEST(DrainTest, SigtermLetsInFlightWorkFinish) {
+  Server server({"--shutdown_grace_seconds=20"});
+  ASSERT_GT(server.port(), 0);
+  auto channel = grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext watch_ctx;
+  grpc::health::v1::HealthCheckRequest hreq;
+  auto watch = health->Watch(&watch_ctx, hreq);
+  grpc::health::v1::HealthCheckResponse hresp;
+  ASSERT_TRUE(watch->Read(&hresp));
+  EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // A streamed request in flight: its header and a quarter of its input sent.
+  const int64_t n = 1 << 20;
+  std::vector<float> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i % 1000);
+  const std::string bytes(reinterpret_cast<const char*>(values.data()), n * 4);
+  auto stub = v1::TensorService::NewStub(channel);
+  grpc::ClientContext ctx;
+  auto stream = stub->ComputeStream(&ctx);
+  v1::ComputeStreamRequest header;
+  header.mutable_header()->set_op("neg");
+  v1::Tensor* in = header.mutable_header()->add_inputs();
+  in->set_dtype(v1::float32);
+  in->add_shape(n);
+  in->set_storage_bytes(n * 4);
+  ASSERT_TRUE(stream->Write(header));
+  const int64_t quarter = n;  // bytes
+  auto chunk = [&](int64_t at, int64_t len) {
+    v1::ComputeStreamRequest m;
+    m.mutable_chunk()->set_offset(at);
+    m.mutable_chunk()->set_data(bytes.substr(at, len));
+    return m;
+  };
+  ASSERT_TRUE(stream->Write(chunk(0, quarter)));
+
+  const auto signalled = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
+  // Health first.
+  ASSERT_TRUE(watch->Read(&hresp));
+  EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  watch_ctx.TryCancel();
+  (void)watch->Finish();
+  // New calls are refused.
+  absl::Status refused;
+  for (int i = 0; i < 100; ++i) {
+    refused = server.client().Compute("neg", {Floats({1}, {1.0f})}).status();
+    if (refused.code() == absl::StatusCode::kUnavailable) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  // The request in flight completes.
+  for (int64_t at = quarter; at < n * 4; at += quarter) ASSERT_TRUE(stream->Write(chunk(at, quarter)));
+  stream->WritesDone();
+  v1::TensorStreamMessage m;
+  std::string out;
+  while (stream->Read(&m)) {
+    if (m.has_chunk()) out += m.chunk().data();
+  }
+  grpc::Status st = stream->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(out.size(), bytes.size());
+  for (int64_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, out.data() + i * 4, 4);
+    ASSERT_EQ(f, -values[i]) << i;
+  }
+  const int status = server.Terminate();
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(15));
 }
 
 // No 2 GiB ceiling: 2^31 + 4097 bytes through one ComputeStream, every byte checked, neither
