@@ -116,6 +116,14 @@ void Enqueue(Stream& s, std::unique_ptr<Completion> c) {
   s.wait_cv.notify_one();
 }
 
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
 // How long an idle waiter keeps looking for new runs before it sleeps, and how long it
 // polls a run's event before it lets the driver put it to sleep.
 constexpr auto kWaiterSpin = std::chrono::microseconds(2000);
@@ -147,6 +155,9 @@ void WaitLoop(Stream& s, int device) {
       cudaError_t e;
       while ((e = cudaEventQuery(slot.event)) == cudaErrorNotReady &&
              std::chrono::steady_clock::now() < until) {
+        // About a microsecond between queries, so the poll does not crowd the driver's lock
+        // that threads submitting work need too.
+        for (int k = 0; k < 64; ++k) CpuRelax();
       }
       if (e == cudaErrorNotReady) e = cudaEventSynchronize(slot.event);
       if (e != cudaSuccess) return CudaError(e, "kernel");
