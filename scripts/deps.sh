@@ -7,6 +7,7 @@ pkgs=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto libabsl-dev
   libgtest-dev libgmock-dev libcivetweb-dev
   python3-grpcio python3-protobuf python3-numpy python3-torch python3-prometheus-client
+  python3-venv python3-setuptools
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs client/python with pip into a fresh virtual environment (seeing Debian's grpcio,
+# protobuf, numpy and torch; nothing downloaded) and runs its test against the server.
+set -euo pipefail
+server=$1
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+venv=$(mktemp -d /tmp/tc-venv-XXXXXX)
+trap 'rm -rf "$venv"' EXIT
+/usr/bin/python3 -m venv --system-site-packages "$venv"
+"$venv/bin/pip" install --quiet --no-build-isolation --no-deps --no-index "$repo/client/python" \
+  2> >(grep -v -i "beta" >&2)
+cd "$repo/tests/python"
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$repo/tests/python" \
+  "$venv/bin/python" test_client_package.py --server "$server"

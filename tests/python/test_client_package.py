@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The pip-installed Python client (client/python) against the real server, checked with
+NumPy and PyTorch. Run by run_client_package_test.sh from a fresh virtual environment."""
+import argparse
+import sys
+import unittest
+
+import grpc
+import numpy as np
+
+import tensorcompute_client as tcc
+from harness import start_server, stop_server
+
+ARGS = None
+
+
+class ClientPackageTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        assert "build/python" not in ":".join(sys.path), "must use the package's own stubs"
+        # Small messages, so that large inputs take ComputeStream.
+        cls.proc, cls.target = start_server(ARGS.server, "--max_message_bytes=1048576",
+                                            "--chunk_bytes=65536")
+        cls.client = tcc.Client(cls.target, max_message_bytes=1 << 20, chunk_bytes=100_000)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        stop_server(cls.proc)
+
+    def test_views_are_sent_as_their_span_with_strides(self):
+        rng = np.random.default_rng()
+        base = rng.standard_normal((37, 41)).astype(np.float32)
+        views = {
+            "transpose": base.T,
+            "step slice": base[1::3, ::2],
+            "negative steps": base[::-1, ::-3],
+            "column": base[:, 5],
+        }
+        for name, v in views.items():
+            with self.subTest(name):
+                t = tcc.to_tensor(v)
+                self.assertLessEqual(len(t.data), base.nbytes, name)
+                self.assertEqual(list(t.shape), list(v.shape))
+                got = self.client.compute("mul", v, v)
+                np.testing.assert_array_equal(got, v * v)
+        # Broadcast: 16 bytes travel for a 1000x4 operand.
+        row = np.arange(4, dtype=np.float32)
+        b = np.broadcast_to(row, (1000, 4))
+        t = tcc.to_tensor(b)
+        self.assertEqual(len(t.data), 16)
+        self.assertEqual(list(t.strides), [0, 1])
+        x = rng.standard_normal((1000, 4)).astype(np.float32)
+        np.testing.assert_array_equal(self.client.compute("add", x, b), x + b)
+
+    def test_dtypes_attributes_and_output_dtype(self):
+        a = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
+        np.testing.assert_array_equal(self.client.compute("add", a, a, alpha=3), a + 3 * a)
+        f = self.client.compute("add", a, a, output_dtype="float64")
+        self.assertEqual(f.dtype, np.float64)
+        np.testing.assert_array_equal(self.client.compute("gt", a, np.int32(0)), a > 0)
+        h = np.linspace(-2, 2, 11).astype(np.float16)
+        np.testing.assert_array_equal(self.client.compute("neg", h), -h)
+        c = self.client.compute("cast", a, dtype="float32")
+        self.assertEqual(c.dtype, np.float32)
+
+    def test_torch_tensors(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("torch not importable")
+        x = torch.randn(5, 7)
+        y = torch.randn(7)
+        got = self.client.compute("add", x.t().contiguous().t(), y, as_torch=True)
+        self.assertTrue(torch.equal(got, x + y))
+        bf = torch.randn(9, 3).to(torch.bfloat16)
+        out = self.client.compute("mul", bf.t(), bf.t(), as_torch=True)
+        self.assertEqual(out.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(out, bf.t() * bf.t()))
+
+    def test_large_inputs_stream_in_chunks(self):
+        rng = np.random.default_rng()
+        a = rng.standard_normal((700, 1000)).astype(np.float32)  # 2.8 MB > 1 MiB messages
+        b = rng.standard_normal(1000).astype(np.float32)
+        with self.assertRaises(grpc.RpcError):
+            self.client.compute("add", a, b, stream=False)
+        np.testing.assert_array_equal(self.client.compute("add", a.T.copy().T, b), a + b)
+
+    def test_resident_tensors(self):
+        m = np.arange(600_000, dtype=np.float32).reshape(600, 1000)
+        r = self.client.upload(m, ttl_seconds=60)
+        self.assertEqual(len(r.handle), 32)
+        self.assertEqual(r.shape, (600, 1000))
+        kept = self.client.compute("mul", r, np.float32(2), keep_resident=True)
+        self.assertIsInstance(kept, tcc.Resident)
+        np.testing.assert_array_equal(self.client.download(kept), m * 2)
+        self.assertEqual(self.client.release(r, kept), 2 * m.nbytes)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.client.download(r)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_errors_are_grpc_errors(self):
+        with self.assertRaises(grpc.RpcError) as e:
+            self.client.compute("floor_divide", np.array([1, 2], np.int32),
+                                np.array([1, 0], np.int32))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("division by zero", e.exception.details())
+        info = self.client.server_info()
+        self.assertEqual(info.backend, "cpu")
+        self.assertIn("add", [op.name for op in self.client.list_ops()])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest)
