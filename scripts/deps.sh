@@ -9,6 +9,8 @@ pkgs=(
   python3-grpcio python3-protobuf python3-numpy python3-torch python3-prometheus-client
   python3-venv python3-setuptools
 )
+# Node.js for the Node client's test, from Debian unless a node is installed already.
+command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
