@@ -40,7 +40,8 @@ COPY --from=build-cpu /build/server/tensorcompute-server /build/client/tensorcom
 USER tensorcompute
 EXPOSE 50051 9450
 ENV TENSORCOMPUTE_BACKEND=cpu
-HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+# The first check comes one interval after the start, when the server has long been up.
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
   CMD ["tensorcompute-cli", "--timeout=2", "health"]
 ENTRYPOINT ["tensorcompute-server"]
 
@@ -53,6 +54,6 @@ RUN apt-get update \
 COPY --from=build-cuda /build/server/tensorcompute-server /build/client/tensorcompute-cli /usr/local/bin/
 USER tensorcompute
 EXPOSE 50051 9450
-HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
   CMD ["tensorcompute-cli", "--timeout=2", "health"]
 ENTRYPOINT ["tensorcompute-server"]
