@@ -1,4 +1,7 @@
-// tensorcompute-cli: health, ops and compute from the command line.
+// tensorcompute-cli: health, server info, ops, compute (text or .npy tensors, resident
+// handles), and upload/download/release of resident tensors.
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -9,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/client.h"
+#include "client/npy.h"
 #include "client/tensor_text.h"
 
 namespace {
@@ -17,16 +21,27 @@ constexpr char kUsage[] = R"(usage: tensorcompute-cli [--target=HOST:PORT] [--ti
 
 commands:
   health [SERVICE]        print the serving status; exit 0 only when SERVING
+  info                    devices, memory, limits and version of the server
   ops                     list the ops the server supports
   compute OP --input=TENSOR... [--attr=NAME=VALUE...] [--output_dtype=DTYPE]
-          [--output_layout=contiguous|like_first_input]
-                          run OP and print the result
+          [--output_layout=contiguous|like_first_input] [--output=FILE.npy]
+          [--stream] [--keep]
+                          run OP; print the result, or write it to FILE.npy; --stream sends
+                          the inputs in chunks (ComputeStream); --keep keeps the result on
+                          the server and prints its handle
+  upload FILE.npy [--ttl=SECONDS]
+                          store a tensor on the server; prints its handle
+  download HANDLE --output=FILE.npy
+                          fetch a resident tensor
+  release HANDLE...       free resident tensors
 
-TENSOR is DTYPE[d0,d1,...]=v0,v1,... in C order, e.g. float32[2,3]=1,2,3,4,5,6;
-float32[]=5 is a scalar. The target defaults to $TENSORCOMPUTE_TARGET or 127.0.0.1:50051.
+TENSOR is DTYPE[d0,d1,...]=v0,v1,... in C order (float32[2,3]=1,2,3,4,5,6; float32[]=5 is a
+scalar), a FILE.npy, or @HANDLE for a resident tensor. Transfers of 16 MiB or more show their
+progress on stderr. The target defaults to $TENSORCOMPUTE_TARGET or 127.0.0.1:50051.
 
-example:
+examples:
   tensorcompute-cli compute add --input='float32[2,3]=1,2,3,4,5,6' --input='float32[3]=10,20,30'
+  tensorcompute-cli compute mul --input=a.npy --input=b.npy --output=c.npy
 )";
 
 int Fail(const absl::Status& s) {
@@ -76,6 +91,79 @@ int Ops(tc::client::Client& client) {
   return 0;
 }
 
+// A progress bar on stderr for transfers of 16 MiB or more.
+tc::client::Client::Progress Bar(const char* what) {
+  return [what](int64_t done, int64_t total) {
+    if (total < (int64_t{16} << 20)) return;
+    const int width = 30;
+    const int filled = static_cast<int>(width * done / std::max<int64_t>(total, 1));
+    std::fprintf(stderr, "\r%s [%s%s] %lld / %lld MiB", what, std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), static_cast<long long>(done >> 20),
+                 static_cast<long long>(total >> 20));
+    if (done >= total) std::fputc('\n', stderr);
+  };
+}
+
+absl::StatusOr<tensorcompute::v1::Tensor> InputTensor(const std::string& spec) {
+  if (!spec.empty() && spec[0] == '@') {
+    tensorcompute::v1::Tensor t;
+    t.set_handle(spec.substr(1));
+    return t;
+  }
+  if (spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".npy") == 0) {
+    return tc::client::ReadNpy(spec);
+  }
+  return tc::client::ParseTensor(spec);
+}
+
+int PrintOrWrite(const tensorcompute::v1::Tensor& t, const std::string& output) {
+  if (!output.empty()) {
+    if (auto s = tc::client::WriteNpy(output, t); !s.ok()) return Fail(s);
+    std::printf("wrote %s\n", output.c_str());
+    return 0;
+  }
+  auto text = tc::client::FormatTensor(t);
+  if (!text.ok()) return Fail(text.status());
+  std::printf("%s\n", text->c_str());
+  return 0;
+}
+
+void PrintResident(const tensorcompute::v1::Tensor& t) {
+  std::vector<std::string> dims;
+  for (int64_t d : t.shape()) dims.push_back(std::to_string(d));
+  std::printf("%s %s[%s] %lld bytes\n", t.handle().c_str(),
+              tensorcompute::v1::DType_Name(t.dtype()).c_str(), absl::StrJoin(dims, ",").c_str(),
+              static_cast<long long>(t.storage_bytes()));
+}
+
+int Info(tc::client::Client& client) {
+  auto info = client.ServerInfo();
+  if (!info.ok()) return Fail(info.status());
+  std::printf("tensorcompute %s (%s), backend %s, metrics port %d\n", info->version().c_str(),
+              info->build().c_str(), info->backend().c_str(), info->metrics_port());
+  for (const auto& d : info->devices()) {
+    std::printf("device %d: %s %s, %d multiprocessors, %d streams, memory %lld MiB total, "
+                "%lld MiB budget, %lld MiB in use, %d requests in flight\n",
+                d.index(), d.kind().c_str(), d.name().c_str(), d.multiprocessors(), d.streams(),
+                static_cast<long long>(d.memory_total_bytes() >> 20),
+                static_cast<long long>(d.memory_budget_bytes() >> 20),
+                static_cast<long long>(d.memory_in_use_bytes() >> 20), d.requests_in_flight());
+  }
+  const auto& l = info->limits();
+  std::printf("limits: message %lld B, request %lld B, %lld elements, rank %d, %d concurrent "
+              "per device, resident quota %lld B / %d tensors, ttl %lld s (max %lld s)\n",
+              static_cast<long long>(l.max_message_bytes()),
+              static_cast<long long>(l.max_request_bytes()),
+              static_cast<long long>(l.max_elements()), l.max_rank(),
+              l.max_concurrent_per_device(), static_cast<long long>(l.resident_quota_bytes()),
+              l.resident_max_tensors(), static_cast<long long>(l.resident_default_ttl_seconds()),
+              static_cast<long long>(l.resident_max_ttl_seconds()));
+  std::printf("resident: %lld tensors, %lld bytes\n",
+              static_cast<long long>(info->resident_tensors()),
+              static_cast<long long>(info->resident_bytes()));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,7 +171,8 @@ int main(int argc, char** argv) {
   const char* env_target = std::getenv("TENSORCOMPUTE_TARGET");
   std::string target = env_target ? env_target : "127.0.0.1:50051";
   std::string timeout = "60";
-  std::string output_dtype, output_layout;
+  std::string output_dtype, output_layout, output, ttl = "0";
+  bool stream = false, keep = false;
   std::vector<std::string> positional, inputs, attrs;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string v;
@@ -99,6 +188,14 @@ int main(int argc, char** argv) {
       output_dtype = v;
     } else if (TakeFlag(args, i, "output_layout", &v)) {
       output_layout = v;
+    } else if (TakeFlag(args, i, "output", &v)) {
+      output = v;
+    } else if (TakeFlag(args, i, "ttl", &v)) {
+      ttl = v;
+    } else if (args[i] == "--stream") {
+      stream = true;
+    } else if (args[i] == "--keep") {
+      keep = true;
     } else if (args[i] == "-h" || args[i] == "--help") {
       return Usage("");
     } else if (args[i].rfind("--", 0) == 0) {
@@ -123,11 +220,38 @@ int main(int argc, char** argv) {
     return *status == "SERVING" ? 0 : 1;
   }
   if (cmd == "ops") return Ops(client);
+  if (cmd == "info") return Info(client);
+  if (cmd == "upload") {
+    if (positional.size() != 2) return Usage("upload takes one FILE.npy");
+    auto t = InputTensor(positional[1]);
+    if (!t.ok()) return Fail(t.status());
+    int64_t ttl_seconds = 0;
+    if (!absl::SimpleAtoi(ttl, &ttl_seconds) || ttl_seconds < 0) return Usage("bad --ttl");
+    auto r = client.Upload(*t, ttl_seconds, int64_t{1} << 20, Bar("upload"));
+    if (!r.ok()) return Fail(r.status());
+    PrintResident(r->tensor());
+    return 0;
+  }
+  if (cmd == "download") {
+    if (positional.size() != 2 || output.empty()) {
+      return Usage("download takes one HANDLE and --output=FILE.npy");
+    }
+    auto t = client.Download(positional[1], Bar("download"));
+    if (!t.ok()) return Fail(t.status());
+    return PrintOrWrite(*t, output);
+  }
+  if (cmd == "release") {
+    if (positional.size() < 2) return Usage("release takes one or more HANDLEs");
+    auto n = client.Release({positional.begin() + 1, positional.end()});
+    if (!n.ok()) return Fail(n.status());
+    std::printf("released %lld bytes\n", static_cast<long long>(*n));
+    return 0;
+  }
   if (cmd == "compute") {
     if (positional.size() != 2) return Usage("compute takes one OP");
     std::vector<tensorcompute::v1::Tensor> tensors;
     for (const std::string& spec : inputs) {
-      auto t = tc::client::ParseTensor(spec);
+      auto t = InputTensor(spec);
       if (!t.ok()) return Fail(t.status());
       tensors.push_back(*std::move(t));
     }
@@ -151,12 +275,14 @@ int main(int argc, char** argv) {
     } else if (!output_layout.empty() && output_layout != "contiguous") {
       return Usage("bad --output_layout");
     }
-    auto result = client.Compute(request);
+    request.set_keep_output_resident(keep);
+    auto result = stream ? client.ComputeStreamed(request) : client.Compute(request);
     if (!result.ok()) return Fail(result.status());
-    auto text = tc::client::FormatTensor(*result);
-    if (!text.ok()) return Fail(text.status());
-    std::printf("%s\n", text->c_str());
-    return 0;
+    if (keep) {
+      PrintResident(*result);
+      return 0;
+    }
+    return PrintOrWrite(*result, output);
   }
   return Usage(absl::StrCat("unknown command '", cmd, "'"));
 }

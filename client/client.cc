@@ -1,5 +1,6 @@
 #include "client/client.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace tc::client {
@@ -63,7 +64,8 @@ namespace {
 
 // Reads a TensorStreamMessage stream into one tensor: the header, then its chunks in order.
 template <class Reader>
-absl::StatusOr<v1::Tensor> ReadTensorStream(Reader& reader) {
+absl::StatusOr<v1::Tensor> ReadTensorStream(Reader& reader,
+                                            const Client::Progress& progress = nullptr) {
   v1::TensorStreamMessage msg;
   v1::Tensor out;
   bool have_header = false;
@@ -84,6 +86,7 @@ absl::StatusOr<v1::Tensor> ReadTensorStream(Reader& reader) {
       return absl::InternalError("server sent chunks out of order");
     }
     data->append(msg.chunk().data());
+    if (progress) progress(static_cast<int64_t>(data->size()), out.storage_bytes());
   }
   if (!have_header) return absl::InternalError("server sent no header");
   return out;
@@ -125,7 +128,7 @@ absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& req
 }
 
 absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int64_t ttl_seconds,
-                                                  int64_t chunk_bytes) {
+                                                  int64_t chunk_bytes, const Progress& progress) {
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::UploadResponse resp;
@@ -143,19 +146,22 @@ absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int6
     m.mutable_chunk()->set_offset(static_cast<int64_t>(at));
     m.mutable_chunk()->set_data(data.substr(at, static_cast<size_t>(chunk_bytes)));
     ok = stream->Write(m);
+    if (progress) {
+      progress(std::min<int64_t>(at + chunk_bytes, data.size()), static_cast<int64_t>(data.size()));
+    }
   }
   stream->WritesDone();
   if (grpc::Status s = stream->Finish(); !s.ok()) return FromGrpc(s);
   return resp;
 }
 
-absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle) {
+absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle, const Progress& progress) {
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::DownloadRequest req;
   req.set_handle(handle);
   auto reader = stub_->Download(&ctx, req);
-  auto out = ReadTensorStream(*reader);
+  auto out = ReadTensorStream(*reader, progress);
   if (grpc::Status s = reader->Finish(); !s.ok()) return FromGrpc(s);
   return out;
 }

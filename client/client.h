@@ -1,6 +1,7 @@
 // The thin C++ client: one channel, reused for every call, with a deadline on each.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -39,11 +40,15 @@ class Client {
   // or as a handle when request.keep_output_resident() is set.
   absl::StatusOr<v1::Tensor> ComputeStreamed(const v1::ComputeRequest& request,
                                              int64_t chunk_bytes = int64_t{1} << 20);
+  // Called as bytes go or arrive: (bytes so far, total).
+  using Progress = std::function<void(int64_t, int64_t)>;
   // Stores `tensor` (its data sent in chunks) on the server; the reply's tensor has the handle.
   absl::StatusOr<v1::UploadResponse> Upload(const v1::Tensor& tensor, int64_t ttl_seconds = 0,
-                                            int64_t chunk_bytes = int64_t{1} << 20);
+                                            int64_t chunk_bytes = int64_t{1} << 20,
+                                            const Progress& progress = nullptr);
   // A resident tensor's metadata and bytes.
-  absl::StatusOr<v1::Tensor> Download(const std::string& handle);
+  absl::StatusOr<v1::Tensor> Download(const std::string& handle,
+                                      const Progress& progress = nullptr);
   // Frees resident tensors; returns the bytes released.
   absl::StatusOr<int64_t> Release(const std::vector<std::string>& handles);
   absl::StatusOr<v1::ServerInfoResponse> ServerInfo();

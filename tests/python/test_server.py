@@ -137,6 +137,46 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("INVALID_ARGUMENT", r.stderr)
 
+    def test_cli_npy_files_and_resident_tensors(self):
+        import shutil
+        import tempfile
+        d = tempfile.mkdtemp(prefix="tc-cli-")
+        self.addCleanup(shutil.rmtree, d)
+        rng = np.random.default_rng()
+        a = rng.standard_normal((300, 70)).astype(np.float32)
+        b = np.asfortranarray(rng.standard_normal((300, 70)).astype(np.float32))
+        np.save(os.path.join(d, "a.npy"), a)
+        np.save(os.path.join(d, "b.npy"), b)  # Fortran order: sent with column-major strides.
+        cli = [ARGS.cli, f"--target={self.target}"]
+        run = lambda *args: subprocess.run(cli + list(args), capture_output=True, text=True,
+                                           timeout=60, check=True)
+        for extra in ([], ["--stream"]):
+            c = os.path.join(d, "c.npy")
+            run("compute", "add", f"--input={d}/a.npy", f"--input={d}/b.npy",
+                f"--output={c}", *extra)
+            np.testing.assert_array_equal(np.load(c), a + b)
+        # Resident: upload (20 MiB: with a progress bar), compute kept on the server, download.
+        big = rng.standard_normal((1024, 5120)).astype(np.float32)
+        np.save(os.path.join(d, "big.npy"), big)
+        up = run("upload", f"{d}/big.npy", "--ttl=60")
+        handle = up.stdout.split()[0]
+        self.assertEqual(len(handle), 32)
+        self.assertIn("float32[1024,5120]", up.stdout)
+        self.assertIn("upload [", up.stderr)
+        kept = run("compute", "mul", f"--input=@{handle}", "--input=float32[]=2", "--keep")
+        doubled = kept.stdout.split()[0]
+        run("download", doubled, f"--output={d}/doubled.npy")
+        np.testing.assert_array_equal(np.load(f"{d}/doubled.npy"), big * 2)
+        info = run("info").stdout
+        self.assertIn("resident: 2 tensors", info)
+        self.assertIn("backend cpu", info)
+        released = run("release", handle, doubled).stdout
+        self.assertEqual(released.strip(), f"released {2 * big.nbytes} bytes")
+        r = subprocess.run(cli + ["download", handle, f"--output={d}/x.npy"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("NOT_FOUND", r.stderr)
+
     def test_readme_example(self):
         env = dict(os.environ)
         out = subprocess.run([sys.executable, os.path.join(REPO, "client/python/example.py"),
