@@ -17,7 +17,9 @@
 
 namespace {
 
-constexpr char kUsage[] = R"(usage: tensorcompute-cli [--target=HOST:PORT] [--timeout=SECONDS] COMMAND
+constexpr char kUsage[] = R"(usage: tensorcompute-cli [--target=HOST:PORT] [--timeout=SECONDS]
+       [--tls_ca=CA.pem [--tls_cert=CERT.pem --tls_key=KEY.pem] [--tls_server_name=NAME]]
+       [--token=TOKEN] COMMAND
 
 commands:
   health [SERVICE]        print the serving status; exit 0 only when SERVING
@@ -37,7 +39,8 @@ commands:
 
 TENSOR is DTYPE[d0,d1,...]=v0,v1,... in C order (float32[2,3]=1,2,3,4,5,6; float32[]=5 is a
 scalar), a FILE.npy, or @HANDLE for a resident tensor. Transfers of 16 MiB or more show their
-progress on stderr. The target defaults to $TENSORCOMPUTE_TARGET or 127.0.0.1:50051.
+progress on stderr. The target defaults to $TENSORCOMPUTE_TARGET or 127.0.0.1:50051, the
+bearer token to $TENSORCOMPUTE_TOKEN (prefer it to --token, which other users can see).
 
 examples:
   tensorcompute-cli compute add --input='float32[2,3]=1,2,3,4,5,6' --input='float32[3]=10,20,30'
@@ -171,6 +174,8 @@ int main(int argc, char** argv) {
   const char* env_target = std::getenv("TENSORCOMPUTE_TARGET");
   std::string target = env_target ? env_target : "127.0.0.1:50051";
   std::string timeout = "60";
+  tc::client::ClientOptions options;
+  if (const char* token = std::getenv("TENSORCOMPUTE_TOKEN")) options.token = token;
   std::string output_dtype, output_layout, output, ttl = "0";
   bool stream = false, keep = false;
   std::vector<std::string> positional, inputs, attrs;
@@ -180,6 +185,16 @@ int main(int argc, char** argv) {
       target = v;
     } else if (TakeFlag(args, i, "timeout", &v)) {
       timeout = v;
+    } else if (TakeFlag(args, i, "tls_ca", &v)) {
+      options.tls_ca_file = v;
+    } else if (TakeFlag(args, i, "tls_cert", &v)) {
+      options.tls_cert_file = v;
+    } else if (TakeFlag(args, i, "tls_key", &v)) {
+      options.tls_key_file = v;
+    } else if (TakeFlag(args, i, "tls_server_name", &v)) {
+      options.tls_server_name = v;
+    } else if (TakeFlag(args, i, "token", &v)) {
+      options.token = v;
     } else if (TakeFlag(args, i, "input", &v)) {
       inputs.push_back(v);
     } else if (TakeFlag(args, i, "attr", &v)) {
@@ -206,7 +221,6 @@ int main(int argc, char** argv) {
   }
   if (positional.empty()) return Usage("no command");
 
-  tc::client::ClientOptions options;
   double seconds;
   if (!absl::SimpleAtod(timeout, &seconds) || seconds <= 0) return Usage("bad --timeout");
   options.timeout = absl::Seconds(seconds);

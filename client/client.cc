@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
 
 namespace tc::client {
 
@@ -9,20 +13,55 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
 Client::Client(const std::string& target, ClientOptions options) : options_(options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
-  channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (!options_.tls_ca_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    auto ca = ReadPem(options_.tls_ca_file);
+    if (ca.ok()) ssl.pem_root_certs = *ca;
+    setup_error_.Update(ca.status());
+    if (!options_.tls_cert_file.empty()) {
+      auto cert = ReadPem(options_.tls_cert_file);
+      auto key = ReadPem(options_.tls_key_file);
+      if (cert.ok() && key.ok()) {
+        ssl.pem_cert_chain = *cert;
+        ssl.pem_private_key = *key;
+      }
+      setup_error_.Update(cert.status());
+      setup_error_.Update(key.status());
+    }
+    creds = grpc::SslCredentials(ssl);
+    if (!options_.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options_.tls_server_name);
+    }
+  }
+  channel_ = grpc::CreateCustomChannel(target, creds, args);
   stub_ = v1::TensorService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
 }
 
 void Client::SetDeadline(grpc::ClientContext& ctx) const {
   ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.timeout));
+  if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
 }
 
 absl::StatusOr<std::string> Client::Health(const std::string& service) {
+  if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   grpc::health::v1::HealthCheckRequest req;
@@ -33,6 +72,7 @@ absl::StatusOr<std::string> Client::Health(const std::string& service) {
 }
 
 absl::StatusOr<v1::ListOpsResponse> Client::ListOps() {
+  if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::ListOpsResponse resp;
@@ -43,6 +83,11 @@ absl::StatusOr<v1::ListOpsResponse> Client::ListOps() {
 }
 
 absl::StatusOr<v1::Tensor> Client::Compute(const v1::ComputeRequest& request) {
+  // Too large for one message: the same request in chunks.
+  if (static_cast<int64_t>(request.ByteSizeLong()) > options_.max_message_bytes / 2) {
+    return ComputeStreamed(request);
+  }
+  if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::ComputeResponse resp;
@@ -96,6 +141,7 @@ absl::StatusOr<v1::Tensor> ReadTensorStream(Reader& reader,
 
 absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
                                                    int64_t chunk_bytes) {
+  if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   auto stream = stub_->ComputeStream(&ctx);
@@ -129,6 +175,7 @@ absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& req
 
 absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int64_t ttl_seconds,
                                                   int64_t chunk_bytes, const Progress& progress) {
+  if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::UploadResponse resp;
@@ -156,6 +203,7 @@ absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int6
 }
 
 absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle, const Progress& progress) {
+  if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::DownloadRequest req;
@@ -167,6 +215,7 @@ absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle, const Pro
 }
 
 absl::StatusOr<int64_t> Client::Release(const std::vector<std::string>& handles) {
+  if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::ReleaseRequest req;
@@ -177,6 +226,7 @@ absl::StatusOr<int64_t> Client::Release(const std::vector<std::string>& handles)
 }
 
 absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo() {
+  if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::ServerInfoResponse resp;

@@ -22,16 +22,28 @@ struct ClientOptions {
   absl::Duration timeout = absl::Seconds(60);
   // Largest message sent or received.
   int max_message_bytes = 256 << 20;
+  // TLS: the CA bundle (PEM file) that signed the server's certificate turns it on; a client
+  // certificate and key (PEM files) for servers that require them (mutual TLS).
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Name to check the server's certificate against, when it is not the target's host.
+  std::string tls_server_name;
+  // Bearer token sent with every call ("authorization: Bearer <token>").
+  std::string token;
 };
 
 class Client {
  public:
-  // `target`: "host:port", or any gRPC target such as "dns:///name:port".
+  // `target`: "host:port", or any gRPC target such as "dns:///name:port". A TLS file that
+  // cannot be read leaves the client failing every call with its reason.
   explicit Client(const std::string& target, ClientOptions options = {});
 
   // Serving status of `service` ("" for the whole server): "SERVING", "NOT_SERVING", ...
   absl::StatusOr<std::string> Health(const std::string& service = "");
   absl::StatusOr<v1::ListOpsResponse> ListOps();
+  // Runs one op. A request larger than half the message limit goes through ComputeStream in
+  // chunks, transparently.
   absl::StatusOr<v1::Tensor> Compute(const v1::ComputeRequest& request);
   absl::StatusOr<v1::Tensor> Compute(absl::string_view op, std::vector<v1::Tensor> inputs,
                                      std::vector<std::pair<std::string, v1::Attribute>> attrs = {});
@@ -54,7 +66,9 @@ class Client {
   absl::StatusOr<v1::ServerInfoResponse> ServerInfo();
 
  private:
+  // The deadline and the token.
   void SetDeadline(grpc::ClientContext& ctx) const;
+  absl::Status setup_error_;
 
   ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

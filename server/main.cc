@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "runtime/cpu_device.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/resident.h"
 #include "server/service.h"
@@ -66,6 +68,13 @@ ABSL_FLAG(int64_t, resident_ttl_seconds, 600, "Default lifetime of a resident te
 ABSL_FLAG(int64_t, resident_max_ttl_seconds, 86400, "Longest lifetime a client may ask for.");
 ABSL_FLAG(int, metrics_port, 9450,
           "Port of the Prometheus /metrics endpoint (HTTP); 0 picks a free one, -1 turns it off.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require client certificates signed by it (mutual TLS).");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "File of bearer tokens, one 'name:token' per line; calls must then carry "
+          "'authorization: Bearer <token>'. Also $TENSORCOMPUTE_AUTH_TOKENS, comma-separated.");
 ABSL_FLAG(int, shutdown_grace_seconds, 10,
           "On SIGTERM/SIGINT, how long in-flight requests get to finish.");
 
@@ -80,7 +89,8 @@ void ApplyEnvironment() {
         "max_message_bytes", "max_request_bytes", "max_elements", "max_rank",
         "max_concurrent_per_device", "chunk_bytes", "resident_quota_bytes",
         "resident_max_tensors", "resident_ttl_seconds", "resident_max_ttl_seconds",
-        "metrics_port", "shutdown_grace_seconds"}) {
+        "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
+        "shutdown_grace_seconds"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(var.c_str());
     if (value == nullptr) continue;
@@ -170,6 +180,55 @@ std::pair<std::vector<std::unique_ptr<tc::runtime::Device>>, std::string> MakeDe
                    " hardware threads, budget ",
                    tc::runtime::FormatBytes(devices[0]->memory_budget()), ")"));
   return {std::move(devices), "cpu"};
+}
+
+std::string ReadFileOrDie(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) Fail(absl::StrCat("--", flag, ": cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::shared_ptr<grpc::ServerCredentials> Credentials() {
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  const std::string client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  if (cert.empty() != key.empty()) Fail("--tls_cert and --tls_key go together");
+  if (cert.empty()) {
+    if (!client_ca.empty()) Fail("--tls_client_ca needs --tls_cert and --tls_key");
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back(
+      {ReadFileOrDie(key, "tls_key"), ReadFileOrDie(cert, "tls_cert")});
+  if (!client_ca.empty()) {
+    options.pem_root_certs = ReadFileOrDie(client_ca, "tls_client_ca");
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  Log(client_ca.empty() ? "TLS on" : "TLS on, client certificates required");
+  return grpc::SslServerCredentials(options);
+}
+
+tc::server::Auth MakeAuth() {
+  std::string text;
+  char separator = '\n';
+  if (const std::string path = absl::GetFlag(FLAGS_auth_tokens_file); !path.empty()) {
+    text = ReadFileOrDie(path, "auth_tokens_file");
+  } else if (const char* env = std::getenv("TENSORCOMPUTE_AUTH_TOKENS"); env != nullptr) {
+    text = env;
+    separator = ',';
+  } else {
+    return tc::server::Auth();
+  }
+  auto auth = tc::server::Auth::FromText(text, separator);
+  if (!auth.ok()) Fail(absl::StrCat("bearer tokens: ", auth.status().message()));
+  Log("bearer tokens required");
+  if (absl::GetFlag(FLAGS_tls_cert).empty()) {
+    Log("warning: bearer tokens without TLS travel in clear text");
+  }
+  return *std::move(auth);
 }
 
 void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devices,
@@ -269,7 +328,8 @@ int main(int argc, char** argv) {
       std::min(options.chunk_bytes, std::max(max_message - 1024, max_message / 2));
   options.backend = backend_name;
   options.metrics_port = metrics_http != nullptr ? metrics_http->port() : -1;
-  tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, &metrics,
+  const tc::server::Auth auth = MakeAuth();
+  tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, &metrics, &auth,
                                         options);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -278,7 +338,7 @@ int main(int argc, char** argv) {
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_address), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(address, Credentials(), &bound_port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message));
   builder.RegisterService(&service);

@@ -28,7 +28,8 @@ class PooledReactor : public Base {
   PooledReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
                 const char* method)
       : ctx_(ctx), env_(env), method_(method), start_(absl::Now()),
-        owner_(ClientIdentity(*ctx)) {}
+        identity_(env.auth->Identify(*ctx)),
+        owner_(identity_.ok() ? *identity_ : std::string()) {}
 
   void OnDone() override { Unref(); }
   void OnCancel() override {
@@ -37,6 +38,13 @@ class PooledReactor : public Base {
 
  protected:
   virtual ~PooledReactor() = default;
+
+  // False, with the call finishing UNAUTHENTICATED, when the caller could not be identified.
+  bool Authorized() {
+    if (identity_.ok()) return true;
+    Post([this] { FinishOnce(identity_.status()); });
+    return false;
+  }
 
   // Keeps the reactor alive across work that is not a posted task (a device completion).
   void Ref() { refs_.fetch_add(1); }
@@ -115,6 +123,7 @@ class PooledReactor : public Base {
   const char* method_;
   std::string op_;
   absl::Time start_;
+  const absl::StatusOr<std::string> identity_;
   const std::string owner_;
   // Tensor bytes received and sent, for the metrics.
   std::atomic<int64_t> received_{0};

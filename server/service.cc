@@ -18,25 +18,10 @@
 
 namespace tc::server {
 
-std::string ClientIdentity(const grpc::CallbackServerContext& ctx) {
-  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
-  if (auth != nullptr && auth->IsPeerAuthenticated()) {
-    std::string id = "auth:";
-    for (const grpc::string_ref& s : auth->GetPeerIdentity()) id.append(s.data(), s.size());
-    return id;
-  }
-  // "ipv4:127.0.0.1:5678" -> "ipv4:127.0.0.1"
-  std::string peer = ctx.peer();
-  if (const size_t colon = peer.rfind(':'); colon != std::string::npos && colon > 5) {
-    peer.resize(colon);
-  }
-  return peer;
-}
-
 TensorServiceImpl::TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
                                      ResidentStore* resident, Metrics* metrics,
-                                     ServiceOptions options)
-    : env_{devices, request_pool, resident, metrics, std::move(options)} {}
+                                     const Auth* auth, ServiceOptions options)
+    : env_{devices, request_pool, resident, metrics, auth, std::move(options)} {}
 
 // Records one unary call in the metrics when it finishes.
 struct UnaryCall {
@@ -84,14 +69,24 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
                                                      v1::ComputeResponse* response) {
   auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "Compute",
                                                     request->op()});
+  // The caller's identity, needed up front where tokens are required, else only where
+  // resident tensors are touched.
+  std::string owner;
+  if (env_.auth->requires_token() || NeedsIdentity(*request)) {
+    auto id = env_.auth->Identify(*ctx);
+    if (!id.ok()) {
+      call->Finish(id.status());
+      return call->reactor;
+    }
+    owner = *std::move(id);
+  }
   // `request` and `response` stay valid until Finish.
-  auto work = [this, ctx, request, response, call] {
+  auto work = [this, ctx, request, response, call, owner] {
     if (ctx->IsCancelled()) {
       call->Finish(absl::CancelledError("cancelled before it ran"));
       return;
     }
     for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
-    const std::string owner = NeedsIdentity(*request) ? ClientIdentity(*ctx) : std::string();
     auto prepared = ComputeJob::Prepare(*request, owner, false, env_, DeadlineOf(*ctx));
     if (!prepared.ok()) {
       call->Finish(prepared.status());
@@ -224,7 +219,7 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
  public:
   ComputeStreamReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env)
       : PooledReactor(ctx, env, "ComputeStream") {
-    StartRead(&in_);
+    if (Authorized()) StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
@@ -364,7 +359,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
   UploadReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
                 v1::UploadResponse* response)
       : PooledReactor(ctx, env, "Upload"), response_(response) {
-    StartRead(&in_);
+    if (Authorized()) StartRead(&in_);
   }
   ~UploadReactor() override {
     if (writing_) part_of_->writers.fetch_sub(1);
@@ -512,7 +507,7 @@ class DownloadReactor final
   DownloadReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
                   const v1::DownloadRequest* request)
       : PooledReactor(ctx, env, "Download") {
-    Post([this, request] { Begin(*request); });
+    if (Authorized()) Post([this, request] { Begin(*request); });
   }
   void OnWriteDone(bool ok) override { WriteDone<v1::TensorStreamMessage>(ok); }
 
@@ -583,7 +578,12 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Release(grpc::CallbackServerContext
                                                      const v1::ReleaseRequest* request,
                                                      v1::ReleaseResponse* response) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "Release", ""};
-  const std::string owner = ClientIdentity(*ctx);
+  auto id = env_.auth->Identify(*ctx);
+  if (!id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  const std::string& owner = *id;
   // All or nothing: every handle is checked before any is released.
   for (const std::string& h : request->handles()) {
     if (auto r = env_.resident->Find(owner, h); !r.ok()) {
@@ -603,6 +603,11 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Release(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext* ctx,
                                                      const v1::ListOpsRequest* /*request*/,
                                                      v1::ListOpsResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "ListOps", ""};
+  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
   for (const CatalogEntry& e : Catalog()) {
     v1::OpInfo* info = response->add_ops();
     info->set_name(e.spec.name);
@@ -618,7 +623,6 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext
       if (!a.required) ai->set_default_value(AttrValueToString(a.default_value));
     }
   }
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ListOps", ""};
   call.Finish(absl::OkStatus());
   return call.reactor;
 }
@@ -626,6 +630,11 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerContext* ctx,
                                                         const v1::ServerInfoRequest* /*request*/,
                                                         v1::ServerInfoResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "ServerInfo", ""};
+  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
   const ServiceOptions& o = env_.options;
   response->set_version(TC_VERSION);
   response->set_build(TC_BUILD);
@@ -658,7 +667,6 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
   l->set_chunk_bytes(o.chunk_bytes);
   response->set_resident_tensors(env_.resident->count());
   response->set_resident_bytes(env_.resident->bytes());
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ServerInfo", ""};
   call.Finish(absl::OkStatus());
   return call.reactor;
 }

@@ -9,6 +9,7 @@
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/engine.h"
 #include "runtime/device.h"
+#include "server/auth.h"
 #include "server/metrics.h"
 #include "server/resident.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
@@ -40,7 +41,8 @@ struct ServiceOptions {
 class TensorServiceImpl final : public v1::TensorService::CallbackService {
  public:
   TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
-                    ResidentStore* resident, Metrics* metrics, ServiceOptions options);
+                    ResidentStore* resident, Metrics* metrics, const Auth* auth,
+                    ServiceOptions options);
 
   grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
                                     const v1::ComputeRequest* request,
@@ -67,6 +69,7 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
     ThreadPool* pool;
     ResidentStore* resident;
     Metrics* metrics;
+    const Auth* auth;
     ServiceOptions options;
   };
 
@@ -79,8 +82,5 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   Env env_;
 };
 
-// Who is calling: the authenticated peer identity where there is one, else the peer's address
-// without its port. Resident tensors and quotas belong to it.
-std::string ClientIdentity(const grpc::CallbackServerContext& ctx);
 
 }  // namespace tc::server

@@ -122,7 +122,10 @@ def _attribute(v) -> pb.Attribute:
 class Client:
     def __init__(self, target: str, timeout: float = 60.0,
                  max_message_bytes: int = 256 << 20, chunk_bytes: int = 1 << 20,
-                 credentials: Optional[grpc.ChannelCredentials] = None):
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 token: Optional[str] = None):
+        """`credentials`: grpc.ssl_channel_credentials(...) for TLS (and client certificates);
+        `token`: a bearer token sent with every call."""
         options = [("grpc.max_receive_message_length", max_message_bytes),
                    ("grpc.max_send_message_length", max_message_bytes)]
         self.channel = (grpc.secure_channel(target, credentials, options) if credentials
@@ -131,6 +134,7 @@ class Client:
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
         self.chunk_bytes = chunk_bytes
+        self.metadata = [("authorization", f"Bearer {token}")] if token else None
 
     def close(self):
         self.channel.close()
@@ -142,10 +146,10 @@ class Client:
         self.close()
 
     def server_info(self) -> pb.ServerInfoResponse:
-        return self.stub.ServerInfo(pb.ServerInfoRequest(), timeout=self.timeout)
+        return self.stub.ServerInfo(pb.ServerInfoRequest(), timeout=self.timeout, metadata=self.metadata)
 
     def list_ops(self):
-        return list(self.stub.ListOps(pb.ListOpsRequest(), timeout=self.timeout).ops)
+        return list(self.stub.ListOps(pb.ListOpsRequest(), timeout=self.timeout, metadata=self.metadata).ops)
 
     def _input(self, x) -> pb.Tensor:
         if isinstance(x, Resident):
@@ -170,7 +174,7 @@ class Client:
         if stream:
             out = self._compute_stream(request)
         else:
-            out = self.stub.Compute(request, timeout=self.timeout).output
+            out = self.stub.Compute(request, timeout=self.timeout, metadata=self.metadata).output
         if keep_resident:
             return Resident(out)
         return from_tensor(out, as_torch=as_torch)
@@ -190,7 +194,7 @@ class Client:
                     yield pb.ComputeStreamRequest(chunk=pb.DataChunk(
                         tensor=i, offset=at, data=t.data[at:at + self.chunk_bytes]))
 
-        return _assemble(self.stub.ComputeStream(messages(), timeout=self.timeout))
+        return _assemble(self.stub.ComputeStream(messages(), timeout=self.timeout, metadata=self.metadata))
 
     def upload(self, x, ttl_seconds: int = 0) -> Resident:
         t = to_tensor(x)
@@ -206,17 +210,17 @@ class Client:
                 yield pb.UploadRequest(chunk=pb.DataChunk(offset=at,
                                                           data=data[at:at + self.chunk_bytes]))
 
-        return Resident(self.stub.Upload(messages(), timeout=self.timeout).tensor)
+        return Resident(self.stub.Upload(messages(), timeout=self.timeout, metadata=self.metadata).tensor)
 
     def download(self, resident: Resident, as_torch: bool = False):
         stream = self.stub.Download(pb.DownloadRequest(handle=resident.handle,
                                                        chunk_bytes=self.chunk_bytes),
-                                    timeout=self.timeout)
+                                    timeout=self.timeout, metadata=self.metadata)
         return from_tensor(_assemble(stream), as_torch=as_torch)
 
     def release(self, *residents: Resident) -> int:
         reply = self.stub.Release(pb.ReleaseRequest(handles=[r.handle for r in residents]),
-                                  timeout=self.timeout)
+                                  timeout=self.timeout, metadata=self.metadata)
         return reply.released_bytes
 
 
