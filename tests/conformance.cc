@@ -15,7 +15,11 @@ namespace {
 
 using ref::Value;
 
-int64_t IntMin(DType t) { return t == DType::kBool || t == DType::kUInt8 ? 0 : -(int64_t{1} << (ItemSize(t) * 8 - 1)); }
+int64_t IntMin(DType t) {
+  if (t == DType::kBool || t == DType::kUInt8) return 0;
+  // -2^(bits-1), computed without overflowing for int64.
+  return static_cast<int64_t>(~((uint64_t{1} << (ItemSize(t) * 8 - 1)) - 1));
+}
 int64_t IntMax(DType t) {
   if (t == DType::kBool) return 1;
   if (t == DType::kUInt8) return 255;

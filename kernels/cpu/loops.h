@@ -58,6 +58,18 @@ Out StoreAs(R r) {
   }
 }
 
+// HalfToFloatRow / FloatToHalfRow for T = float, behind a template so that the branches that
+// never call them (other T, discarded by if constexpr inside generic lambdas) need not
+// resolve them: clang checks such calls where GCC does not.
+template <typename T>
+void HalfRowToFloat(const uint16_t* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) HalfToFloatRow(src, dst, n);
+}
+template <typename T>
+void FloatRowToHalf(const T* src, uint16_t* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) FloatToHalfRow(src, dst, n);
+}
+
 // dst[i] = element i of a row of dtype `src` in compute type C, for n elements `stride` bytes
 // apart.
 template <typename S, typename C>
@@ -70,7 +82,7 @@ void LoadRow(DType src, const char* p, int64_t stride, int64_t n, C* __restrict 
       if constexpr (std::is_same_v<X, Half> && std::is_same_v<C, float> &&
                     (std::is_same_v<S, Half> || std::is_same_v<S, float>)) {
         // Exact either way: a float16 value widens to float without rounding.
-        HalfToFloatRow(reinterpret_cast<const uint16_t*>(p), dst, n);
+        HalfRowToFloat(reinterpret_cast<const uint16_t*>(p), dst, n);
         return;
       }
       const X* __restrict s = reinterpret_cast<const X*>(p);
@@ -90,7 +102,7 @@ void StoreRow(DType dst, const R* __restrict src, char* p, int64_t stride, int64
       if constexpr (std::is_same_v<X, Half> && std::is_same_v<R, float> &&
                     (std::is_same_v<S, Half> || std::is_same_v<S, float>)) {
         // One rounding, float to float16, in both cases.
-        FloatToHalfRow(src, reinterpret_cast<uint16_t*>(p), n);
+        FloatRowToHalf(src, reinterpret_cast<uint16_t*>(p), n);
         return;
       }
       X* __restrict d = reinterpret_cast<X*>(p);

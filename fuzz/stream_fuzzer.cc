@@ -1,0 +1,36 @@
+// libFuzzer: bytes as a ComputeStream conversation (messages, each preceded by a 2-byte
+// length): a header, then chunks in any order, sizes and offsets, then the end of input.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "fuzz/fuzz_env.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::unique_ptr<tensorcompute::v1::ComputeRequest> header;
+  std::unique_ptr<tc::server::ComputeJob> job;
+  size_t at = 0;
+  while (at + 2 <= size) {
+    const size_t len = std::min<size_t>(data[at] | (data[at + 1] << 8), size - at - 2);
+    at += 2;
+    tensorcompute::v1::ComputeStreamRequest m;
+    const bool parsed = m.ParseFromArray(data + at, static_cast<int>(len));
+    at += len;
+    if (!parsed) return 0;
+    if (m.has_header()) {
+      if (job != nullptr) return 0;  // A second header ends the call.
+      header.reset(m.release_header());
+      auto j = tc::server::ComputeJob::Prepare(*header, "fuzz", true, tc::fuzz::FuzzEnv(),
+                                               absl::InfiniteFuture());
+      if (!j.ok()) return 0;
+      job = *std::move(j);
+    } else if (m.has_chunk()) {
+      if (job == nullptr || !job->AcceptChunk(m.chunk()).ok()) return 0;
+    } else {
+      return 0;
+    }
+  }
+  if (job == nullptr || !job->CheckComplete().ok()) return 0;
+  (void)tc::fuzz::RunJob(*job);
+  return 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the whole suite with clang under AddressSanitizer and UndefinedBehaviorSanitizer
+# (CPU only) into build-sanitize/ (or $BUILD_DIR), with the libFuzzer harnesses, and runs the
+# tests there. Then each fuzzer for $FUZZ_SECONDS (default 60) from its seed corpus.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/deps.sh
+if ! command -v clang++ >/dev/null || ! dpkg-query -W -f='${Status}' libclang-rt-14-dev 2>/dev/null | grep -q "install ok installed"; then
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev
+fi
+build_dir=${BUILD_DIR:-build-sanitize}
+flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWITH_CUDA=OFF \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DTC_FUZZ=ON \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined"
+cmake --build "$build_dir" -j"$(nproc)"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd "$build_dir" && ctest --output-on-failure -j"$(nproc)")
+seconds=${FUZZ_SECONDS:-60}
+status=0
+for f in "$build_dir"/fuzz/*_fuzzer; do
+  name=$(basename "$f")
+  corpus=$(mktemp -d)
+  log=$(mktemp)
+  cp fuzz/corpus/"${name%_fuzzer}"/* "$corpus"/
+  echo "fuzz: $name for ${seconds}s"
+  if ! "$f" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 \
+       -artifact_prefix="$build_dir/$name-" "$corpus" >"$log" 2>&1; then
+    tail -60 "$log"
+    echo "fuzz: $name FAILED (reproducer in $build_dir/$name-*)"
+    status=1
+  fi
+  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" || true
+  rm -rf "$corpus" "$log"
+done
+exit $status
