@@ -46,6 +46,18 @@ absl::StatusOr<TensorView> DecodeView(const v1::Tensor& t, absl::string_view wha
   return v;
 }
 
+absl::Status CheckBoolBytes(const void* p, int64_t n, absl::string_view what, int64_t base) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (int64_t i = 0; i < n; ++i) {
+    if (b[i] > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": byte ", base + i, " is ",
+                                                     static_cast<int>(b[i]),
+                                                     ", but bool elements must be 0 or 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
                                         std::vector<std::unique_ptr<std::string>>& owned) {
   auto v = DecodeView(t, what);
@@ -58,6 +70,9 @@ absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view w
   v->data = reinterpret_cast<const std::byte*>(blob->data());
   v->storage_bytes = static_cast<int64_t>(blob->size());
   if (auto s = ValidateView(*v, what); !s.ok()) return s;
+  if (v->dtype == DType::kBool) {
+    if (auto s = CheckBoolBytes(blob->data(), v->storage_bytes, what); !s.ok()) return s;
+  }
   return v;
 }
 

@@ -37,6 +37,10 @@ absl::StatusOr<TensorView> DecodeView(const v1::Tensor& t, absl::string_view wha
 absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
                                         std::vector<std::unique_ptr<std::string>>& owned);
 
+// bool elements are one byte, 0 or 1: INVALID_ARGUMENT naming the first other byte in
+// [p, p + n), counted from byte `base` of `what`'s storage.
+absl::Status CheckBoolBytes(const void* p, int64_t n, absl::string_view what, int64_t base = 0);
+
 // Every tensor inline (DecodeInline), named "input i".
 absl::StatusOr<DecodedInputs> DecodeInputs(
     const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors);

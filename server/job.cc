@@ -62,10 +62,16 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
       if (whole) {
         v = (*r)->view;
       } else {
-        // Another view of the same storage.
+        // Another view of the same storage, of the same dtype (a reinterpretation could
+        // show bool elements other than 0 and 1).
         auto view = DecodeView(t, what);
         if (!view.ok()) return view.status();
         v = *std::move(view);
+        if (v.dtype != (*r)->view.dtype) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": a view of a resident tensor keeps its dtype, ", DTypeName((*r)->view.dtype),
+              " (apply op 'cast' to convert it)"));
+        }
         v.data = (*r)->storage->data();
         v.storage_bytes = (*r)->storage->bytes();
         if (auto s = ValidateView(v, what); !s.ok()) return s;
@@ -172,6 +178,12 @@ absl::Status ComputeJob::AcceptChunk(const v1::DataChunk& chunk) {
     return absl::InvalidArgumentError(absl::StrCat("input ", i, ": chunk of ", len,
                                                    " bytes at byte ", have, " overruns its ",
                                                    views_[i].storage_bytes, " bytes"));
+  }
+  if (views_[i].dtype == DType::kBool) {
+    if (auto b = CheckBoolBytes(chunk.data().data(), len, absl::StrCat("input ", i), have);
+        !b.ok()) {
+      return b;
+    }
   }
   if (auto w = device_->Write(*lane_, s, have, chunk.data().data(), len); !w.ok()) return w;
   received_[i] = have + len;

@@ -434,6 +434,11 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
     storage_ = *std::move(storage);
     lane_ = d.AcquireLane();
     if (!t.data().empty()) {
+      if (view_.dtype == DType::kBool) {
+        if (auto s = CheckBoolBytes(t.data().data(), view_.storage_bytes, "tensor"); !s.ok()) {
+          return s;
+        }
+      }
       received_ += view_.storage_bytes;
       got_ = view_.storage_bytes;
       return d.Write(*lane_, *storage_, 0, t.data().data(), view_.storage_bytes);
@@ -455,6 +460,10 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
       return absl::InvalidArgumentError(absl::StrCat("chunk of ", len, " bytes at byte ",
                                                      c.offset(), " overruns the tensor's ",
                                                      storage_->bytes(), " bytes"));
+    }
+    const DType dtype = part_of_ != nullptr ? part_of_->view.dtype : view_.dtype;
+    if (dtype == DType::kBool) {
+      if (auto s = CheckBoolBytes(c.data().data(), len, "tensor", c.offset()); !s.ok()) return s;
     }
     received_ += len;
     got_ += len;

@@ -195,6 +195,10 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
     *r.mutable_inputs(0) = Floats({2000, 1}, std::vector<float>(2000, 1));
     *r.mutable_inputs(1) = Floats({1, 1000}, std::vector<float>(1000, 1));
   }));
+  cases.push_back(Unary("bool byte other than 0 or 1", kInvalid, "bool elements must be 0 or 1", [](auto& r) {
+    r.set_op("logical_not"); r.mutable_inputs()->RemoveLast();
+    v1::Tensor* t = r.mutable_inputs(0);
+    t->set_dtype(v1::bool_); t->clear_shape(); t->add_shape(3); t->set_data(std::string("\x01\x00\x02", 3)); }));
   // Output options.
   cases.push_back(Unary("unsafe output cast", kInvalid, "unsafe cast", [](auto& r) { r.set_output_dtype(v1::int32); }));
   cases.push_back(Unary("unknown output dtype", kInvalid, "unknown dtype enum value 99", [](auto& r) { r.set_output_dtype(static_cast<v1::DType>(99)); }));
@@ -262,6 +266,17 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
   cases.push_back(Stream("chunk past the end", "overruns", {Header(16), Chunk(0, 0, 20)}));
   cases.push_back(Stream("chunk for no such input", "not a streamed input", {Header(16), Chunk(3, 0, 4)}));
   cases.push_back(Stream("chunk with a negative input index", "not a streamed input", {Header(16), Chunk(-1, 0, 4)}));
+  {
+    v1::ComputeStreamRequest h;
+    h.mutable_header()->set_op("logical_not");
+    v1::Tensor* t = h.mutable_header()->add_inputs();
+    t->set_dtype(v1::bool_);
+    t->add_shape(4);
+    t->set_storage_bytes(4);
+    v1::ComputeStreamRequest c = Chunk(0, 0, 4);
+    (*c.mutable_chunk()->mutable_data())[2] = 7;
+    cases.push_back(Stream("streamed bool byte other than 0 or 1", "byte 2 is 7", {h, c}));
+  }
   cases.push_back(Stream("two headers", "second header", {Header(16), Header(16)}));
   cases.push_back(Stream("empty stream message", "neither header nor chunk", {Header(16), v1::ComputeStreamRequest()}));
   // Uploads, downloads, releases.
@@ -300,6 +315,19 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
                      return s;
                    },
                    C::kOutOfRange, "outside the tensor"});
+  cases.push_back({"view of a resident tensor as another dtype",
+                   [this] {
+                     auto up = client_->Upload(Floats({4}, {1, 2, 3, 4}));
+                     if (!up.ok()) return up.status();
+                     v1::Tensor view;
+                     view.set_handle(up->tensor().handle());
+                     view.set_dtype(v1::bool_);
+                     view.add_shape(16);
+                     absl::Status s = client_->Compute("logical_not", {view}).status();
+                     (void)client_->Release({up->tensor().handle()});
+                     return s;
+                   },
+                   kInvalid, "keeps its dtype"});
   cases.push_back({"release of an unknown handle",
                    [this] { return client_->Release({"0123456789abcdef0123456789abcdef"}).status(); },
                    C::kNotFound, "no resident tensor"});
