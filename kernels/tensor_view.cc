@@ -35,7 +35,9 @@ DimVector ContiguousStrides(absl::Span<const int64_t> shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i] > 0 ? shape[i] : 1;
+    // Only an empty tensor (a zero dim elsewhere) can get here with dims whose product does
+    // not fit; its strides reach nothing, so they saturate instead of overflowing.
+    if (__builtin_mul_overflow(s, shape[i] > 0 ? shape[i] : 1, &s)) s = INT64_MAX;
   }
   return strides;
 }

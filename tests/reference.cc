@@ -345,7 +345,13 @@ std::vector<Op> Ops(std::mt19937_64& rng) {
   add({"where", 3, Kind::kSame, kAll, [](const double* x) { return x[0] != 0 ? x[1] : x[2]; },
        [](const int64_t* x) { return I(x[0] != 0 ? x[1] : x[2]); }, {}, 0});
   add({"addcmul", 3, Kind::kSame, kNum, [=](const double* x) { return x[0] + value * x[1] * x[2]; },
-       [=](const int64_t* x) { return I(x[0]) + I(value) * (I(x[1]) * x[2]); }, {{"value", value}}, -1, -1, -1, 2, true, true});
+       // The triple product can pass 2^127: multiplied modulo 2^128, which keeps the low 64
+       // bits the result is truncated to.
+       [=](const int64_t* x) {
+         const auto wrap = static_cast<unsigned __int128>(I(value)) *
+                           static_cast<unsigned __int128>(I(x[1]) * x[2]);
+         return static_cast<__int128>(static_cast<unsigned __int128>(I(x[0])) + wrap);
+       }, {{"value", value}}, -1, -1, -1, 2, true, true});
   // PyTorch's two-sided form (exact at both ends; NaN where it meets inf - inf).
   add({"lerp", 3, Kind::kSame, kFloat, [](const double* x) {
          const double d = x[1] - x[0];
