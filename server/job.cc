@@ -17,8 +17,10 @@ absl::Status CheckSize(const TensorView& v, absl::string_view what, const Servic
                                                    " exceeds this server's limit of ",
                                                    o.max_rank));
   }
-  int64_t numel = 1;
-  for (int64_t d : v.shape) numel *= d;  // Already checked not to overflow.
+  // Zero for an empty tensor, whatever its other dims multiply to.
+  auto checked = CheckedNumel(v.shape);
+  if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", checked.status().message()));
+  const int64_t numel = *checked;
   if (numel > o.max_elements) {
     return absl::ResourceExhaustedError(absl::StrCat(what, ": ", numel,
                                                      " elements exceed this server's limit of ",
