@@ -11,6 +11,7 @@
 #include "client/client.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "tests/server_binary.h"
 #include "tests/server_process.h"
 #include "tests/wire_tensors.h"
 
@@ -21,15 +22,8 @@ namespace v1 = ::tensorcompute::v1;
 using client::Client;
 using testing::Floats;
 
-std::string ServerBinary() {
-  const char* env = std::getenv("TC_SERVER_BINARY");
-  return env ? env : TC_SERVER_BINARY;
-}
-
-std::string BackendFlag() {
-  const char* env = std::getenv("TC_TEST_BACKEND");
-  return std::string("--backend=") + (env ? env : "cpu");
-}
+using testing::BackendFlag;
+using testing::ServerBinary;
 
 v1::Tensor Ints(std::vector<int64_t> shape, std::vector<int32_t> v) {
   v1::Tensor t;

@@ -8,6 +8,7 @@
 
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "tests/server_binary.h"
 #include "tests/server_process.h"
 #include "tests/wire_tensors.h"
 
@@ -19,15 +20,8 @@ using client::Client;
 using client::ClientOptions;
 using testing::Floats;
 
-std::string ServerBinary() {
-  const char* env = std::getenv("TC_SERVER_BINARY");
-  return env ? env : TC_SERVER_BINARY;
-}
-
-std::string BackendFlag() {
-  const char* env = std::getenv("TC_TEST_BACKEND");
-  return std::string("--backend=") + (env ? env : "cpu");
-}
+using testing::BackendFlag;
+using testing::ServerBinary;
 
 // A CA, a server certificate for 127.0.0.1 and localhost, a client certificate from the same
 // CA, and a client certificate from another CA.

@@ -15,6 +15,7 @@
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/wire_tensors.h"
+#include "tests/server_binary.h"
 #include "tests/server_process.h"
 
 namespace tc {
@@ -27,17 +28,8 @@ using testing::Floats;
 
 using testing::Values;
 
-// $TC_SERVER_BINARY overrides the binary built here (to test a bundled one elsewhere), and
-// $TC_TEST_BACKEND the backend (cpu by default; cuda on a GPU machine).
-std::string ServerBinary() {
-  const char* env = std::getenv("TC_SERVER_BINARY");
-  return env ? env : TC_SERVER_BINARY;
-}
-
-std::string BackendFlag() {
-  const char* env = std::getenv("TC_TEST_BACKEND");
-  return std::string("--backend=") + (env ? env : "cpu");
-}
+using testing::BackendFlag;
+using testing::ServerBinary;
 
 class ServerTest : public ::testing::Test {
  protected:

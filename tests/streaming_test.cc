@@ -14,6 +14,7 @@
 #include "client/client.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
+#include "tests/server_binary.h"
 #include "tests/server_process.h"
 #include "tests/wire_tensors.h"
 
@@ -25,15 +26,8 @@ using client::Client;
 using testing::Floats;
 using testing::Values;
 
-std::string ServerBinary() {
-  const char* env = std::getenv("TC_SERVER_BINARY");
-  return env ? env : TC_SERVER_BINARY;
-}
-
-std::string BackendFlag() {
-  const char* env = std::getenv("TC_TEST_BACKEND");
-  return std::string("--backend=") + (env ? env : "cpu");
-}
+using testing::BackendFlag;
+using testing::ServerBinary;
 
 std::vector<float> RandomFloats(int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
