@@ -75,7 +75,9 @@ absl::StatusOr<DimVector> OutputStrides(const DimVector& shape, const OutputOpti
   int64_t s = 1;
   for (size_t i = rank; i-- > 0;) {
     strides[order[i]] = s;
-    s *= std::max<int64_t>(shape[order[i]], 1);
+    // As in ContiguousStrides: only an empty output has dims whose product overflows, and its
+    // strides reach nothing, so they saturate.
+    if (__builtin_mul_overflow(s, std::max<int64_t>(shape[order[i]], 1), &s)) s = INT64_MAX;
   }
   return strides;
 }
