@@ -40,7 +40,8 @@ commands:
 TENSOR is DTYPE[d0,d1,...]=v0,v1,... in C order (float32[2,3]=1,2,3,4,5,6; float32[]=5 is a
 scalar), a FILE.npy, or @HANDLE for a resident tensor. Transfers of 16 MiB or more show their
 progress on stderr. The target defaults to $TENSORCOMPUTE_TARGET or 127.0.0.1:50051, the
-bearer token to $TENSORCOMPUTE_TOKEN (prefer it to --token, which other users can see).
+bearer token to $TENSORCOMPUTE_TOKEN (prefer it to --token, which other users can see), the
+TLS options to $TENSORCOMPUTE_TLS_CA, _CERT, _KEY and _SERVER_NAME.
 
 examples:
   tensorcompute-cli compute add --input='float32[2,3]=1,2,3,4,5,6' --input='float32[3]=10,20,30'
@@ -176,6 +177,12 @@ int main(int argc, char** argv) {
   std::string timeout = "60";
   tc::client::ClientOptions options;
   if (const char* token = std::getenv("TENSORCOMPUTE_TOKEN")) options.token = token;
+  // The TLS files can come from the environment too, so that a container's HEALTHCHECK (a
+  // fixed command line) works against a server started with TLS.
+  if (const char* f = std::getenv("TENSORCOMPUTE_TLS_CA")) options.tls_ca_file = f;
+  if (const char* f = std::getenv("TENSORCOMPUTE_TLS_CERT")) options.tls_cert_file = f;
+  if (const char* f = std::getenv("TENSORCOMPUTE_TLS_KEY")) options.tls_key_file = f;
+  if (const char* f = std::getenv("TENSORCOMPUTE_TLS_SERVER_NAME")) options.tls_server_name = f;
   std::string output_dtype, output_layout, output, ttl = "0";
   bool stream = false, keep = false;
   std::vector<std::string> positional, inputs, attrs;

@@ -109,6 +109,20 @@ TEST_F(SecurityTest, TlsServesOnlyTls) {
   EXPECT_EQ(ComputeCode(doubtful), absl::StatusCode::kUnavailable);
 }
 
+// A container's HEALTHCHECK runs `tensorcompute-cli health` with a fixed command line; with
+// TENSORCOMPUTE_TLS_* in its environment it reaches a TLS server, without them it does not.
+TEST_F(SecurityTest, CliHealthTakesTlsFilesFromTheEnvironment) {
+  auto server = Start({"--tls_cert=" + pki_->path("server.pem"),
+                       "--tls_key=" + pki_->path("server.key")});
+  ASSERT_GT(server->port(), 0);
+  const std::string health = std::string(TC_CLI_BINARY) + " --timeout=3 --target=" +
+                             server->target() + " health >/dev/null 2>&1";
+  const std::string with_tls = "TENSORCOMPUTE_TLS_CA=" + pki_->path("ca.pem") + " " + health;
+  EXPECT_EQ(std::system(with_tls.c_str()), 0) << with_tls;
+  const std::string plain = "env -u TENSORCOMPUTE_TLS_CA " + health;
+  EXPECT_NE(std::system(plain.c_str()), 0) << plain;
+}
+
 TEST_F(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
   auto server = Start({"--tls_cert=" + pki_->path("server.pem"),
                        "--tls_key=" + pki_->path("server.key"),
