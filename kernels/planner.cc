@@ -201,11 +201,16 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   if (plan.numel > 0) {
     // Storage the output strides span (they were checked to be non-negative and not to
     // overflow when multiplied out).
-    int64_t last = 0;
+    // Checked all the same: the last element may sit at 2^63 - 1, one short of overflowing.
+    int64_t last = 0, span = 0, count = 0;
+    bool overflow = false;
     for (size_t k = 0; k < plan.out_shape.size(); ++k) {
-      last += (plan.out_shape[k] - 1) * plan.out_strides[k];
+      overflow = overflow ||
+                 __builtin_mul_overflow(plan.out_shape[k] - 1, plan.out_strides[k], &span) ||
+                 __builtin_add_overflow(last, span, &last);
     }
-    if (__builtin_mul_overflow(last + 1, ItemSize(out_dtype), &plan.out_storage_bytes)) {
+    if (overflow || __builtin_add_overflow(last, 1, &count) ||
+        __builtin_mul_overflow(count, ItemSize(out_dtype), &plan.out_storage_bytes)) {
       return absl::InvalidArgumentError("the output does not fit in 2^63 bytes");
     }
   }
