@@ -33,7 +33,9 @@ CpuDevice::CpuDevice(int threads, const DeviceOptions& options)
     : Device(CpuInfo(threads),
              options.memory_budget > 0 ? options.memory_budget : PhysicalMemoryBytes() / 2,
              options.memory_wait),
-      backend_(threads) {}
+      backend_(threads) {
+  set_inject_fault_at_run(options.inject_fault_at_run);
+}
 
 std::byte* CpuDevice::RawAllocate(int64_t bytes, bool zero, Lane* /*lane*/, void** /*tag*/) {
   // calloc takes fresh zero pages from the kernel for large sizes, without touching them.
@@ -64,6 +66,16 @@ absl::Status CpuDevice::Read(Lane& /*lane*/, const Storage& src, int64_t offset,
 
 void CpuDevice::Run(Lane& /*lane*/, const PreparedOp& op, std::vector<TensorView> inputs,
                     std::byte* out, std::function<void(absl::Status)> done, ReadBack /*unused*/) {
+  if (failed()) {
+    done(health());
+    return;
+  }
+  if (InjectFaultNow()) {
+    const absl::Status fault = absl::InternalError("injected device fault (test only)");
+    MarkFailed(fault);
+    done(fault);
+    return;
+  }
   // Storage is host memory: there is nothing to read back.
   done(backend_.Run(op, inputs, out));
 }

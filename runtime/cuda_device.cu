@@ -26,6 +26,38 @@ absl::Status CudaError(cudaError_t e, absl::string_view what) {
       return CudaError(e_, what);                   \
   } while (0)
 
+// In the device's methods: an error that leaves the context unusable also fails the device.
+#define TC_CUDA_CHECK(expr, what)                   \
+  do {                                              \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess) \
+      return CudaFailure(e_, what);                 \
+  } while (0)
+
+// Errors after which every later call in the context fails the same way ("sticky" in the
+// CUDA runtime's documentation): the process has to start over to use the GPU again.
+bool IsSticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDevicesUnavailable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// What a test's injected fault runs: a trap, which the driver reports as a launch failure.
+__global__ void InjectedFault() { __trap(); }
+
 // Outputs up to this size come back with the completion instead of a separate Read.
 constexpr int64_t kReadBackBytes = 256 << 10;
 // Runs in flight per stream, each with its own slot for results.
@@ -54,6 +86,7 @@ struct Completion {
 // A stream with its staging buffers, error flag, result slots, and the thread that waits for
 // its runs to complete (in order, as the stream runs them) and calls their `done`.
 struct Stream {
+  CudaDevice* device = nullptr;
   cudaStream_t stream = nullptr;
   // Two pinned buffers, so one fills while the other's copy runs; each with the event of its
   // last copy.
@@ -160,7 +193,7 @@ void WaitLoop(Stream& s, int device) {
         for (int k = 0; k < 64; ++k) CpuRelax();
       }
       if (e == cudaErrorNotReady) e = cudaEventSynchronize(slot.event);
-      if (e != cudaSuccess) return CudaError(e, "kernel");
+      if (e != cudaSuccess) return s.device->CudaFailure(e, "kernel");
       if (*c->error != 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("integer division by zero in '", c->op, "'"));
@@ -316,7 +349,18 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
 
 CudaDevice::CudaDevice(DeviceInfo info, int64_t budget, const DeviceOptions& options,
                        std::unique_ptr<Impl> impl)
-    : Device(std::move(info), budget, options.memory_wait), impl_(std::move(impl)) {}
+    : Device(std::move(info), budget, options.memory_wait), impl_(std::move(impl)) {
+  // Before any run: the waiters read it only after a run completes.
+  for (auto& s : impl_->streams) s->device = this;
+  set_inject_fault_at_run(options.inject_fault_at_run);
+}
+
+absl::Status CudaDevice::CudaFailure(int error, absl::string_view what) {
+  const auto e = static_cast<cudaError_t>(error);
+  absl::Status st = CudaError(e, what);
+  if (IsSticky(e)) MarkFailed(st);
+  return st;
+}
 
 CudaDevice::~CudaDevice() = default;
 
@@ -379,7 +423,7 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
     return absl::OutOfRangeError("write past the end of the storage");
   }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
-  TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
   std::lock_guard<std::mutex> lock(s.mu);
   const auto* from = static_cast<const std::byte*>(src);
   const int64_t chunk = impl_->staging_bytes;
@@ -387,13 +431,13 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
   for (int64_t done = 0; done < n; done += chunk, b ^= 1) {
     const int64_t len = std::min(chunk, n - done);
     // The buffer's previous copy must have left it before it is filled again.
-    TC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[b]), "cudaEventSynchronize");
+    TC_CUDA_CHECK(cudaEventSynchronize(s.done[b]), "cudaEventSynchronize");
     std::memcpy(s.pinned[b], from + done, static_cast<size_t>(len));
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data() + offset + done, s.pinned[b],
+    TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset + done, s.pinned[b],
                                             static_cast<size_t>(len), cudaMemcpyHostToDevice,
                                             s.stream),
                             "cudaMemcpyAsync to device");
-    TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[b], s.stream), "cudaEventRecord");
+    TC_CUDA_CHECK(cudaEventRecord(s.done[b], s.stream), "cudaEventRecord");
   }
   // `src` has been copied into pinned memory: the caller may reuse it. The copies themselves
   // complete in stream order.
@@ -402,8 +446,8 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
 
 absl::Status CudaDevice::Sync(Lane& lane) {
   Stream& s = *static_cast<CudaLane&>(lane).stream;
-  TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
-  TC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  TC_CUDA_CHECK(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
   return absl::OkStatus();
 }
 
@@ -415,7 +459,7 @@ absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, vo
     return absl::OutOfRangeError("read past the end of the storage");
   }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
-  TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
   std::lock_guard<std::mutex> lock(s.mu);
   auto* to = static_cast<std::byte*>(dst);
   const int64_t chunk = impl_->staging_bytes;
@@ -423,11 +467,11 @@ absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, vo
   auto issue = [&](int64_t c) -> absl::Status {
     const int64_t at = c * chunk;
     const int64_t len = std::min(chunk, n - at);
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.pinned[c & 1], src.data() + offset + at,
+    TC_CUDA_CHECK(cudaMemcpyAsync(s.pinned[c & 1], src.data() + offset + at,
                                             static_cast<size_t>(len), cudaMemcpyDeviceToHost,
                                             s.stream),
                             "cudaMemcpyAsync to host");
-    TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(s.done[c & 1], s.stream), "cudaEventRecord");
+    TC_CUDA_CHECK(cudaEventRecord(s.done[c & 1], s.stream), "cudaEventRecord");
     return absl::OkStatus();
   };
   // Two copies in flight; each buffer is drained to `dst` while the other one fills.
@@ -435,7 +479,7 @@ absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, vo
     if (auto st = issue(c); !st.ok()) return st;
   }
   for (int64_t c = 0; c < chunks; ++c) {
-    TC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(s.done[c & 1]), "cudaEventSynchronize");
+    TC_CUDA_CHECK(cudaEventSynchronize(s.done[c & 1]), "cudaEventSynchronize");
     const int64_t at = c * chunk;
     std::memcpy(to + at, s.pinned[c & 1], static_cast<size_t>(std::min(chunk, n - at)));
     if (c + 2 < chunks) {
@@ -456,9 +500,13 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
     done(absl::OkStatus());
     return;
   }
+  if (failed()) {
+    done(health());
+    return;
+  }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   auto enqueue = [&]() -> absl::Status {
-    TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
+    TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
     // A slot for this run's results, taken before the stream's lock: one frees up as the
     // waiter reports earlier runs, and the waiter never needs that lock.
     const int slot_index = AcquireSlot(s);
@@ -473,20 +521,21 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
       // Requests sharing the stream must not interleave their flag resets and launches.
       std::lock_guard<std::mutex> lock(s.mu);
       // The flag is reset, set by the kernel and copied out in stream order.
-      TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.dev_error, 0, sizeof(int), s.stream),
+      TC_CUDA_CHECK(cudaMemsetAsync(s.dev_error, 0, sizeof(int), s.stream),
                               "cudaMemsetAsync");
       const cuda::LaunchEnv env{impl_->multiprocessors, s.stream, s.dev_error};
+      if (InjectFaultNow()) InjectedFault<<<1, 1, 0, s.stream>>>();
       if (auto st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
-      TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.host_error, s.dev_error, sizeof(int),
+      TC_CUDA_CHECK(cudaMemcpyAsync(slot.host_error, s.dev_error, sizeof(int),
                                               cudaMemcpyDeviceToHost, s.stream),
                               "cudaMemcpyAsync to host");
       if (read_back.bytes > 0) {
-        TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.read_back, out,
+        TC_CUDA_CHECK(cudaMemcpyAsync(slot.read_back, out,
                                                 static_cast<size_t>(read_back.bytes),
                                                 cudaMemcpyDeviceToHost, s.stream),
                                 "cudaMemcpyAsync to host");
       }
-      TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.event, s.stream), "cudaEventRecord");
+      TC_CUDA_CHECK(cudaEventRecord(slot.event, s.stream), "cudaEventRecord");
       return absl::OkStatus();
     };
     if (absl::Status st = issue(); !st.ok()) {
@@ -519,7 +568,7 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
   const int64_t flag_at = in_bytes;
   const int64_t out_at = flag_at + 256;
   const int64_t total = out_at + plan.out_storage_bytes;
-  if (total > kReadBackBytes || plan.numel == 0) return false;
+  if (total > kReadBackBytes || plan.numel == 0 || failed()) return false;
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   const int slot_index = TryAcquireSlot(s);
   if (slot_index < 0) return false;
@@ -540,27 +589,28 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
   std::memset(slot.read_back + flag_at, 0, sizeof(int));
   const bool gaps = plan.out_storage_bytes != plan.numel * ItemSize(plan.out_dtype);
   auto issue = [&]() -> absl::Status {
-    TC_CUDA_RETURN_IF_ERROR(cudaSetDevice(impl_->index), "cudaSetDevice");
+    TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
     std::lock_guard<std::mutex> lock(s.mu);
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, slot.read_back,
+    TC_CUDA_CHECK(cudaMemcpyAsync(dev, slot.read_back,
                                             static_cast<size_t>(flag_at + sizeof(int)),
                                             cudaMemcpyHostToDevice, s.stream),
                             "cudaMemcpyAsync to device");
     if (gaps) {
       // What lies between the output's elements reads as zeros.
-      TC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dev + out_at, 0,
+      TC_CUDA_CHECK(cudaMemsetAsync(dev + out_at, 0,
                                               static_cast<size_t>(plan.out_storage_bytes),
                                               s.stream),
                               "cudaMemsetAsync");
     }
     const cuda::LaunchEnv env{impl_->multiprocessors, s.stream,
                               reinterpret_cast<int*>(dev + flag_at)};
+    if (InjectFaultNow()) InjectedFault<<<1, 1, 0, s.stream>>>();
     if (auto st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
-    TC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.read_back + flag_at, dev + flag_at,
+    TC_CUDA_CHECK(cudaMemcpyAsync(slot.read_back + flag_at, dev + flag_at,
                                             static_cast<size_t>(total - flag_at),
                                             cudaMemcpyDeviceToHost, s.stream),
                             "cudaMemcpyAsync to host");
-    TC_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.event, s.stream), "cudaEventRecord");
+    TC_CUDA_CHECK(cudaEventRecord(slot.event, s.stream), "cudaEventRecord");
     return absl::OkStatus();
   };
   if (absl::Status st = issue(); !st.ok()) {

@@ -32,6 +32,9 @@ class CudaDevice final : public Device {
   void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
            std::function<void(absl::Status)> done, ReadBack read_back = {}) override;
 
+  // A CUDA error as a status; one that leaves the context unusable also fails the device.
+  absl::Status CudaFailure(int cuda_error, absl::string_view what);
+
   struct Impl;
 
  protected:

@@ -1,6 +1,7 @@
 #include "runtime/device.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -15,6 +16,7 @@ Device::Device(DeviceInfo info, int64_t budget, absl::Duration memory_wait)
 absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time deadline,
                                             Lane* lane) {
   if (bytes < 0) return absl::InvalidArgumentError("negative allocation size");
+  if (failed()) return health();
   const int64_t n = std::max<int64_t>(bytes, 1);
   auto over_budget = [&] {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -55,6 +57,24 @@ void Device::Free(std::byte* p, int64_t bytes, void* tag) {
   freed_.notify_all();
 }
 
+absl::Status Device::health() const {
+  if (!failed()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return absl::UnavailableError(absl::StrCat("device ", info_.index, " (", info_.kind,
+                                             ") has failed and needs a server restart: ",
+                                             failure_.message()));
+}
+
+void Device::MarkFailed(const absl::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    failure_ = why;
+    failed_.store(true, std::memory_order_release);
+  }
+  if (on_failure_) on_failure_(*this, why);
+}
+
 bool Device::TryAdmit(int limit) {
   int cur = in_flight_.load(std::memory_order_relaxed);
   while (cur < limit) {
@@ -66,13 +86,21 @@ bool Device::TryAdmit(int limit) {
 Device& DeviceSet::LeastLoaded() const {
   Device* best = devices_.front().get();
   for (const auto& d : devices_) {
-    // Fewest requests in flight; ties go to the one with more free budget.
+    // Usable ones first; then fewest requests in flight; ties go to the one with more free
+    // budget.
     const auto key = [](const Device& x) {
-      return std::make_pair(x.in_flight(), -(x.memory_budget() - x.memory_in_use()));
+      return std::make_tuple(x.failed(), x.in_flight(), -(x.memory_budget() - x.memory_in_use()));
     };
     if (key(*d) < key(*best)) best = d.get();
   }
   return *best;
+}
+
+absl::Status DeviceSet::health() const {
+  for (const auto& d : devices_) {
+    if (d->failed()) return d->health();
+  }
+  return absl::OkStatus();
 }
 
 std::string FormatBytes(int64_t bytes) {

@@ -76,6 +76,10 @@ struct DeviceOptions {
   int streams = 4;
   // Pinned staging buffer size; two per lane.
   int64_t staging_bytes = int64_t{4} << 20;
+  // Test only: the device fails as it starts this many-th run (0: never). On a GPU the run
+  // launches a kernel that traps, a real fault that leaves the CUDA context unusable; on the
+  // CPU the run reports an internal error.
+  int64_t inject_fault_at_run = 0;
 };
 
 class Device {
@@ -133,6 +137,20 @@ class Device {
                    std::byte* out, std::function<void(absl::Status)> done,
                    ReadBack read_back = {}) = 0;
 
+  // A device that hit an error it cannot recover from (on a GPU, a sticky CUDA error after
+  // which its context is unusable) fails every later request with UNAVAILABLE and this
+  // status's message; memory still comes back as requests and handles go. OK while usable.
+  absl::Status health() const;
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // Records the first unrecoverable error and tells the listener (once, on the thread that
+  // saw the error, with no lock held).
+  void MarkFailed(const absl::Status& why);
+  // Set before any request runs.
+  void set_failure_listener(std::function<void(const Device&, const absl::Status&)> f) {
+    on_failure_ = std::move(f);
+  }
+  void set_inject_fault_at_run(int64_t n) { inject_fault_at_run_ = n; }
+
   int64_t memory_budget() const { return budget_; }
   int64_t memory_in_use() const { return in_use_.load(std::memory_order_relaxed); }
   int64_t memory_peak() const { return peak_.load(std::memory_order_relaxed); }
@@ -148,6 +166,11 @@ class Device {
   // and passed back to RawFree.
   virtual std::byte* RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) = 0;
   virtual void RawFree(std::byte* p, int64_t bytes, void* tag) = 0;
+  // Counts a run; true for the one run where a test asked for a fault.
+  bool InjectFaultNow() {
+    return inject_fault_at_run_ > 0 &&
+           runs_.fetch_add(1, std::memory_order_relaxed) + 1 == inject_fault_at_run_;
+  }
   // For the CPU device, the budget default and the info come from the subclass.
   DeviceInfo info_;
 
@@ -160,6 +183,12 @@ class Device {
   std::atomic<int64_t> in_use_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int> in_flight_{0};
+  int64_t inject_fault_at_run_ = 0;
+  std::atomic<int64_t> runs_{0};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failure_mu_;
+  absl::Status failure_;
+  std::function<void(const Device&, const absl::Status&)> on_failure_;
   std::mutex mu_;
   std::condition_variable freed_;
 };
@@ -194,7 +223,10 @@ class DeviceSet {
       : devices_(std::move(devices)) {}
   int size() const { return static_cast<int>(devices_.size()); }
   Device& at(int i) const { return *devices_[i]; }
+  // Failed devices only when every device has failed.
   Device& LeastLoaded() const;
+  // OK while every device is usable; else the first failure found.
+  absl::Status health() const;
 
  private:
   std::vector<std::unique_ptr<Device>> devices_;

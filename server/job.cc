@@ -133,6 +133,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   }
 
   job->device_ = pinned != nullptr ? pinned : &env.devices->LeastLoaded();
+  if (absl::Status h = job->device_->health(); !h.ok()) return h;
   if (!job->device_->TryAdmit(limits.max_concurrent_per_device)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device ", job->device_->info().index, " is busy: ", limits.max_concurrent_per_device,

@@ -532,6 +532,10 @@ class DownloadReactor final
       FinishOnce(absl::FailedPreconditionError("an upload into this tensor is still in progress"));
       return;
     }
+    if (absl::Status h = tensor_->storage->device().health(); !h.ok()) {
+      FinishOnce(h);
+      return;
+    }
     const int64_t size = tensor_->storage->bytes();
     const int64_t begin = request.offset();
     const int64_t length = request.length() == 0 ? size - begin : request.length();
@@ -661,6 +665,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
     di->set_multiprocessors(d.info().multiprocessors);
     di->set_streams(d.info().streams);
     di->set_requests_in_flight(d.in_flight());
+    if (absl::Status h = d.health(); !h.ok()) di->set_failure(std::string(h.message()));
   }
   v1::Limits* l = response->mutable_limits();
   l->set_max_message_bytes(o.max_message_bytes);
