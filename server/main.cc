@@ -1,4 +1,5 @@
 // tensorcompute-server: the gRPC process.
+#include <atomic>
 #include <signal.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -49,6 +51,9 @@ ABSL_FLAG(int64_t, memory_budget, 0,
 ABSL_FLAG(int, memory_wait_ms, 200,
           "How long a request waits for memory over the budget before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, staging_bytes, int64_t{4} << 20, "Pinned staging buffer size (two per stream).");
+ABSL_FLAG(int64_t, test_inject_device_fault_at_run, 0,
+          "Test only: each device fails at its N-th run (a trapping kernel on a GPU), to check "
+          "that requests then fail cleanly and health turns NOT_SERVING. 0: never.");
 ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU backend; 0: one per hardware thread.");
 ABSL_FLAG(int, request_threads, 8,
           "Threads that decode, copy and plan requests (kernels run on the devices).");
@@ -120,6 +125,7 @@ tc::runtime::DeviceOptions DeviceOptionsFromFlags() {
   o.memory_wait = absl::Milliseconds(absl::GetFlag(FLAGS_memory_wait_ms));
   o.streams = absl::GetFlag(FLAGS_streams_per_device);
   o.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
+  o.inject_fault_at_run = absl::GetFlag(FLAGS_test_inject_device_fault_at_run);
   if (o.memory_budget < 0 || o.streams < 1 || o.staging_bytes < (64 << 10)) {
     Fail("--memory_budget must be >= 0, --streams_per_device >= 1, --staging_bytes >= 65536");
   }
@@ -252,6 +258,9 @@ void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devic
                    per_device([](const tc::runtime::Device& d) { return d.memory_budget(); }));
   metrics.AddGauge("tensorcompute_device_memory_peak_bytes", "Most device memory held at once.",
                    per_device([](const tc::runtime::Device& d) { return d.memory_peak(); }));
+  metrics.AddGauge("tensorcompute_device_failed",
+                   "1 once the device has failed for good (the server needs a restart).",
+                   per_device([](const tc::runtime::Device& d) { return d.failed() ? 1 : 0; }));
   metrics.AddGauge("tensorcompute_device_requests_in_flight",
                    "Requests admitted to the device and not finished (its queue depth).",
                    per_device([](const tc::runtime::Device& d) { return d.in_flight(); }));
@@ -280,6 +289,10 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A reference to the gRPC library that is never given back: its final shutdown in gRPC 1.51
+  // joins an idle poller thread that may sleep up to 10 s more, after every call has
+  // finished and everything of ours is freed. Exiting without it loses nothing.
+  grpc_init();
 
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
   if (max_message <= 0 || max_message > INT32_MAX) {
@@ -295,6 +308,17 @@ int main(int argc, char** argv) {
   if (max_rank < 0 || max_rank > tc::kMaxRank) Fail("--max_rank must be between 0 and 8");
   auto [device_list, backend_name] = MakeDevices(absl::GetFlag(FLAGS_backend));
   tc::runtime::DeviceSet devices(std::move(device_list));
+  // A device that fails for good turns the whole server NOT_SERVING, so that balancers move
+  // traffic away and an orchestrator restarts it; requests on it fail with UNAVAILABLE.
+  std::atomic<grpc::HealthCheckServiceInterface*> health_service{nullptr};
+  for (int i = 0; i < devices.size(); ++i) {
+    devices.at(i).set_failure_listener(
+        [&health_service](const tc::runtime::Device& d, const absl::Status& why) {
+          Log(absl::StrCat("device ", d.info().index, " (", d.info().kind,
+                           ") failed: ", why.ToString(), "; health is NOT_SERVING"));
+          if (auto* h = health_service.load()) h->SetServingStatus(false);
+        });
+  }
   auto request_pool = std::make_unique<tc::ThreadPool>(absl::GetFlag(FLAGS_request_threads));
 
   tc::server::ResidentOptions resident_options;
@@ -350,6 +374,9 @@ int main(int argc, char** argv) {
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), true);
   health->SetServingStatus(true);
+  health_service.store(health);
+  // A failure before the store above has been logged but not yet reported.
+  if (!devices.health().ok()) health->SetServingStatus(false);
   Log(absl::StrCat("serving tensorcompute.v1.TensorService on ", absl::GetFlag(FLAGS_address),
                    ":", bound_port));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
