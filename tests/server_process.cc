@@ -48,6 +48,11 @@ bool ServerProcess::running() {
 int ServerProcess::Terminate(double timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
+  return WaitExit(timeout_s);
+}
+
+int ServerProcess::WaitExit(double timeout_s) {
+  if (pid_ <= 0) return -1;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
     int status;

@@ -19,6 +19,8 @@ class ServerProcess {
   bool running();
   // Sends SIGTERM and returns the exit status (as from waitpid), or -1 after `timeout_s`.
   int Terminate(double timeout_s = 30);
+  // Waits for the process to exit by itself: its status, or -1 after `timeout_s`.
+  int WaitExit(double timeout_s);
 
  private:
   int pid_ = -1;

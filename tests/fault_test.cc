@@ -1,0 +1,234 @@
+// Faults under load, against the real server binary ($TC_SERVER_BINARY, $TC_TEST_BACKEND as in
+// server_test): clients cancelling streams half way, deadlines expiring while requests run,
+// SIGTERM while 16 clients keep calling, and a device that fails for good (injected with a
+// test-only flag: a trapping kernel on a GPU). Each runs beside a mixed load whose every
+// result is checked; afterwards device memory, resident tensors and the process's RSS must be
+// back at the baseline taken after a warm-up with the same mix.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "tests/load_mix.h"
+#include "tests/server_binary.h"
+#include "tests/server_process.h"
+
+namespace tc {
+namespace {
+
+using client::Client;
+using testing::Footprint;
+using testing::LoadMix;
+using testing::LoadMixOptions;
+using testing::LoadMixReport;
+using testing::ServerFootprint;
+
+constexpr int kClients = 16;
+
+class FaultTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> flags = {}) {
+    flags.push_back(testing::BackendFlag());
+    server_ = std::make_unique<testing::ServerProcess>(testing::ServerBinary(), flags);
+    ASSERT_GT(server_->port(), 0) << "server did not start";
+    client::ClientOptions o;
+    o.timeout = absl::Seconds(10);
+    client_ = std::make_unique<Client>(server_->target(), o);
+  }
+
+  LoadMixOptions Mix(std::initializer_list<int> weights) {
+    LoadMixOptions m;
+    m.target = server_->target();
+    m.clients = kClients;
+    int k = 0;
+    for (int w : weights) m.weights[k++] = w;
+    // 2 MiB per streamed input: several chunks, quick on two cores.
+    m.streamed_elements = int64_t{1} << 19;
+    m.resident_elements = int64_t{1} << 17;
+    return m;
+  }
+
+  // The same mix without the fault, a fixed number of calls, so that allocator arenas,
+  // thread stacks and caches have grown before the baseline is taken.
+  ServerFootprint WarmUp(LoadMixOptions m) {
+    m.weights[static_cast<int>(testing::LoadKind::kCancel)] = 0;
+    m.weights[static_cast<int>(testing::LoadKind::kDeadline)] = 0;
+    m.calls_per_client = 40;
+    LoadMix warm(m);
+    warm.Start();
+    warm.Wait();
+    const LoadMixReport r = warm.report();
+    EXPECT_EQ(r.unexpected, 0) << r.Summary();
+    return Footprint(server_->target(), server_->pid());
+  }
+
+  LoadMixReport RunFor(const LoadMixOptions& m, absl::Duration d) {
+    LoadMix load(m);
+    load.Start();
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(d));
+    load.Stop();
+    return load.report();
+  }
+
+  // Device memory and resident tensors exactly as before, RSS within a quarter (at least
+  // 64 MiB) of it: freed heap is not always handed back to the kernel at once.
+  void ExpectBackToBaseline(const ServerFootprint& base) {
+    ServerFootprint now;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    const int64_t rss_slack = std::max<int64_t>(base.rss_kb / 4, 64 << 10);
+    do {
+      now = Footprint(server_->target(), server_->pid());
+      if (now.device_bytes == base.device_bytes &&
+          now.resident_tensors == base.resident_tensors &&
+          now.rss_kb <= base.rss_kb + rss_slack) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (std::chrono::steady_clock::now() < until);
+    std::printf("baseline: %s\nafter:    %s\n", base.ToString().c_str(), now.ToString().c_str());
+    EXPECT_EQ(now.device_bytes, base.device_bytes);
+    EXPECT_EQ(now.resident_tensors, base.resident_tensors);
+    EXPECT_LE(now.rss_kb, base.rss_kb + rss_slack) << "RSS grew from " << base.rss_kb << " kB";
+  }
+
+  void ExpectHealth(const std::string& want) {
+    auto h = client_->Health();
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(*h, want);
+  }
+
+  std::unique_ptr<testing::ServerProcess> server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(FaultTest, ClientsCancellingMidStreamUnderLoad) {
+  Start();
+  LoadMixOptions m = Mix({4, 1, 1, 4, 0});
+  const ServerFootprint base = WarmUp(m);
+  const LoadMixReport r = RunFor(m, absl::Seconds(4));
+  std::printf("%s\n", r.Summary().c_str());
+  EXPECT_EQ(r.unexpected, 0) << r.Summary();
+  EXPECT_EQ(r.wrong, 0);
+  EXPECT_GT(r.failed[static_cast<int>(testing::LoadKind::kCancel)], 0);
+  EXPECT_GT(r.ok[static_cast<int>(testing::LoadKind::kStreamed)], 0);
+  ExpectBackToBaseline(base);
+  ExpectHealth("SERVING");
+}
+
+TEST_F(FaultTest, DeadlinesExpiringMidComputeUnderLoad) {
+  Start();
+  LoadMixOptions m = Mix({4, 1, 1, 0, 4});
+  m.short_deadline = absl::Milliseconds(50);
+  const ServerFootprint base = WarmUp(m);
+  const LoadMixReport r = RunFor(m, absl::Seconds(4));
+  std::printf("%s\n", r.Summary().c_str());
+  EXPECT_EQ(r.unexpected, 0) << r.Summary();
+  EXPECT_EQ(r.wrong, 0);
+  EXPECT_GT(r.with(absl::StatusCode::kDeadlineExceeded), 0) << r.Summary();
+  ExpectBackToBaseline(base);
+  ExpectHealth("SERVING");
+}
+
+// In-flight calls finish, new ones get UNAVAILABLE (or, for calls that arrive while gRPC's
+// Shutdown runs, its own CANCELLED), nothing else; the process exits 0 within the grace
+// period.
+TEST_F(FaultTest, SigtermUnderLoad) {
+  Start({"--shutdown_grace_seconds=20"});
+  LoadMixOptions m = Mix({4, 1, 1, 0, 0});
+  m.allowed = {absl::StatusCode::kUnavailable};
+  LoadMix load(m);
+  load.Start();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const LoadMixReport before = load.report();
+  // Calls that start about when the signal goes may meet gRPC's Shutdown (see LoadMix).
+  load.MarkShutdown(absl::Now(), absl::Milliseconds(20));
+  const auto signalled = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
+  const int status = server_->WaitExit(25);
+  const auto exited = std::chrono::steady_clock::now();
+  // Clients keep calling a little after the exit: refused, not hung.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  load.Stop();
+  const LoadMixReport r = load.report();
+  std::printf("%s\nexit after %.2f s\n", r.Summary().c_str(),
+              std::chrono::duration<double>(exited - signalled).count());
+  ASSERT_TRUE(WIFEXITED(status)) << "server did not exit within 25 s: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_LT(exited - signalled, std::chrono::seconds(20));
+  EXPECT_GT(before.total_ok(), 0);
+  EXPECT_EQ(r.unexpected, 0) << r.Summary();
+  EXPECT_EQ(r.wrong, 0);
+  EXPECT_GT(r.with(absl::StatusCode::kUnavailable), 0) << r.Summary();
+  EXPECT_GT(r.finished_in_drain, 0) << r.Summary();
+}
+
+// The device fails for good at its 600th run: the requests on it fail with INTERNAL, later
+// ones with UNAVAILABLE, health turns NOT_SERVING, the process stays up (health and server
+// info still answer), memory comes back as requests end and handles are released, and
+// SIGTERM still stops it cleanly.
+TEST_F(FaultTest, InjectedDeviceFaultUnderLoad) {
+  Start({"--test_inject_device_fault_at_run=600"});
+  LoadMixOptions m = Mix({4, 1, 1, 0, 0});
+  // 16 clients x 20 calls: under 600 runs.
+  m.calls_per_client = 20;
+  {
+    LoadMix warm(m);
+    warm.Start();
+    warm.Wait();
+    ASSERT_EQ(warm.report().unexpected, 0) << warm.report().Summary();
+  }
+  const ServerFootprint base = Footprint(server_->target(), server_->pid());
+  ExpectHealth("SERVING");
+
+  m.calls_per_client = 0;
+  m.allowed = {absl::StatusCode::kInternal, absl::StatusCode::kUnavailable};
+  LoadMix load(m);
+  load.Start();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::string health = "SERVING";
+  while (health == "SERVING" && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto h = client_->Health();
+    ASSERT_TRUE(h.ok()) << h.status();
+    health = *h;
+  }
+  // Load goes on against the failed device for a while.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  load.Stop();
+  const LoadMixReport r = load.report();
+  std::printf("%s\n", r.Summary().c_str());
+  EXPECT_EQ(health, "NOT_SERVING");
+  EXPECT_EQ(r.unexpected, 0) << r.Summary();
+  EXPECT_EQ(r.wrong, 0);
+  EXPECT_GT(r.with(absl::StatusCode::kUnavailable), 0) << r.Summary();
+  auto info = client_->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_GT(info->devices_size(), 0);
+  EXPECT_NE(info->devices(0).failure(), "");
+  std::printf("device 0: %s\n", info->devices(0).failure().c_str());
+  // New calls are refused with the reason.
+  auto refused = client_->Compute("neg", {[] {
+                                    tensorcompute::v1::Tensor t;
+                                    t.set_dtype(tensorcompute::v1::float32);
+                                    t.set_data(std::string(4, '\0'));
+                                    return t;
+                                  }()});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_NE(refused.status().message().find("failed"), absl::string_view::npos);
+  ExpectBackToBaseline(base);
+  ExpectHealth("NOT_SERVING");
+  const auto signalled = std::chrono::steady_clock::now();
+  const int status = server_->Terminate(25);
+  ASSERT_TRUE(WIFEXITED(status)) << "no clean exit after the fault: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(20));
+}
+
+}  // namespace
+}  // namespace tc
