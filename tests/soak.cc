@@ -1,0 +1,220 @@
+// Soak: many concurrent clients with a mix of small, large streamed and resident requests for
+// a fixed time against one server, every result checked. Samples the server's RSS, device
+// memory and resident tensors every second, and fails (exit 1) on any error or wrong result,
+// when, after the load, device memory and resident tensors are not back at the baseline or
+// RSS is not back within a quarter (plus --rss_slack_mib) of it, or on memory running away
+// under load (the second half's median RSS above the first half's by more than a quarter plus
+// the slack). Under load RSS follows the bytes of the large requests in flight, which swing
+// with the mix; what a leak cannot do is give its memory back afterwards.
+//
+//   tensorcompute-soak --server_binary=build/server/tensorcompute-server --clients=64
+//       --seconds=60 [--backend=cuda] [--json=soak.json]
+//   tensorcompute-soak --target=HOST:PORT --server_pid=PID ...   (a server already running)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "tests/load_mix.h"
+#include "tests/server_process.h"
+
+ABSL_FLAG(std::string, server_binary, "", "Server to start on 127.0.0.1 for the soak.");
+ABSL_FLAG(std::string, backend, "cpu", "--backend of the started server.");
+ABSL_FLAG(std::string, server_flags, "", "More flags for the started server, comma-separated.");
+ABSL_FLAG(std::string, target, "", "Soak a server that is already running instead.");
+ABSL_FLAG(int, server_pid, 0, "Its process id, for its RSS (with --target).");
+ABSL_FLAG(int, clients, 64, "Concurrent clients, one channel each.");
+ABSL_FLAG(int, seconds, 60, "How long the load runs.");
+ABSL_FLAG(int, print_seconds, 5, "Seconds between printed samples (one is taken each second).");
+ABSL_FLAG(std::string, weights, "16,2,2",
+          "Relative shares of small adds, streamed multiplies and resident round trips.");
+ABSL_FLAG(int64_t, streamed_mib, 4, "MiB per input of a streamed request.");
+ABSL_FLAG(int64_t, resident_kib, 1024, "KiB of a resident tensor.");
+ABSL_FLAG(int64_t, rss_slack_mib, 32, "RSS growth allowed beyond the quarter (see above).");
+ABSL_FLAG(std::string, json, "", "Write the figures here as JSON.");
+
+namespace {
+
+using tc::testing::LoadKind;
+using tc::testing::LoadMix;
+using tc::testing::LoadMixOptions;
+using tc::testing::LoadMixReport;
+using tc::testing::ServerFootprint;
+
+struct Sample {
+  double t = 0;
+  double calls_per_s = 0;
+  ServerFootprint f;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::unique_ptr<tc::testing::ServerProcess> server;
+  std::string target = absl::GetFlag(FLAGS_target);
+  int pid = absl::GetFlag(FLAGS_server_pid);
+  if (target.empty()) {
+    std::vector<std::string> flags = {"--backend=" + absl::GetFlag(FLAGS_backend)};
+    for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_server_flags), ',',
+                                              absl::SkipEmpty())) {
+      flags.emplace_back(f);
+    }
+    server = std::make_unique<tc::testing::ServerProcess>(absl::GetFlag(FLAGS_server_binary), flags);
+    if (server->port() == 0) {
+      std::fprintf(stderr, "soak: the server did not start\n");
+      return 1;
+    }
+    target = server->target();
+    pid = server->pid();
+  }
+
+  LoadMixOptions m;
+  m.target = target;
+  m.clients = absl::GetFlag(FLAGS_clients);
+  int k = 0;
+  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_weights), ',')) {
+    if (k < tc::testing::kLoadKinds) m.weights[k++] = std::stoi(std::string(w));
+  }
+  m.streamed_elements = absl::GetFlag(FLAGS_streamed_mib) << 18;
+  m.resident_elements = absl::GetFlag(FLAGS_resident_kib) << 8;
+  m.deadline = absl::Seconds(120);
+
+  // Warm-up: a few calls per client, so arenas and caches have grown before the baseline.
+  {
+    LoadMixOptions w = m;
+    w.calls_per_client = 5;
+    LoadMix warm(w);
+    warm.Start();
+    warm.Wait();
+    if (warm.report().unexpected > 0) {
+      std::fprintf(stderr, "soak: errors during the warm-up:\n%s\n",
+                   warm.report().Summary().c_str());
+      return 1;
+    }
+  }
+  const ServerFootprint base = tc::testing::Footprint(target, pid);
+  std::printf("soak: %d clients for %d s against %s; baseline %s\n", m.clients,
+              absl::GetFlag(FLAGS_seconds), target.c_str(), base.ToString().c_str());
+
+  std::vector<Sample> samples;
+  LoadMix load(m);
+  const auto t0 = std::chrono::steady_clock::now();
+  load.Start();
+  const auto end = t0 + std::chrono::seconds(absl::GetFlag(FLAGS_seconds));
+  int64_t last_calls = 0;
+  auto last_t = t0;
+  while (std::chrono::steady_clock::now() < end) {
+    const auto next = std::min(end, std::chrono::steady_clock::now() + std::chrono::seconds(1));
+    std::this_thread::sleep_until(next);
+    const auto now = std::chrono::steady_clock::now();
+    const LoadMixReport r = load.report();
+    Sample s;
+    s.t = std::chrono::duration<double>(now - t0).count();
+    s.calls_per_s = static_cast<double>(r.total() - last_calls) /
+                    std::chrono::duration<double>(now - last_t).count();
+    s.f = tc::testing::Footprint(target, pid);
+    last_calls = r.total();
+    last_t = now;
+    samples.push_back(s);
+    const int every = std::max(absl::GetFlag(FLAGS_print_seconds), 1);
+    if (samples.size() % every != 0 && now < end) continue;
+    std::printf("  t=%5.0f s  %8.0f calls/s  RSS %5lld MiB  device %7.1f MiB  resident %lld  "
+                "errors %lld\n",
+                s.t, s.calls_per_s, static_cast<long long>(s.f.rss_kb >> 10),
+                static_cast<double>(s.f.device_bytes) / (1 << 20),
+                static_cast<long long>(s.f.resident_tensors),
+                static_cast<long long>(r.unexpected + r.wrong));
+    std::fflush(stdout);
+  }
+  load.Stop();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const LoadMixReport r = load.report();
+
+  // Afterwards: device memory and resident tensors back at the baseline (allow a few seconds
+  // for the last completions and the sweeper).
+  ServerFootprint after;
+  for (int i = 0; i < 100; ++i) {
+    after = tc::testing::Footprint(target, pid);
+    if (after.device_bytes == base.device_bytes && after.resident_tensors == base.resident_tensors &&
+        i >= 20) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // RSS swings with the large requests in flight at each sample: compare medians of the two
+  // halves, loosely; the check after the load is the strict one.
+  std::vector<int64_t> first, second;
+  int64_t peak = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    (2 * i < samples.size() ? first : second).push_back(samples[i].f.rss_kb);
+    peak = std::max(peak, samples[i].f.rss_kb);
+  }
+  auto median = [](std::vector<int64_t> v) -> int64_t {
+    if (v.empty()) return 0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const int64_t first_median = median(first), second_median = median(second);
+  const int64_t slack = absl::GetFlag(FLAGS_rss_slack_mib) << 10;
+  const int64_t allowed = first_median + first_median / 4 + slack;
+  const bool flat = second.empty() || second_median <= allowed;
+  const int64_t allowed_after = base.rss_kb + base.rss_kb / 4 + slack;
+  const bool back = after.device_bytes == base.device_bytes &&
+                    after.resident_tensors == base.resident_tensors &&
+                    after.rss_kb <= allowed_after;
+  const bool clean = r.unexpected == 0 && r.wrong == 0;
+
+  std::printf("soak: %.0f s, %lld calls (%.0f/s): %s\n", elapsed,
+              static_cast<long long>(r.total()), static_cast<double>(r.total()) / elapsed,
+              r.Summary().c_str());
+  std::printf("soak: RSS median first half %lld MiB, second half %lld MiB (allowed %lld), "
+              "peak %lld MiB: %s\n",
+              static_cast<long long>(first_median >> 10),
+              static_cast<long long>(second_median >> 10), static_cast<long long>(allowed >> 10),
+              static_cast<long long>(peak >> 10), flat ? "flat" : "GROWING");
+  std::printf("soak: after: %s (baseline %s, RSS allowed %lld MiB): %s\n",
+              after.ToString().c_str(), base.ToString().c_str(),
+              static_cast<long long>(allowed_after >> 10),
+              back ? "back at the baseline" : "NOT BACK");
+
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream out(path);
+    out << absl::StrFormat(
+        "{\n  \"clients\": %d, \"seconds\": %.1f, \"calls\": %d, \"calls_per_second\": %.1f,\n",
+        m.clients, elapsed, r.total(), static_cast<double>(r.total()) / elapsed);
+    out << "  \"ok\": {";
+    for (int i = 0; i < tc::testing::kLoadKinds; ++i) {
+      out << (i ? ", " : "") << "\"" << tc::testing::LoadKindName(static_cast<LoadKind>(i))
+          << "\": " << r.ok[i];
+    }
+    out << absl::StrFormat(
+        "},\n  \"unexpected_errors\": %d, \"wrong_results\": %d,\n"
+        "  \"baseline\": {\"rss_kb\": %d, \"device_bytes\": %d, \"resident_tensors\": %d},\n"
+        "  \"after\": {\"rss_kb\": %d, \"device_bytes\": %d, \"resident_tensors\": %d},\n"
+        "  \"rss_median_kb\": {\"first_half\": %d, \"second_half\": %d}, \"rss_peak_kb\": %d,\n"
+        "  \"samples\": [",
+        r.unexpected, r.wrong, base.rss_kb, base.device_bytes, base.resident_tensors,
+        after.rss_kb, after.device_bytes, after.resident_tensors, first_median, second_median,
+        peak);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      out << absl::StrFormat(
+          "%s\n    {\"t\": %.1f, \"calls_per_second\": %.1f, \"rss_kb\": %d, "
+          "\"device_bytes\": %d, \"resident_tensors\": %d}",
+          i ? "," : "", samples[i].t, samples[i].calls_per_s, samples[i].f.rss_kb,
+          samples[i].f.device_bytes, samples[i].f.resident_tensors);
+    }
+    out << "\n  ],\n  \"passed\": " << (clean && flat && back ? "true" : "false") << "\n}\n";
+  }
+  return clean && flat && back ? 0 : 1;
+}
