@@ -7,6 +7,8 @@
 //   tensorcompute-gpu-bench [--torch=torch_elementwise.py] [--reps=50] [--only=CASE]
 //                           [--json=FILE] [--markdown=FILE]
 //
+// Every case's output is checked against the CPU backend (exact, floating point within two
+// ulps); a difference makes the exit status 1.
 // Per case: the median over --reps calls (after 10 warm-ups) of the time between two events
 // around the call, as the script times PyTorch; bytes are those of the output and of each
 // input view (numel x item size), as the script counts them.
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
 #include "kernels/scalar_types.h"
@@ -259,6 +262,46 @@ int main(int argc, char** argv) {
     int64_t bytes = 0;
   };
   std::map<std::string, Result> ours;
+  // Each case's output is also checked against the CPU backend on copies of the same inputs:
+  // the timed kernels are the ones the numbers are about.
+  CpuBackend cpu(0);
+  int64_t bad_cases = 0;
+  auto check = [&](const Case& k, const PreparedOp& op) {
+    std::vector<std::vector<std::byte>> host(k.inputs.size());
+    std::vector<TensorView> views = k.inputs;
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      host[i].resize(static_cast<size_t>(k.inputs[i].storage_bytes));
+      CHECK_CUDA(cudaMemcpy(host[i].data(), k.inputs[i].data, host[i].size(),
+                            cudaMemcpyDeviceToHost));
+      views[i].data = host[i].data();
+    }
+    std::vector<std::byte> want(static_cast<size_t>(op.plan.out_storage_bytes));
+    std::vector<std::byte> got(want.size());
+    if (auto st = cpu.Run(op, views, want.data()); !st.ok()) {
+      std::fprintf(stderr, "%s: CPU run: %s\n", k.name.c_str(), st.ToString().c_str());
+      ++bad_cases;
+      return;
+    }
+    CHECK_CUDA(cudaMemcpy(got.data(), k.out->p, got.size(), cudaMemcpyDeviceToHost));
+    // Floating results may differ by an ulp or two (pow, division); everything else exactly.
+    const DType t = op.plan.out_dtype;
+    const int64_t item = ItemSize(t);
+    int64_t mismatches = 0, worst = 0;
+    for (size_t at = 0; at + item <= got.size(); at += static_cast<size_t>(item)) {
+      int64_t g = 0, w = 0;
+      std::memcpy(&g, got.data() + at, static_cast<size_t>(item));
+      std::memcpy(&w, want.data() + at, static_cast<size_t>(item));
+      const bool floating = t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+      const int64_t ulps = g > w ? g - w : w - g;
+      if (g != w && (!floating || ulps > 2)) ++mismatches;
+      worst = std::max(worst, g == w ? 0 : ulps);
+    }
+    if (mismatches > 0) {
+      std::fprintf(stderr, "%s: %lld elements differ from the CPU backend (largest bit distance %lld)\n",
+                   k.name.c_str(), static_cast<long long>(mismatches), static_cast<long long>(worst));
+      ++bad_cases;
+    }
+  };
   for (const Case& k : cases) {
     absl::Status status;
     auto call = [&] {
@@ -286,6 +329,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     auto op = PrepareOp(k.op, k.inputs, k.attrs, k.output);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    check(k, *op);
     int64_t out_numel = op->plan.numel;
     r.bytes = out_numel * ItemSize(op->plan.out_dtype);
     for (const TensorView& v : k.inputs) r.bytes += ViewBytes(v);
@@ -384,5 +429,11 @@ int main(int argc, char** argv) {
     }
     js << "\n  }\n}\n";
   }
+  if (bad_cases > 0) {
+    std::fprintf(stderr, "%lld cases gave results different from the CPU backend\n",
+                 static_cast<long long>(bad_cases));
+    return 1;
+  }
+  std::printf("every case matched the CPU backend\n");
   return 0;
 }

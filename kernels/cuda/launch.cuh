@@ -1,8 +1,14 @@
 // CUDA kernels for any op of the catalog, and the launcher that picks one. Instantiated per op
 // group in ops_*.cu so that the groups compile in parallel.
 //
-// Two kernels per op and compute type:
-// - dense: every operand contiguous and of the op's own storage type; typed loads and stores;
+// Three kernels per op and compute type:
+// - fast, vectorized: at most two dims (rows of `cols` elements), every operand of the op's
+//   own storage type, the output dense along a row and each input either dense along it or
+//   one element repeated (stride 0), any row stride. That is contiguous data, a scalar
+//   tensor, row (bias) and column broadcasts, NHWC per-channel and outer products. Each thread
+//   moves 16 bytes per operand per step when every row start is 16-byte aligned;
+// - the same with one element per step, where alignment or the row length does not allow it
+//   (a misaligned storage offset, odd rows);
 // - general: any strides (0 and negative included) and any operand dtypes, converted while
 //   loading and storing (dynamic casting), offsets from the linear index per dimension.
 #pragma once
@@ -10,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -75,17 +82,60 @@ __device__ __forceinline__ auto Call(const F& f, const C* v, std::index_sequence
   return f(v[I]...);
 }
 
-template <typename S, int N, typename F>
-__global__ void DenseKernel(F f, KernelArgs<N + 1> a) {
+// Rows of the fast kernel: operand k's row r starts at base[k] + r * row_stride[k]; along the
+// row it is dense (inner[k]) or one repeated element.
+template <int kOps>
+struct RowArgs {
+  int64_t rows;
+  int64_t cols;
+  char* base[kOps];
+  int64_t row_stride[kOps];
+  bool inner[kOps];
+};
+
+// V elements of T in one aligned access (16 bytes for the inputs, V output elements).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Pack {
+  T v[V];
+};
+
+template <typename S, int N, int V, typename F>
+__global__ void RowKernel(F f, RowArgs<N + 1> a) {
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
+  const int64_t packs = a.cols / V;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.numel; i += step) {
-    C v[N];
+  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+    const char* in[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] = static_cast<C>(reinterpret_cast<const S*>(a.base[k + 1])[i]);
-    reinterpret_cast<Out*>(a.base[0])[i] = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+    for (int k = 0; k < N; ++k) in[k] = a.base[k + 1] + r * a.row_stride[k + 1];
+    auto* out = reinterpret_cast<Pack<Out, V>*>(a.base[0] + r * a.row_stride[0]);
+    for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < packs;
+         p += step) {
+      C x[N][V];
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (a.inner[k + 1]) {
+          const Pack<S, V> in_pack = reinterpret_cast<const Pack<S, V>*>(in[k])[p];
+#pragma unroll
+          for (int j = 0; j < V; ++j) x[k][j] = static_cast<C>(in_pack.v[j]);
+        } else {
+          const C one = static_cast<C>(*reinterpret_cast<const S*>(in[k]));
+#pragma unroll
+          for (int j = 0; j < V; ++j) x[k][j] = one;
+        }
+      }
+      Pack<Out, V> y;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        C v[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[k] = x[k][j];
+        y.v[j] = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+      }
+      out[p] = y;
+    }
   }
 }
 
@@ -131,15 +181,50 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
     a.base[k] = base[k];
     a.dtypes[k] = plan.dtypes[k];
   }
-  const int64_t blocks_needed = (plan.numel + kThreads - 1) / kThreads;
-  const int blocks = static_cast<int>(std::min<int64_t>(blocks_needed, int64_t{env.multiprocessors} * 16));
+  // Blocks enough for every SM to hold its fill of threads a few times over; the kernels
+  // stride over the rest.
+  const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
   constexpr DType kS = DTypeOf<S>();
-  constexpr DType kOut = std::is_same_v<R, bool> ? DType::kBool : kS;
-  bool dense = plan.path == Path::kContiguous && plan.dtypes[0] == kOut;
-  for (int k = 1; k <= N; ++k) dense &= plan.dtypes[k] == kS;
-  if (dense) {
-    DenseKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
+  using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
+  constexpr DType kOut = DTypeOf<Out>();
+  // The fast kernel's shape: rows of plan.sizes[0] elements, plan.sizes[1] rows.
+  bool rows_ok = plan.ndim <= 2 && plan.dtypes[0] == kOut &&
+                 plan.strides[0][0] == static_cast<int64_t>(sizeof(Out));
+  for (int k = 1; k <= N; ++k) {
+    rows_ok = rows_ok && plan.dtypes[k] == kS &&
+              (plan.strides[k][0] == 0 || plan.strides[k][0] == static_cast<int64_t>(sizeof(S)));
+  }
+  if (rows_ok) {
+    RowArgs<N + 1> ra{};
+    ra.cols = plan.sizes[0];
+    ra.rows = plan.ndim == 2 ? plan.sizes[1] : 1;
+    for (int k = 0; k <= N; ++k) {
+      ra.base[k] = base[k];
+      ra.row_stride[k] = plan.ndim == 2 ? plan.strides[k][1] : 0;
+      ra.inner[k] = plan.strides[k][0] != 0;
+    }
+    // 16 bytes per input access, where every row of every operand starts aligned for it.
+    constexpr int kV = 16 / sizeof(S) > 0 ? static_cast<int>(16 / sizeof(S)) : 1;
+    bool vec = ra.cols % kV == 0;
+    for (int k = 0; k <= N; ++k) {
+      const int64_t align = k == 0 ? static_cast<int64_t>(sizeof(Out)) * kV : 16;
+      if (k > 0 && !ra.inner[k]) continue;
+      vec = vec && reinterpret_cast<uintptr_t>(ra.base[k]) % align == 0 &&
+            ra.row_stride[k] % align == 0;
+    }
+    const int v = vec ? kV : 1;
+    const int64_t per_row = (ra.cols / v + kThreads - 1) / kThreads;
+    const int64_t bx = std::max<int64_t>(1, std::min(per_row, max_blocks));
+    const int64_t by = std::max<int64_t>(1, std::min({ra.rows, max_blocks / bx, int64_t{65535}}));
+    const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+    if (vec) {
+      RowKernel<S, N, kV><<<grid, kThreads, 0, env.stream>>>(f, ra);
+    } else {
+      RowKernel<S, N, 1><<<grid, kThreads, 0, env.stream>>>(f, ra);
+    }
   } else {
+    const int64_t blocks_needed = (plan.numel + kThreads - 1) / kThreads;
+    const int blocks = static_cast<int>(std::min(blocks_needed, max_blocks));
     GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
   }
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
