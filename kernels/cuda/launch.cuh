@@ -2,15 +2,17 @@
 // group in ops_*.cu so that the groups compile in parallel.
 //
 // Three kernels per op and compute type:
-// - fast, vectorized: at most two dims (rows of `cols` elements), every operand of the op's
-//   own storage type, the output dense along a row and each input either dense along it or
-//   one element repeated (stride 0), any row stride. That is contiguous data, a scalar
-//   tensor, row (bias) and column broadcasts, NHWC per-channel and outer products. Each thread
-//   moves 16 bytes per operand per step when every row start is 16-byte aligned;
+// - fast, vectorized: at most three dims (rows of `cols` elements, the rows themselves in up
+//   to two dims), every operand of the op's own storage type, the output dense along a row
+//   and each input either dense along it or one element repeated (stride 0), any row
+//   strides. That is contiguous data, a scalar tensor, row (bias) and column broadcasts,
+//   per-channel NCHW and NHWC, and outer products. Each thread moves 16 bytes per operand per
+//   step when every row start is 16-byte aligned; short rows share a block;
 // - the same with one element per step, where alignment or the row length does not allow it
 //   (a misaligned storage offset, odd rows);
 // - general: any strides (0 and negative included) and any operand dtypes, converted while
-//   loading and storing (dynamic casting), offsets from the linear index per dimension.
+//   loading and storing (dynamic casting), offsets from the linear index per dimension, split
+//   with 32-bit multiply-and-shift division where the element count is under 2^31.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,6 +30,27 @@
 namespace tc::cuda {
 
 // Everything a kernel needs, passed by value as a kernel parameter.
+// Division by a fixed 32-bit divisor as a multiply-high and a shift (Granlund and
+// Montgomery's method, as PyTorch's IntDivider): for n, d < 2^31, n / d ==
+// (umulhi(n, m) + n) >> s with s = ceil(log2 d), m = 2^32 (2^s - d) / d + 1.
+struct FastDivisor {
+  uint32_t d = 1, m = 0;
+  uint32_t s = 0;
+};
+
+inline FastDivisor MakeFastDivisor(uint32_t d) {
+  FastDivisor f;
+  f.d = d;
+  while ((uint64_t{1} << f.s) < d) ++f.s;
+  f.m = static_cast<uint32_t>(((static_cast<unsigned __int128>(1) << 32) *
+                               ((uint64_t{1} << f.s) - d)) / d + 1);
+  return f;
+}
+
+__device__ __forceinline__ uint32_t FastDiv(uint32_t n, const FastDivisor& f) {
+  return static_cast<uint32_t>((static_cast<uint64_t>(__umulhi(n, f.m)) + n) >> f.s);
+}
+
 template <int kOps>
 struct KernelArgs {
   int ndim;
@@ -36,6 +59,10 @@ struct KernelArgs {
   int64_t strides[kOps][kMaxRank];
   char* base[kOps];
   DType dtypes[kOps];
+  // Set when numel < 2^31: element indices split into per-dim indices with 32-bit fast
+  // division (every dim but the last, which needs none).
+  bool small;
+  FastDivisor div[kMaxRank];
 };
 
 
@@ -82,14 +109,18 @@ __device__ __forceinline__ auto Call(const F& f, const C* v, std::index_sequence
   return f(v[I]...);
 }
 
-// Rows of the fast kernel: operand k's row r starts at base[k] + r * row_stride[k]; along the
-// row it is dense (inner[k]) or one repeated element.
+// Rows of the fast kernel: with r = r1 + inner_rows * r2, operand k's row r starts at
+// base[k] + r1 * row_stride[k] + r2 * outer_stride[k] (two dims of rows cover per-channel
+// NCHW: rows over channels within images); along the row it is dense (inner[k]) or one
+// repeated element.
 template <int kOps>
 struct RowArgs {
   int64_t rows;
+  int64_t inner_rows;
   int64_t cols;
   char* base[kOps];
   int64_t row_stride[kOps];
+  int64_t outer_stride[kOps];
   bool inner[kOps];
 };
 
@@ -106,11 +137,21 @@ __global__ void RowKernel(F f, RowArgs<N + 1> a) {
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   const int64_t packs = a.cols / V;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y) {
+  // Short rows: a block spans several rows (blockDim.y of them).
+  for (int64_t r = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; r < a.rows;
+       r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+    int64_t r1 = r, r2 = 0;
+    if (a.inner_rows != a.rows) {
+      r2 = r / a.inner_rows;
+      r1 = r - r2 * a.inner_rows;
+    }
     const char* in[N];
 #pragma unroll
-    for (int k = 0; k < N; ++k) in[k] = a.base[k + 1] + r * a.row_stride[k + 1];
-    auto* out = reinterpret_cast<Pack<Out, V>*>(a.base[0] + r * a.row_stride[0]);
+    for (int k = 0; k < N; ++k) {
+      in[k] = a.base[k + 1] + r1 * a.row_stride[k + 1] + r2 * a.outer_stride[k + 1];
+    }
+    auto* out = reinterpret_cast<Pack<Out, V>*>(a.base[0] + r1 * a.row_stride[0] +
+                                                 r2 * a.outer_stride[0]);
     for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < packs;
          p += step) {
       C x[N][V];
@@ -145,13 +186,28 @@ __global__ void GeneralKernel(F f, KernelArgs<N + 1> a) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.numel; i += step) {
     int64_t off[N + 1] = {};
-    int64_t rest = i;
-    for (int d = 0; d < a.ndim; ++d) {
-      const int64_t q = rest / a.sizes[d];
-      const int64_t idx = rest - q * a.sizes[d];
-      rest = q;
+    if (a.small) {
+      uint32_t rest = static_cast<uint32_t>(i);
+      for (int d = 0; d < a.ndim - 1; ++d) {
+        const uint32_t q = FastDiv(rest, a.div[d]);
+        const int64_t idx = rest - q * a.div[d].d;
+        rest = q;
 #pragma unroll
-      for (int k = 0; k <= N; ++k) off[k] += idx * a.strides[k][d];
+        for (int k = 0; k <= N; ++k) off[k] += idx * a.strides[k][d];
+      }
+#pragma unroll
+      for (int k = 0; k <= N; ++k) off[k] += static_cast<int64_t>(rest) * a.strides[k][a.ndim - 1];
+    } else {
+      int64_t rest = i;
+      for (int d = 0; d < a.ndim - 1; ++d) {
+        const int64_t q = rest / a.sizes[d];
+        const int64_t idx = rest - q * a.sizes[d];
+        rest = q;
+#pragma unroll
+        for (int k = 0; k <= N; ++k) off[k] += idx * a.strides[k][d];
+      }
+#pragma unroll
+      for (int k = 0; k <= N; ++k) off[k] += rest * a.strides[k][a.ndim - 1];
     }
     C v[N];
 #pragma unroll
@@ -181,6 +237,10 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
     a.base[k] = base[k];
     a.dtypes[k] = plan.dtypes[k];
   }
+  a.small = plan.numel < (int64_t{1} << 31);
+  if (a.small) {
+    for (int d = 0; d < plan.ndim; ++d) a.div[d] = MakeFastDivisor(static_cast<uint32_t>(plan.sizes[d]));
+  }
   // Blocks enough for every SM to hold its fill of threads a few times over; the kernels
   // stride over the rest.
   const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
@@ -188,7 +248,7 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   constexpr DType kOut = DTypeOf<Out>();
   // The fast kernel's shape: rows of plan.sizes[0] elements, plan.sizes[1] rows.
-  bool rows_ok = plan.ndim <= 2 && plan.dtypes[0] == kOut &&
+  bool rows_ok = plan.ndim <= 3 && plan.dtypes[0] == kOut &&
                  plan.strides[0][0] == static_cast<int64_t>(sizeof(Out));
   for (int k = 1; k <= N; ++k) {
     rows_ok = rows_ok && plan.dtypes[k] == kS &&
@@ -197,10 +257,12 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
   if (rows_ok) {
     RowArgs<N + 1> ra{};
     ra.cols = plan.sizes[0];
-    ra.rows = plan.ndim == 2 ? plan.sizes[1] : 1;
+    ra.inner_rows = plan.ndim >= 2 ? plan.sizes[1] : 1;
+    ra.rows = ra.inner_rows * (plan.ndim == 3 ? plan.sizes[2] : 1);
     for (int k = 0; k <= N; ++k) {
       ra.base[k] = base[k];
-      ra.row_stride[k] = plan.ndim == 2 ? plan.strides[k][1] : 0;
+      ra.row_stride[k] = plan.ndim >= 2 ? plan.strides[k][1] : 0;
+      ra.outer_stride[k] = plan.ndim == 3 ? plan.strides[k][2] : 0;
       ra.inner[k] = plan.strides[k][0] != 0;
     }
     // 16 bytes per input access, where every row of every operand starts aligned for it.
@@ -210,17 +272,25 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
       const int64_t align = k == 0 ? static_cast<int64_t>(sizeof(Out)) * kV : 16;
       if (k > 0 && !ra.inner[k]) continue;
       vec = vec && reinterpret_cast<uintptr_t>(ra.base[k]) % align == 0 &&
-            ra.row_stride[k] % align == 0;
+            ra.row_stride[k] % align == 0 && ra.outer_stride[k] % align == 0;
     }
     const int v = vec ? kV : 1;
-    const int64_t per_row = (ra.cols / v + kThreads - 1) / kThreads;
-    const int64_t bx = std::max<int64_t>(1, std::min(per_row, max_blocks));
-    const int64_t by = std::max<int64_t>(1, std::min({ra.rows, max_blocks / bx, int64_t{65535}}));
+    // A block is kThreads threads: tx along a row (the packs of a row, rounded up to a power
+    // of two, at most kThreads), ty = kThreads / tx rows side by side.
+    const int64_t packs = ra.cols / v;
+    int tx = 1;
+    while (tx < kThreads && tx < packs) tx *= 2;
+    const int ty = kThreads / tx;
+    const int64_t bx = std::max<int64_t>(1, std::min((packs + tx - 1) / tx, max_blocks));
+    const int64_t row_blocks = (ra.rows + ty - 1) / ty;
+    const int64_t by =
+        std::max<int64_t>(1, std::min({row_blocks, max_blocks / bx, int64_t{65535}}));
     const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+    const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
     if (vec) {
-      RowKernel<S, N, kV><<<grid, kThreads, 0, env.stream>>>(f, ra);
+      RowKernel<S, N, kV><<<grid, block, 0, env.stream>>>(f, ra);
     } else {
-      RowKernel<S, N, 1><<<grid, kThreads, 0, env.stream>>>(f, ra);
+      RowKernel<S, N, 1><<<grid, block, 0, env.stream>>>(f, ra);
     }
   } else {
     const int64_t blocks_needed = (plan.numel + kThreads - 1) / kThreads;
