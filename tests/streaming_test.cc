@@ -491,6 +491,13 @@ TEST(DrainTest, SigtermLetsInFlightWorkFinish) {
     return m;
   };
   ASSERT_TRUE(stream->Write(chunk(0, quarter)));
+  // In flight means the server has taken the call (and the input's storage): a call still in
+  // the transport when the signal comes is a new call, refused.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server.MemoryInUse() < n * 4 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(server.MemoryInUse(), n * 4);
 
   const auto signalled = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(server.pid(), SIGTERM), 0);
