@@ -380,20 +380,6 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
   return Seconds(std::chrono::steady_clock::now() - t0);
 }
 
-// kB of a /proc/<pid>/status field (VmRSS, VmHWM).
-int64_t ProcStatusKb(int pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, field + ":")) {
-      int64_t kb = 0;
-      std::istringstream(line.substr(field.size() + 1)) >> kb;
-      return kb;
-    }
-  }
-  return -1;
-}
-
 struct RssResult {
   double gib = 0, seconds = 0, gbps = 0;
   int64_t idle_kb = 0, peak_kb = 0;
@@ -409,7 +395,7 @@ RssResult StreamedAddRss(const std::string& binary, const std::vector<std::strin
   tc::testing::ServerProcess server(binary, flags);
   if (server.port() == 0) return res;
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  res.idle_kb = ProcStatusKb(server.pid(), "VmRSS");
+  res.idle_kb = tc::testing::ProcStatusKb(server.pid(), "VmRSS");
   const int64_t n = static_cast<int64_t>(gib) << 28;
   auto stub = v1::TensorService::NewStub(Channel(server.target(), 0));
   const auto t0 = std::chrono::steady_clock::now();
@@ -456,7 +442,7 @@ RssResult StreamedAddRss(const std::string& binary, const std::vector<std::strin
   res.ok = stream->Finish().ok() && got == n * 4 && wrong == 0;
   res.seconds = Seconds(std::chrono::steady_clock::now() - t0);
   res.gbps = 3.0 * n * 4 / res.seconds / 1e9;
-  res.peak_kb = ProcStatusKb(server.pid(), "VmHWM");
+  res.peak_kb = tc::testing::ProcStatusKb(server.pid(), "VmHWM");
   return res;
 }
 

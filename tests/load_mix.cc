@@ -3,15 +3,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/cord.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/server_process.h"
 
 namespace tc::testing {
 
@@ -327,19 +325,6 @@ void LoadMix::Worker(int index) {
 std::string ServerFootprint::ToString() const {
   return absl::StrCat("device memory ", device_bytes, " B, resident tensors ", resident_tensors,
                       ", RSS ", rss_kb >> 10, " MiB");
-}
-
-int64_t ProcStatusKb(int pid, const std::string& field) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, field + ":")) {
-      int64_t kb = 0;
-      std::istringstream(line.substr(field.size() + 1)) >> kb;
-      return kb;
-    }
-  }
-  return -1;
 }
 
 ServerFootprint Footprint(const std::string& target, int pid) {

@@ -109,7 +109,5 @@ struct ServerFootprint {
   std::string ToString() const;
 };
 ServerFootprint Footprint(const std::string& target, int pid);
-// kB of a /proc/<pid>/status field (VmRSS, VmHWM); -1 if unreadable.
-int64_t ProcStatusKb(int pid, const std::string& field);
 
 }  // namespace tc::testing

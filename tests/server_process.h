@@ -1,6 +1,7 @@
 // Starts the real server binary on an ephemeral 127.0.0.1 port for a test, and stops it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,5 +28,8 @@ class ServerProcess {
   int port_ = 0;
   std::string port_file_;
 };
+
+// kB of a /proc/<pid>/status field (VmRSS, VmHWM); -1 if unreadable.
+int64_t ProcStatusKb(int pid, const std::string& field);
 
 }  // namespace tc::testing
