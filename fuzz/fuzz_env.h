@@ -27,7 +27,8 @@ inline const server::TensorServiceImpl::Env& FuzzEnv() {
     o.max_request_bytes = 16 << 20;
     o.max_elements = 1 << 20;
     o.max_message_bytes = 16 << 20;
-    return new server::TensorServiceImpl::Env{devices, nullptr, resident, metrics, auth, o};
+    static auto* life = new server::Lifecycle();
+    return new server::TensorServiceImpl::Env{devices, nullptr, resident, metrics, auth, o, life};
   }();
   return *env;
 }

@@ -1,8 +1,8 @@
 // tensorcompute-server: the gRPC process.
-#include <atomic>
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -353,8 +353,9 @@ int main(int argc, char** argv) {
   options.backend = backend_name;
   options.metrics_port = metrics_http != nullptr ? metrics_http->port() : -1;
   const tc::server::Auth auth = MakeAuth();
+  tc::server::Lifecycle life;
   tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, &metrics, &auth,
-                                        options);
+                                        options, &life);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -390,10 +391,26 @@ int main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   const int grace = absl::GetFlag(FLAGS_shutdown_grace_seconds);
   Log(absl::StrCat("signal ", sig, ": draining for up to ", grace, " s"));
-  // Health first, so balancers stop sending; then new calls are refused and in-flight ones
-  // get the grace period before they are cancelled.
+  // Health first, so balancers stop sending; then new calls are refused UNAVAILABLE by the
+  // handlers while in-flight ones get the grace period to finish. gRPC's own Shutdown comes
+  // last, once nothing is left in flight (and a moment later, so that clients read their
+  // last frames before connections close): calls reaching it get CANCELLED instead.
+  const auto grace_end = std::chrono::system_clock::now() + std::chrono::seconds(grace);
   health->SetServingStatus(false);
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(grace));
+  life.StartDraining();
+  const int in_flight = life.active();
+  while (life.active() > 0 && std::chrono::system_clock::now() < grace_end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (life.active() > 0) {
+    Log(absl::StrCat(life.active(), " calls still in flight after the grace period: cancelling"));
+  } else {
+    Log(absl::StrCat(in_flight, " calls in flight at the signal: all finished"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // Nothing of ours is left in flight: gRPC gets a second to close what it still holds open
+  // (without the bound, an idle client connection kept Shutdown waiting 15 s), then cancels.
+  server->Shutdown(std::min(grace_end, std::chrono::system_clock::now() + std::chrono::seconds(1)));
   request_pool.reset();
   Log("stopped");
   return 0;

@@ -29,7 +29,7 @@ class PooledReactor : public Base {
                 const char* method)
       : ctx_(ctx), env_(env), method_(method), start_(absl::Now()),
         identity_(env.auth->Identify(*ctx)),
-        owner_(identity_.ok() ? *identity_ : std::string()) {}
+        owner_(identity_.ok() ? *identity_ : std::string()), entered_(env.life->Enter()) {}
 
   void OnDone() override { Unref(); }
   void OnCancel() override {
@@ -37,12 +37,15 @@ class PooledReactor : public Base {
   }
 
  protected:
-  virtual ~PooledReactor() = default;
+  virtual ~PooledReactor() {
+    if (entered_) env_.life->Leave();
+  }
 
-  // False, with the call finishing UNAUTHENTICATED, when the caller could not be identified.
+  // False, with the call finishing UNAVAILABLE when the server drains, or UNAUTHENTICATED when
+  // the caller could not be identified.
   bool Authorized() {
-    if (identity_.ok()) return true;
-    Post([this] { FinishOnce(identity_.status()); });
+    if (entered_ && identity_.ok()) return true;
+    Post([this] { FinishOnce(entered_ ? identity_.status() : ShuttingDown()); });
     return false;
   }
 
@@ -125,6 +128,8 @@ class PooledReactor : public Base {
   absl::Time start_;
   const absl::StatusOr<std::string> identity_;
   const std::string owner_;
+  // Counted as in flight (Lifecycle) until destroyed; false when refused for the drain.
+  const bool entered_;
   // Tensor bytes received and sent, for the metrics.
   std::atomic<int64_t> received_{0};
   std::atomic<int64_t> sent_{0};

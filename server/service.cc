@@ -20,8 +20,13 @@ namespace tc::server {
 
 TensorServiceImpl::TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
                                      ResidentStore* resident, Metrics* metrics,
-                                     const Auth* auth, ServiceOptions options)
-    : env_{devices, request_pool, resident, metrics, auth, std::move(options)} {}
+                                     const Auth* auth, ServiceOptions options,
+                                     Lifecycle* life)
+    : env_{devices, request_pool, resident, metrics, auth, std::move(options), life} {}
+
+absl::Status ShuttingDown() {
+  return absl::UnavailableError("the server is shutting down; retry on another replica");
+}
 
 // Records one unary call in the metrics when it finishes.
 struct UnaryCall {
@@ -32,11 +37,20 @@ struct UnaryCall {
   absl::Time start = absl::Now();
   int64_t received = 0;
   int64_t sent = 0;
+  bool entered = false;
+
+  // Counts the call as in flight, or finishes it UNAVAILABLE when the server drains.
+  bool Admit() {
+    entered = env->life->Enter();
+    if (!entered) Finish(ShuttingDown());
+    return entered;
+  }
 
   void Finish(const absl::Status& s) {
     env->metrics->RecordCall(method, op, absl::StatusCodeToString(s.code()), absl::Now() - start);
     env->metrics->AddBytes(method, received, sent);
     reactor->Finish(ToGrpcStatus(s));
+    if (entered) env->life->Leave();
   }
 };
 
@@ -69,6 +83,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
                                                      v1::ComputeResponse* response) {
   auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "Compute",
                                                     request->op()});
+  if (!call->Admit()) return call->reactor;
   // The caller's identity, needed up front where tokens are required, else only where
   // resident tensors are touched.
   std::string owner;
@@ -591,6 +606,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Release(grpc::CallbackServerContext
                                                      const v1::ReleaseRequest* request,
                                                      v1::ReleaseResponse* response) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "Release", ""};
+  if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
   if (!id.ok()) {
     call.Finish(id.status());
@@ -617,6 +633,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext
                                                      const v1::ListOpsRequest* /*request*/,
                                                      v1::ListOpsResponse* response) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "ListOps", ""};
+  if (!call.Admit()) return call.reactor;
   if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
     call.Finish(id.status());
     return call.reactor;
@@ -644,6 +661,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
                                                         const v1::ServerInfoRequest* /*request*/,
                                                         v1::ServerInfoResponse* response) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "ServerInfo", ""};
+  if (!call.Admit()) return call.reactor;
   if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
     call.Finish(id.status());
     return call.reactor;

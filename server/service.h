@@ -3,6 +3,8 @@
 // no gRPC thread waits on compute or on the GPU.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <string>
 
@@ -38,11 +40,37 @@ struct ServiceOptions {
   int metrics_port = -1;
 };
 
+// The server's own drain: once draining, calls that arrive are refused UNAVAILABLE by the
+// handlers, and the ones admitted before are counted until they finish, so that the process
+// can wait for them before it shuts gRPC down (gRPC 1.51 answers calls that arrive during its
+// Shutdown with CANCELLED, and closes connections as soon as the last call ends).
+class Lifecycle {
+ public:
+  // False (nothing counted) once draining.
+  bool Enter() {
+    active_.fetch_add(1, std::memory_order_acq_rel);
+    if (draining_.load(std::memory_order_acquire)) {
+      Leave();
+      return false;
+    }
+    return true;
+  }
+  void Leave() { active_.fetch_sub(1, std::memory_order_acq_rel); }
+  void StartDraining() { draining_.store(true, std::memory_order_release); }
+  int active() const { return active_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_{0};
+};
+
+absl::Status ShuttingDown();
+
 class TensorServiceImpl final : public v1::TensorService::CallbackService {
  public:
   TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
                     ResidentStore* resident, Metrics* metrics, const Auth* auth,
-                    ServiceOptions options);
+                    ServiceOptions options, Lifecycle* life);
 
   grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
                                     const v1::ComputeRequest* request,
@@ -71,6 +99,7 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
     Metrics* metrics;
     const Auth* auth;
     ServiceOptions options;
+    Lifecycle* life;
   };
 
  private:
