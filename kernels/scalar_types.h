@@ -37,6 +37,12 @@ struct Half {
     const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
     const uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return sign | 0x7e00u;  // NaN (quiet)
+#if defined(__CUDA_ARCH__)
+    // The hardware conversion rounds to nearest even like the code below.
+    uint16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#endif
     if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to infinity (>= 65520)
     if (a < 0x38800000u) {                        // below 2^-14: subnormal or zero
       // Align the 24-bit significand to a 2^-24 unit and round to nearest even.
@@ -57,6 +63,14 @@ struct Half {
   static TC_HOST_DEVICE float ToFloat(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+#if defined(__CUDA_ARCH__)
+    // Exact in hardware; infinities and NaNs (payload kept) as below.
+    if (exp != 0x1f) {
+      float f;
+      asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+      return f;
+    }
+#endif
     uint32_t u;
     if (exp == 0x1f) {
       u = sign | 0x7f800000u | (mant << 13);
