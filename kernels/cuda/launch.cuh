@@ -1,18 +1,24 @@
 // CUDA kernels for any op of the catalog, and the launcher that picks one. Instantiated per op
 // group in ops_*.cu so that the groups compile in parallel.
 //
-// Three kernels per op and compute type:
-// - fast, vectorized: at most three dims (rows of `cols` elements, the rows themselves in up
-//   to two dims), every operand of the op's own storage type, the output dense along a row
-//   and each input either dense along it or one element repeated (stride 0), any row
-//   strides. That is contiguous data, a scalar tensor, row (bias) and column broadcasts,
-//   per-channel NCHW and NHWC, and outer products. Each thread moves 16 bytes per operand per
-//   step when every row start is 16-byte aligned; short rows share a block;
-// - the same with one element per step, where alignment or the row length does not allow it
-//   (a misaligned storage offset, odd rows);
-// - general: any strides (0 and negative included) and any operand dtypes, converted while
-//   loading and storing (dynamic casting), offsets from the linear index per dimension, split
-//   with 32-bit multiply-and-shift division where the element count is under 2^31.
+// Four kernels per op and compute type, tried in this order:
+// - tiles: two dims (and a batch dim) where an input is dense along the dim the output is
+//   not (transposed input or output, channels-first against channels-last), every operand
+//   of the op's own types; read and written coalesced through shared-memory tiles;
+// - same-dtype rows, vectorized: at most three dims (rows of `cols` elements, the rows
+//   themselves in up to two dims), the output dense along a row and each input dense along
+//   it or one element repeated (stride 0), any row strides. That is contiguous data, a
+//   scalar tensor, row (bias) and column broadcasts, per-channel NCHW and NHWC, and outer
+//   products. 16-byte accesses (two per operand per thread for 4- and 8-byte types) when
+//   every row start is aligned for them; bitwise and logical ops on whole 32-bit words;
+//   short rows share a block;
+// - rows with dynamic casting: the same three dims with any operand dtypes (mixed inputs,
+//   casts, `where` with a bool condition) and any steps along a row (strided slices,
+//   misaligned offsets), converted in registers; vector accesses for whichever operands
+//   allow them;
+// - general: any rank and strides (0 and negative included) and any operand dtypes,
+//   offsets from the linear index per dimension, split with 32-bit multiply-and-shift
+//   division where the element count is under 2^31.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -109,10 +115,16 @@ __device__ __forceinline__ auto Call(const F& f, const C* v, std::index_sequence
   return f(v[I]...);
 }
 
-// Rows of the fast kernel: with r = r1 + inner_rows * r2, operand k's row r starts at
+// Rows of the row kernels: with r = r1 + inner_rows * r2, operand k's row r starts at
 // base[k] + r1 * row_stride[k] + r2 * outer_stride[k] (two dims of rows cover per-channel
-// NCHW: rows over channels within images); along the row it is dense (inner[k]) or one
-// repeated element.
+// NCHW: rows over channels within images); along the row, element e sits at e * step[k]
+// bytes from the row start (0: one element repeated).
+enum class Access : uint8_t {
+  kBroadcast,  // one element for the whole row
+  kVector,     // dense and aligned: whole chunks in 16-byte accesses
+  kStrided,    // any step (dense but misaligned, strided, reversed): element by element
+};
+
 template <int kOps>
 struct RowArgs {
   int64_t rows;
@@ -121,61 +133,311 @@ struct RowArgs {
   char* base[kOps];
   int64_t row_stride[kOps];
   int64_t outer_stride[kOps];
-  bool inner[kOps];
+  int64_t step[kOps];
+  DType dtype[kOps];
+  Access access[kOps];
 };
 
-// V elements of T in one aligned access (16 bytes for the inputs, V output elements).
+// V elements of T in one access (two or more 16-byte accesses past 16 bytes).
 template <typename T, int V>
-struct alignas(sizeof(T) * V) Pack {
+struct alignas(sizeof(T) * V > 16 ? 16 : sizeof(T) * V) Pack {
   T v[V];
 };
 
-template <typename S, int N, int V, typename F>
-__global__ void RowKernel(F f, RowArgs<N + 1> a) {
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls fn(Tag<T>{}) with T the storage type of dtype t.
+template <typename Fn>
+__device__ __forceinline__ void VisitStorage(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kBool: return fn(Tag<bool>{});
+    case DType::kUInt8: return fn(Tag<uint8_t>{});
+    case DType::kInt8: return fn(Tag<int8_t>{});
+    case DType::kInt16: return fn(Tag<int16_t>{});
+    case DType::kInt32: return fn(Tag<int32_t>{});
+    case DType::kInt64: return fn(Tag<int64_t>{});
+    case DType::kFloat16: return fn(Tag<Half>{});
+    case DType::kBFloat16: return fn(Tag<BFloat16>{});
+    case DType::kFloat32: return fn(Tag<float>{});
+    case DType::kFloat64: return fn(Tag<double>{});
+  }
+}
+
+// The row of operand k for row index r.
+template <int kOps>
+__device__ __forceinline__ void RowStarts(const RowArgs<kOps>& a, int64_t r, char* (&row)[kOps]) {
+  int64_t r1 = r, r2 = 0;
+  if (a.inner_rows != a.rows) {
+    r2 = r / a.inner_rows;
+    r1 = r - r2 * a.inner_rows;
+  }
+#pragma unroll
+  for (int k = 0; k < kOps; ++k) row[k] = a.base[k] + r1 * a.row_stride[k] + r2 * a.outer_stride[k];
+}
+
+// Same-dtype rows: every input of storage type S, each dense along the row (kVector) or
+// repeated (kBroadcast), the output of its own type dense along the row; every row start
+// aligned for V-element packs, cols a multiple of V. Each thread moves U packs per operand
+// per step, all loads issued before the first use; only the last step of a row checks
+// bounds.
+// Ops that act on every byte of a 32-bit word independently, for storage type S: bitwise
+// and/or/xor on integers and bools, logical and/or/xor on bools (their bytes are 0 or 1;
+// the server refuses other bool bytes). The row kernel applies them to whole words.
+template <typename F, typename S>
+struct Wordwise {
+  static constexpr bool kOn = false;
+};
+#define TC_WORDWISE(Op, Types, expr)                                            \
+  template <typename S>                                                         \
+  struct Wordwise<Op, S> {                                                      \
+    static constexpr bool kOn = (Types & DTypeBit(DTypeOf<S>())) != 0;          \
+    static __device__ __forceinline__ uint32_t Apply(const Op&, uint32_t a, uint32_t b) { \
+      return expr;                                                              \
+    }                                                                           \
+  };
+TC_WORDWISE(BitwiseAndOp, kIntegralBoolTypes, a & b)
+TC_WORDWISE(BitwiseOrOp, kIntegralBoolTypes, a | b)
+TC_WORDWISE(BitwiseXorOp, kIntegralBoolTypes, a ^ b)
+TC_WORDWISE(LogicalAndOp, DTypeBit(DType::kBool), a & b)
+TC_WORDWISE(LogicalOrOp, DTypeBit(DType::kBool), a | b)
+TC_WORDWISE(LogicalXorOp, DTypeBit(DType::kBool), a ^ b)
+#undef TC_WORDWISE
+
+template <typename S, int N, int V, int U, typename F>
+__global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   const int64_t packs = a.cols / V;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tile = static_cast<int64_t>(blockDim.x) * U;
   // Short rows: a block spans several rows (blockDim.y of them).
   for (int64_t r = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; r < a.rows;
        r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
-    int64_t r1 = r, r2 = 0;
-    if (a.inner_rows != a.rows) {
-      r2 = r / a.inner_rows;
-      r1 = r - r2 * a.inner_rows;
-    }
-    const char* in[N];
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-      in[k] = a.base[k + 1] + r1 * a.row_stride[k + 1] + r2 * a.outer_stride[k + 1];
-    }
-    auto* out = reinterpret_cast<Pack<Out, V>*>(a.base[0] + r1 * a.row_stride[0] +
-                                                 r2 * a.outer_stride[0]);
-    for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < packs;
-         p += step) {
-      C x[N][V];
+    char* row[N + 1];
+    RowStarts(a, r, row);
+    auto* out = reinterpret_cast<Pack<Out, V>*>(row[0]);
+    for (int64_t p0 = blockIdx.x * tile + threadIdx.x; p0 < packs; p0 += gridDim.x * tile) {
+      const bool full = p0 + (U - 1) * static_cast<int64_t>(blockDim.x) < packs;
+      Pack<S, V> q[N][U];
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        if (a.inner[k + 1]) {
-          const Pack<S, V> in_pack = reinterpret_cast<const Pack<S, V>*>(in[k])[p];
+        if (a.access[k + 1] == Access::kVector) {
+          const auto* in = reinterpret_cast<const Pack<S, V>*>(row[k + 1]);
 #pragma unroll
-          for (int j = 0; j < V; ++j) x[k][j] = static_cast<C>(in_pack.v[j]);
+          for (int u = 0; u < U; ++u) {
+            const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
+            if (full || p < packs) q[k][u] = in[p];
+          }
         } else {
-          const C one = static_cast<C>(*reinterpret_cast<const S*>(in[k]));
+          const S one = *reinterpret_cast<const S*>(row[k + 1]);
 #pragma unroll
-          for (int j = 0; j < V; ++j) x[k][j] = one;
+          for (int u = 0; u < U; ++u) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) q[k][u].v[j] = one;
+          }
         }
       }
-      Pack<Out, V> y;
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
+      for (int u = 0; u < U; ++u) {
+        const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
+        if (!full && p >= packs) break;
+        Pack<Out, V> y;
+        if constexpr (N == 2 && Wordwise<F, S>::kOn && sizeof(Out) == sizeof(S)) {
+          constexpr int kWords = sizeof(y) / 4;
+          uint32_t w0[kWords], w1[kWords], wy[kWords];
+          memcpy(w0, &q[0][u], sizeof(y));
+          memcpy(w1, &q[1][u], sizeof(y));
+#pragma unroll
+          for (int w = 0; w < kWords; ++w) wy[w] = Wordwise<F, S>::Apply(f, w0[w], w1[w]);
+          memcpy(&y, wy, sizeof(y));
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            C v[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = static_cast<C>(q[k][u].v[j]);
+            y.v[j] = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+          }
+        }
+        out[p] = y;
+      }
+    }
+  }
+}
+
+// Rows with any operand dtypes (converted in registers while loading and storing, as
+// LoadAs / StoreAs do) and any step along the row, output included. Each thread takes a
+// chunk of E consecutive elements of a row: vector accesses for dense aligned operands,
+// element by element for strided ones, one load for repeated ones.
+template <typename S, int N, int E, typename F>
+__global__ void __launch_bounds__(256) CastRowKernel(F f, RowArgs<N + 1> a) {
+  using C = OpMath<S>;
+  using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
+  using Rounded = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
+  const int64_t chunks = (a.cols + E - 1) / E;
+  for (int64_t r = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; r < a.rows;
+       r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+    char* row[N + 1];
+    RowStarts(a, r, row);
+    for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < chunks;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const int64_t e0 = c * E;
+      const int valid = a.cols - e0 < E ? static_cast<int>(a.cols - e0) : E;
+      C x[N][E];
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        const char* in = row[k + 1];
+        const int64_t step = a.step[k + 1];
+        const Access access = a.access[k + 1];
+        VisitStorage(a.dtype[k + 1], [&](auto tag) {
+          using T = typename decltype(tag)::type;
+          if (access == Access::kVector && valid == E) {
+            const Pack<T, E> q = reinterpret_cast<const Pack<T, E>*>(in)[c];
+#pragma unroll
+            for (int j = 0; j < E; ++j) x[k][j] = static_cast<C>(Convert<S>(q.v[j]));
+          } else if (access == Access::kBroadcast) {
+            const C one = static_cast<C>(Convert<S>(*reinterpret_cast<const T*>(in)));
+#pragma unroll
+            for (int j = 0; j < E; ++j) x[k][j] = one;
+          } else {
+#pragma unroll
+            for (int j = 0; j < E; ++j) {
+              x[k][j] = j < valid ? static_cast<C>(Convert<S>(
+                                        *reinterpret_cast<const T*>(in + (e0 + j) * step)))
+                                  : C{};
+            }
+          }
+        });
+      }
+      Rounded y[E];
+#pragma unroll
+      for (int j = 0; j < E; ++j) {
         C v[N];
 #pragma unroll
         for (int k = 0; k < N; ++k) v[k] = x[k][j];
-        y.v[j] = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+        // Elements past the row's end are not computed (a zero divisor there must not
+        // raise the division error).
+        y[j] = j < valid ? Convert<Rounded>(Call(f, v, std::make_index_sequence<N>{})) : Rounded{};
       }
-      out[p] = y;
+      VisitStorage(a.dtype[0], [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (a.access[0] == Access::kVector && valid == E) {
+          Pack<T, E> q;
+#pragma unroll
+          for (int j = 0; j < E; ++j) q.v[j] = Convert<T>(y[j]);
+          reinterpret_cast<Pack<T, E>*>(row[0])[c] = q;
+        } else {
+#pragma unroll
+          for (int j = 0; j < E; ++j) {
+            if (j < valid) *reinterpret_cast<T*>(row[0] + (e0 + j) * a.step[0]) = Convert<T>(y[j]);
+          }
+        }
+      });
+    }
+  }
+}
+
+// Two dims (and a batch dim) where some inputs are dense along dim 1 while the output is
+// dense along dim 0 (a transposed input, or a transposed output with dense inputs, or
+// channels-first against channels-last). A block takes a T x T tile: the inputs dense along
+// dim 1 ("staged", at most two) are read along dim 1 into shared memory, then every thread
+// walks the tile along dim 0, reading the staged inputs across the shared tile and the
+// others from memory, so that every global access of a warp is coalesced.
+template <int kOps>
+struct TileArgs {
+  int64_t size[3];
+  char* base[kOps];
+  int64_t stride[kOps][3];
+  int32_t stride32[kOps][2];  // stride[k][0..1], which a tile's offsets keep within 32 bits
+  int8_t staged[kOps];  // index into the shared tiles, -1 for an input read in place
+};
+
+template <typename S, int N, int T, typename F>
+__global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
+  using C = OpMath<S>;
+  using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
+  using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
+  // The block's 256 threads cover kBand lines of the tile at a time, kPasses times.
+  constexpr int kBand = 256 / T;
+  constexpr int kPasses = T / kBand;
+  // One T x (T + 1) tile per staged input (the extra column keeps a warp reading down a
+  // column on distinct banks).
+  extern __shared__ __align__(16) unsigned char shared[];
+  auto* tiles = reinterpret_cast<S(*)[T][T + 1]>(shared);
+  const int lane = threadIdx.x % T, band = threadIdx.x / T;
+  for (int64_t b = blockIdx.z; b < a.size[2]; b += gridDim.z) {
+    for (int64_t t1 = blockIdx.y * int64_t{T}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T) {
+      const int64_t t0 = blockIdx.x * int64_t{T};
+      const int n0 = a.size[0] - t0 < T ? static_cast<int>(a.size[0] - t0) : T;
+      const int n1 = a.size[1] - t1 < T ? static_cast<int>(a.size[1] - t1) : T;
+      const bool full = n0 == T && n1 == T;
+      char* at[N + 1];
+#pragma unroll
+      for (int k = 0; k <= N; ++k) {
+        at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + b * a.stride[k][2];
+      }
+      // Staged inputs: each thread reads down dim 0 at i1 = lane, so that a warp reads
+      // along dim 1, where they are dense. Offsets within a tile fit 32 bits (checked at
+      // launch).
+#pragma unroll
+      for (int k = 1; k <= N; ++k) {
+        if (a.staged[k] < 0) continue;
+        S(*sh)[T + 1] = tiles[a.staged[k]];
+        const char* p = at[k] + lane * a.stride32[k][1] + band * a.stride32[k][0];
+        const int32_t step = kBand * a.stride32[k][0];
+#pragma unroll
+        for (int g = 0; g < kPasses; g += 4) {
+          S q[4] = {};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            if (full || (lane < n1 && band + (g + i) * kBand < n0)) {
+              q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) sh[band + (g + i) * kBand][lane] = q[i];
+        }
+      }
+      __syncthreads();
+      // Every thread now walks dim 1 at i0 = lane: a warp reads and writes along dim 0,
+      // kGroup lines at a time.
+      constexpr int kGroup = kPasses / 2;
+#pragma unroll 1
+      for (int g = 0; g < kPasses; g += kGroup) {
+        C x[N][kGroup];
+#pragma unroll
+        for (int k = 1; k <= N; ++k) {
+          const char* p = at[k] + lane * a.stride32[k][0] + band * a.stride32[k][1];
+          const int32_t step = kBand * a.stride32[k][1];
+#pragma unroll
+          for (int i = 0; i < kGroup; ++i) {
+            const int i1 = band + (g + i) * kBand;
+            if (a.staged[k] >= 0) {
+              x[k - 1][i] = static_cast<C>(tiles[a.staged[k]][lane][i1]);
+            } else if (full || (lane < n0 && i1 < n1)) {
+              x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(p + (g + i) * step));
+            } else {
+              x[k - 1][i] = C{};
+            }
+          }
+        }
+        char* out = at[0] + lane * a.stride32[0][0] + band * a.stride32[0][1];
+        const int32_t out_step = kBand * a.stride32[0][1];
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) {
+          if (full || (lane < n0 && band + (g + i) * kBand < n1)) {
+            C v[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = x[k][i];
+            *reinterpret_cast<Out*>(out + (g + i) * out_step) =
+                Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+          }
+        }
+      }
+      __syncthreads();
     }
   }
 }
@@ -222,6 +484,13 @@ template <typename F, typename C, size_t... I>
 auto ResultOf(std::index_sequence<I...>)
     -> decltype(std::declval<const F&>()((static_cast<void>(I), std::declval<C>())...));
 
+inline absl::Status CheckLaunch() {
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("CUDA kernel launch failed: ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
 template <typename S, int N, typename F>
 absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
   using C = OpMath<S>;
@@ -241,20 +510,62 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
   if (a.small) {
     for (int d = 0; d < plan.ndim; ++d) a.div[d] = MakeFastDivisor(static_cast<uint32_t>(plan.sizes[d]));
   }
-  // Blocks enough for every SM to hold its fill of threads a few times over; the kernels
-  // stride over the rest.
+  // Blocks enough for every SM to hold its fill of threads a few times over, where a kernel
+  // strides over the rest.
   const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
   constexpr DType kS = DTypeOf<S>();
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   constexpr DType kOut = DTypeOf<Out>();
-  // The fast kernel's shape: rows of plan.sizes[0] elements, plan.sizes[1] rows.
-  bool rows_ok = plan.ndim <= 3 && plan.dtypes[0] == kOut &&
-                 plan.strides[0][0] == static_cast<int64_t>(sizeof(Out));
-  for (int k = 1; k <= N; ++k) {
-    rows_ok = rows_ok && plan.dtypes[k] == kS &&
-              (plan.strides[k][0] == 0 || plan.strides[k][0] == static_cast<int64_t>(sizeof(S)));
+  bool same_types = plan.dtypes[0] == kOut;
+  for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == kS;
+
+  // Transposed operands: through shared-memory tiles.
+  if (same_types && plan.ndim >= 2 && plan.ndim <= 3 &&
+      plan.strides[0][0] == static_cast<int64_t>(sizeof(Out)) && plan.sizes[0] >= 16 &&
+      plan.sizes[1] >= 16) {
+    TileArgs<N + 1> ta{};
+    int staged = 0;
+    bool other_ok = true;
+    for (int k = 0; k <= N; ++k) {
+      ta.base[k] = base[k];
+      for (int d = 0; d < 3; ++d) ta.stride[k][d] = d < plan.ndim ? plan.strides[k][d] : 0;
+      ta.size[0] = plan.sizes[0];
+      ta.size[1] = plan.sizes[1];
+      ta.size[2] = plan.ndim == 3 ? plan.sizes[2] : 1;
+      ta.staged[k] = -1;
+      if (k > 0 && plan.strides[k][1] == static_cast<int64_t>(sizeof(S)) &&
+          plan.strides[k][0] != static_cast<int64_t>(sizeof(S)) && plan.strides[k][0] != 0) {
+        if (staged < 2) {
+          ta.staged[k] = static_cast<int8_t>(staged++);
+        } else {
+          other_ok = false;
+        }
+      }
+    }
+    // Offsets within a tile as 32-bit numbers.
+    for (int k = 0; k <= N; ++k) {
+      for (int d = 0; d < 2; ++d) {
+        const int64_t st = ta.stride[k][d];
+        other_ok = other_ok && st > -(int64_t{1} << 23) && st < (int64_t{1} << 23);
+        ta.stride32[k][d] = static_cast<int32_t>(st);
+      }
+    }
+    if (staged > 0 && other_ok) {
+      constexpr int kT = sizeof(S) == 8 ? 32 : 64;
+      const int64_t gx = (ta.size[0] + kT - 1) / kT;
+      const int64_t gy = std::min<int64_t>((ta.size[1] + kT - 1) / kT, 65535);
+      const int64_t gz = std::min<int64_t>(ta.size[2], 65535);
+      if (gx <= INT32_MAX) {
+        const size_t shared = static_cast<size_t>(staged) * kT * (kT + 1) * sizeof(S);
+        TileKernel<S, N, kT><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+                                    static_cast<unsigned>(gz)),
+                               256, shared, env.stream>>>(f, ta);
+        return CheckLaunch();
+      }
+    }
   }
-  if (rows_ok) {
+
+  if (plan.ndim <= 3) {
     RowArgs<N + 1> ra{};
     ra.cols = plan.sizes[0];
     ra.inner_rows = plan.ndim >= 2 ? plan.sizes[1] : 1;
@@ -263,44 +574,60 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
       ra.base[k] = base[k];
       ra.row_stride[k] = plan.ndim >= 2 ? plan.strides[k][1] : 0;
       ra.outer_stride[k] = plan.ndim == 3 ? plan.strides[k][2] : 0;
-      ra.inner[k] = plan.strides[k][0] != 0;
+      ra.step[k] = plan.strides[k][0];
+      ra.dtype[k] = plan.dtypes[k];
     }
-    // 16 bytes per input access, where every row of every operand starts aligned for it.
+    // Operand k's access for chunks of `elems` elements.
+    const auto access = [&](int k, int64_t elems) {
+      const int64_t item = ItemSize(plan.dtypes[k]);
+      if (k > 0 && (ra.step[k] == 0 || ra.cols == 1)) return Access::kBroadcast;
+      const int64_t align = std::min<int64_t>(16, item * elems);
+      const bool aligned = reinterpret_cast<uintptr_t>(ra.base[k]) % align == 0 &&
+                           ra.row_stride[k] % align == 0 && ra.outer_stride[k] % align == 0;
+      return ra.step[k] == item && aligned ? Access::kVector : Access::kStrided;
+    };
+    // Same-dtype rows, every operand dense or repeated and aligned for 16-byte input packs.
     constexpr int kV = 16 / sizeof(S) > 0 ? static_cast<int>(16 / sizeof(S)) : 1;
-    bool vec = ra.cols % kV == 0;
-    for (int k = 0; k <= N; ++k) {
-      const int64_t align = k == 0 ? static_cast<int64_t>(sizeof(Out)) * kV : 16;
-      if (k > 0 && !ra.inner[k]) continue;
-      vec = vec && reinterpret_cast<uintptr_t>(ra.base[k]) % align == 0 &&
-            ra.row_stride[k] % align == 0 && ra.outer_stride[k] % align == 0;
+    bool fast = same_types && ra.cols % kV == 0;
+    for (int k = 0; k <= N && fast; ++k) {
+      ra.access[k] = access(k, kV);
+      fast = ra.access[k] != Access::kStrided;
     }
-    const int v = vec ? kV : 1;
-    // A block is kThreads threads: tx along a row (the packs of a row, rounded up to a power
-    // of two, at most kThreads), ty = kThreads / tx rows side by side.
-    const int64_t packs = ra.cols / v;
-    int tx = 1;
-    while (tx < kThreads && tx < packs) tx *= 2;
-    const int ty = kThreads / tx;
-    const int64_t bx = std::max<int64_t>(1, std::min((packs + tx - 1) / tx, max_blocks));
-    const int64_t row_blocks = (ra.rows + ty - 1) / ty;
-    const int64_t by =
-        std::max<int64_t>(1, std::min({row_blocks, max_blocks / bx, int64_t{65535}}));
-    const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-    const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
-    if (vec) {
-      RowKernel<S, N, kV><<<grid, block, 0, env.stream>>>(f, ra);
+    // Blocks: tx threads along a row (enough for its chunks at per_thread each, rounded up to
+    // a power of two, at most 256), ty = 256 / tx rows side by side; as many blocks as the
+    // data needs (rows past 65535 blocks are strided over).
+    const auto grid_for = [&](int64_t chunks_per_row, int per_thread, dim3* grid, dim3* block) {
+      const int64_t threads_per_row = (chunks_per_row + per_thread - 1) / per_thread;
+      int tx = 1;
+      while (tx < 256 && tx < threads_per_row) tx *= 2;
+      const int ty = 256 / tx;
+      const int64_t bx = std::max<int64_t>(
+          1, std::min<int64_t>((threads_per_row + tx - 1) / tx, INT32_MAX));
+      const int64_t by = std::max<int64_t>(
+          1, std::min<int64_t>({(ra.rows + ty - 1) / ty, int64_t{65535}}));
+      *grid = dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+      *block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
+    };
+    dim3 grid, block;
+    if (fast) {
+      // Two packs per thread for 4- and 8-byte types; one for narrower ones, whose 16-byte
+      // packs already carry 8 or 16 elements.
+      constexpr int kU = sizeof(S) >= 4 ? 2 : 1;
+      grid_for(ra.cols / kV, kU, &grid, &block);
+      RowKernel<S, N, kV, kU><<<grid, block, 0, env.stream>>>(f, ra);
     } else {
-      RowKernel<S, N, 1><<<grid, block, 0, env.stream>>>(f, ra);
+      constexpr int kE = sizeof(S) == 8 ? 4 : 8;
+      for (int k = 0; k <= N; ++k) ra.access[k] = access(k, kE);
+      grid_for((ra.cols + kE - 1) / kE, 1, &grid, &block);
+      CastRowKernel<S, N, kE><<<grid, block, 0, env.stream>>>(f, ra);
     }
-  } else {
-    const int64_t blocks_needed = (plan.numel + kThreads - 1) / kThreads;
-    const int blocks = static_cast<int>(std::min(blocks_needed, max_blocks));
-    GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
+    return CheckLaunch();
   }
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("CUDA kernel launch failed: ", cudaGetErrorString(e)));
-  }
-  return absl::OkStatus();
+
+  const int64_t blocks_needed = (plan.numel + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(std::min(blocks_needed, max_blocks));
+  GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
+  return CheckLaunch();
 }
 
 template <typename F>
