@@ -10,6 +10,7 @@
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/server_process.h"
+#include "tests/wire_tensors.h"
 
 namespace tc::testing {
 
@@ -266,12 +267,8 @@ void LoadMix::Worker(int index) {
                          absl::ToChronoNanoseconds(options_.deadline));
         start = absl::Now();
         auto stream = stub->ComputeStream(&ctx);
-        v1::ComputeStreamRequest header;
-        header.mutable_header()->set_op("neg");
-        v1::Tensor* in = header.mutable_header()->add_inputs();
-        in->set_dtype(v1::float32);
-        in->add_shape(n);
-        in->set_storage_bytes(n * 4);
+        const v1::ComputeStreamRequest header =
+            testing::StreamHeader("neg", v1::float32, n, 4);
         bool sent = stream->Write(header);
         const int64_t chunk = 1 << 20;
         const std::string data(static_cast<size_t>(chunk), '\x3f');

@@ -290,12 +290,8 @@ TEST_F(StreamingTest, OneTensorUploadedInPartsOverSeveralConnections) {
 TEST_F(StreamingTest, MalformedStreamsAreRefused) {
   auto stub = v1::TensorService::NewStub(
       grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
-  v1::ComputeStreamRequest header;
-  header.mutable_header()->set_op("neg");
-  v1::Tensor* in = header.mutable_header()->add_inputs();
-  in->set_dtype(v1::float32);
-  in->add_shape(4);
-  in->set_storage_bytes(16);
+  const v1::ComputeStreamRequest header =
+      testing::StreamHeader("neg", v1::float32, 4, 4);
   auto chunk = [](int tensor, int64_t offset, int64_t len) {
     v1::ComputeStreamRequest m;
     m.mutable_chunk()->set_tensor(tensor);
@@ -345,12 +341,8 @@ TEST_F(StreamingTest, MalformedStreamsAreRefused) {
 TEST_F(StreamingTest, CancelAndDeadlineFreeTheirMemory) {
   auto stub = v1::TensorService::NewStub(
       grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
-  v1::ComputeStreamRequest header;
-  header.mutable_header()->set_op("neg");
-  v1::Tensor* in = header.mutable_header()->add_inputs();
-  in->set_dtype(v1::float32);
-  in->add_shape(1 << 20);
-  in->set_storage_bytes(4 << 20);
+  const v1::ComputeStreamRequest header =
+      testing::StreamHeader("neg", v1::float32, 1 << 20, 4);
   v1::ComputeStreamRequest part;
   part.mutable_chunk()->set_data(std::string(1 << 20, '\1'));
   {
@@ -416,12 +408,8 @@ TEST(LimitsTest, MemoryBudgetQuotaAndConcurrency) {
       grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   auto stream = stub->ComputeStream(&ctx);
-  v1::ComputeStreamRequest header;
-  header.mutable_header()->set_op("neg");
-  v1::Tensor* in = header.mutable_header()->add_inputs();
-  in->set_dtype(v1::float32);
-  in->add_shape(4);
-  in->set_storage_bytes(16);
+  const v1::ComputeStreamRequest header =
+      testing::StreamHeader("neg", v1::float32, 4, 4);
   ASSERT_TRUE(stream->Write(header));
   // The stream's header has been handled once its input's storage is taken.
   for (int i = 0; i < 200 && server.MemoryInUse() == 0; ++i) {
@@ -476,12 +464,8 @@ TEST(DrainTest, SigtermLetsInFlightWorkFinish) {
   auto stub = v1::TensorService::NewStub(channel);
   grpc::ClientContext ctx;
   auto stream = stub->ComputeStream(&ctx);
-  v1::ComputeStreamRequest header;
-  header.mutable_header()->set_op("neg");
-  v1::Tensor* in = header.mutable_header()->add_inputs();
-  in->set_dtype(v1::float32);
-  in->add_shape(n);
-  in->set_storage_bytes(n * 4);
+  const v1::ComputeStreamRequest header =
+      testing::StreamHeader("neg", v1::float32, n, 4);
   ASSERT_TRUE(stream->Write(header));
   const int64_t quarter = n;  // bytes
   auto chunk = [&](int64_t at, int64_t len) {
@@ -552,12 +536,8 @@ TEST(LargeStreamTest, MoreThanTwoGibibytes) {
   grpc::ClientContext ctx;
   auto stream = stub->ComputeStream(&ctx);
   std::thread writer([&] {
-    v1::ComputeStreamRequest header;
-    header.mutable_header()->set_op("bitwise_not");
-    v1::Tensor* in = header.mutable_header()->add_inputs();
-    in->set_dtype(v1::uint8);
-    in->add_shape(n);
-    in->set_storage_bytes(n);
+    const v1::ComputeStreamRequest header =
+        testing::StreamHeader("bitwise_not", v1::uint8, n, 1);
     bool ok = stream->Write(header);
     const int64_t chunk = 4 << 20;
     v1::ComputeStreamRequest m;
