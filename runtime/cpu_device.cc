@@ -32,10 +32,8 @@ DeviceInfo CpuInfo(int threads) {
 CpuDevice::CpuDevice(int threads, const DeviceOptions& options)
     : Device(CpuInfo(threads),
              options.memory_budget > 0 ? options.memory_budget : PhysicalMemoryBytes() / 2,
-             options.memory_wait),
-      backend_(threads) {
-  set_inject_fault_at_run(options.inject_fault_at_run);
-}
+             options),
+      backend_(threads) {}
 
 std::byte* CpuDevice::RawAllocate(int64_t bytes, bool zero, Lane* /*lane*/, void** /*tag*/) {
   // calloc takes fresh zero pages from the kernel for large sizes, without touching them.

@@ -349,10 +349,9 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
 
 CudaDevice::CudaDevice(DeviceInfo info, int64_t budget, const DeviceOptions& options,
                        std::unique_ptr<Impl> impl)
-    : Device(std::move(info), budget, options.memory_wait), impl_(std::move(impl)) {
+    : Device(std::move(info), budget, options), impl_(std::move(impl)) {
   // Before any run: the waiters read it only after a run completes.
   for (auto& s : impl_->streams) s->device = this;
-  set_inject_fault_at_run(options.inject_fault_at_run);
 }
 
 absl::Status CudaDevice::CudaFailure(int error, absl::string_view what) {

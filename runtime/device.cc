@@ -10,8 +10,11 @@ namespace tc::runtime {
 
 Storage::~Storage() { device_->Free(data_, bytes_, tag_); }
 
-Device::Device(DeviceInfo info, int64_t budget, absl::Duration memory_wait)
-    : info_(std::move(info)), budget_(budget), memory_wait_(memory_wait) {}
+Device::Device(DeviceInfo info, int64_t budget, const DeviceOptions& options)
+    : info_(std::move(info)),
+      budget_(budget),
+      memory_wait_(options.memory_wait),
+      inject_fault_at_run_(options.inject_fault_at_run) {}
 
 absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time deadline,
                                             Lane* lane) {

@@ -84,7 +84,9 @@ struct DeviceOptions {
 
 class Device {
  public:
-  Device(DeviceInfo info, int64_t budget, absl::Duration memory_wait);
+  // The budget comes resolved (the options' 0 replaced by the device's default); the memory
+  // wait and the test-only fault injection come from `options`.
+  Device(DeviceInfo info, int64_t budget, const DeviceOptions& options);
   virtual ~Device() = default;
 
   const DeviceInfo& info() const { return info_; }
@@ -149,7 +151,6 @@ class Device {
   void set_failure_listener(std::function<void(const Device&, const absl::Status&)> f) {
     on_failure_ = std::move(f);
   }
-  void set_inject_fault_at_run(int64_t n) { inject_fault_at_run_ = n; }
 
   int64_t memory_budget() const { return budget_; }
   int64_t memory_in_use() const { return in_use_.load(std::memory_order_relaxed); }
@@ -183,7 +184,7 @@ class Device {
   std::atomic<int64_t> in_use_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int> in_flight_{0};
-  int64_t inject_fault_at_run_ = 0;
+  const int64_t inject_fault_at_run_;
   std::atomic<int64_t> runs_{0};
   std::atomic<bool> failed_{false};
   mutable std::mutex failure_mu_;
