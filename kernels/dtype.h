@@ -65,9 +65,14 @@ struct TypeTag {
   using type = T;
 };
 
-// Calls fn(TypeTag<storage type>{}) for `t`. Every branch must return the same type.
+// Calls fn(TypeTag<storage type>{}) for `t`. Every branch must return the same type. Usable
+// in device code too (the CUDA kernels convert operands by dtype with it); nvcc is told not
+// to check host-only callables, which host code passes.
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
 template <typename Fn>
-decltype(auto) VisitDType(DType t, Fn&& fn) {
+TC_HOST_DEVICE decltype(auto) VisitDType(DType t, Fn&& fn) {
   switch (t) {
     case DType::kBool:
       return fn(TypeTag<bool>{});

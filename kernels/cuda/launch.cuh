@@ -76,19 +76,10 @@ struct KernelArgs {
 // (as if the input had been converted to the common dtype first).
 template <typename S, typename C>
 __device__ __forceinline__ C LoadAs(DType t, const char* p) {
-  switch (t) {
-    case DType::kBool: return static_cast<C>(Convert<S>(*reinterpret_cast<const bool*>(p)));
-    case DType::kUInt8: return static_cast<C>(Convert<S>(*reinterpret_cast<const uint8_t*>(p)));
-    case DType::kInt8: return static_cast<C>(Convert<S>(*reinterpret_cast<const int8_t*>(p)));
-    case DType::kInt16: return static_cast<C>(Convert<S>(*reinterpret_cast<const int16_t*>(p)));
-    case DType::kInt32: return static_cast<C>(Convert<S>(*reinterpret_cast<const int32_t*>(p)));
-    case DType::kInt64: return static_cast<C>(Convert<S>(*reinterpret_cast<const int64_t*>(p)));
-    case DType::kFloat16: return static_cast<C>(Convert<S>(*reinterpret_cast<const Half*>(p)));
-    case DType::kBFloat16: return static_cast<C>(Convert<S>(*reinterpret_cast<const BFloat16*>(p)));
-    case DType::kFloat32: return static_cast<C>(Convert<S>(*reinterpret_cast<const float*>(p)));
-    case DType::kFloat64: break;
-  }
-  return static_cast<C>(Convert<S>(*reinterpret_cast<const double*>(p)));
+  return VisitDType(t, [p](auto tag) {
+    using T = typename decltype(tag)::type;
+    return static_cast<C>(Convert<S>(*reinterpret_cast<const T*>(p)));
+  });
 }
 
 // Stores a result as dtype t; half-precision results are rounded to S first.
@@ -96,18 +87,10 @@ template <typename S, typename R>
 __device__ __forceinline__ void StoreAs(DType t, char* p, R r) {
   using V = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   const V v = Convert<V>(r);
-  switch (t) {
-    case DType::kBool: *reinterpret_cast<bool*>(p) = Convert<bool>(v); return;
-    case DType::kUInt8: *reinterpret_cast<uint8_t*>(p) = Convert<uint8_t>(v); return;
-    case DType::kInt8: *reinterpret_cast<int8_t*>(p) = Convert<int8_t>(v); return;
-    case DType::kInt16: *reinterpret_cast<int16_t*>(p) = Convert<int16_t>(v); return;
-    case DType::kInt32: *reinterpret_cast<int32_t*>(p) = Convert<int32_t>(v); return;
-    case DType::kInt64: *reinterpret_cast<int64_t*>(p) = Convert<int64_t>(v); return;
-    case DType::kFloat16: *reinterpret_cast<Half*>(p) = Convert<Half>(v); return;
-    case DType::kBFloat16: *reinterpret_cast<BFloat16*>(p) = Convert<BFloat16>(v); return;
-    case DType::kFloat32: *reinterpret_cast<float*>(p) = Convert<float>(v); return;
-    case DType::kFloat64: *reinterpret_cast<double*>(p) = Convert<double>(v); return;
-  }
+  VisitDType(t, [p, v](auto tag) {
+    using T = typename decltype(tag)::type;
+    *reinterpret_cast<T*>(p) = Convert<T>(v);
+  });
 }
 
 template <typename F, typename C, size_t... I>
@@ -144,28 +127,6 @@ struct alignas(sizeof(T) * V > 16 ? 16 : sizeof(T) * V) Pack {
   T v[V];
 };
 
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls fn(Tag<T>{}) with T the storage type of dtype t.
-template <typename Fn>
-__device__ __forceinline__ void VisitStorage(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kBool: return fn(Tag<bool>{});
-    case DType::kUInt8: return fn(Tag<uint8_t>{});
-    case DType::kInt8: return fn(Tag<int8_t>{});
-    case DType::kInt16: return fn(Tag<int16_t>{});
-    case DType::kInt32: return fn(Tag<int32_t>{});
-    case DType::kInt64: return fn(Tag<int64_t>{});
-    case DType::kFloat16: return fn(Tag<Half>{});
-    case DType::kBFloat16: return fn(Tag<BFloat16>{});
-    case DType::kFloat32: return fn(Tag<float>{});
-    case DType::kFloat64: return fn(Tag<double>{});
-  }
-}
-
 // The row of operand k for row index r.
 template <int kOps>
 __device__ __forceinline__ void RowStarts(const RowArgs<kOps>& a, int64_t r, char* (&row)[kOps]) {
@@ -178,11 +139,6 @@ __device__ __forceinline__ void RowStarts(const RowArgs<kOps>& a, int64_t r, cha
   for (int k = 0; k < kOps; ++k) row[k] = a.base[k] + r1 * a.row_stride[k] + r2 * a.outer_stride[k];
 }
 
-// Same-dtype rows: every input of storage type S, each dense along the row (kVector) or
-// repeated (kBroadcast), the output of its own type dense along the row; every row start
-// aligned for V-element packs, cols a multiple of V. Each thread moves U packs per operand
-// per step, all loads issued before the first use; only the last step of a row checks
-// bounds.
 // Ops that act on every byte of a 32-bit word independently, for storage type S: bitwise
 // and/or/xor on integers and bools, logical and/or/xor on bools (their bytes are 0 or 1;
 // the server refuses other bool bytes). The row kernel applies them to whole words.
@@ -206,6 +162,11 @@ TC_WORDWISE(LogicalOrOp, DTypeBit(DType::kBool), a | b)
 TC_WORDWISE(LogicalXorOp, DTypeBit(DType::kBool), a ^ b)
 #undef TC_WORDWISE
 
+// Same-dtype rows: every input of storage type S, each dense along the row (kVector) or
+// repeated (kBroadcast), the output of its own type dense along the row; every row start
+// aligned for V-element packs, cols a multiple of V. Each thread moves U packs per operand
+// per step, all loads issued before the first use; only the last step of a row checks
+// bounds.
 template <typename S, int N, int V, int U, typename F>
 __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
   using C = OpMath<S>;
@@ -292,7 +253,7 @@ __global__ void __launch_bounds__(256) CastRowKernel(F f, RowArgs<N + 1> a) {
         const char* in = row[k + 1];
         const int64_t step = a.step[k + 1];
         const Access access = a.access[k + 1];
-        VisitStorage(a.dtype[k + 1], [&](auto tag) {
+        VisitDType(a.dtype[k + 1], [&](auto tag) {
           using T = typename decltype(tag)::type;
           if (access == Access::kVector && valid == E) {
             const Pack<T, E> q = reinterpret_cast<const Pack<T, E>*>(in)[c];
@@ -322,7 +283,7 @@ __global__ void __launch_bounds__(256) CastRowKernel(F f, RowArgs<N + 1> a) {
         // raise the division error).
         y[j] = j < valid ? Convert<Rounded>(Call(f, v, std::make_index_sequence<N>{})) : Rounded{};
       }
-      VisitStorage(a.dtype[0], [&](auto tag) {
+      VisitDType(a.dtype[0], [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (a.access[0] == Access::kVector && valid == E) {
           Pack<T, E> q;
@@ -495,24 +456,6 @@ template <typename S, int N, typename F>
 absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
   using C = OpMath<S>;
   using R = decltype(ResultOf<F, C>(std::make_index_sequence<N>{}));
-  KernelArgs<N + 1> a{};
-  a.ndim = plan.ndim;
-  a.numel = plan.numel;
-  for (int d = 0; d < plan.ndim; ++d) {
-    a.sizes[d] = plan.sizes[d];
-    for (int k = 0; k <= N; ++k) a.strides[k][d] = plan.strides[k][d];
-  }
-  for (int k = 0; k <= N; ++k) {
-    a.base[k] = base[k];
-    a.dtypes[k] = plan.dtypes[k];
-  }
-  a.small = plan.numel < (int64_t{1} << 31);
-  if (a.small) {
-    for (int d = 0; d < plan.ndim; ++d) a.div[d] = MakeFastDivisor(static_cast<uint32_t>(plan.sizes[d]));
-  }
-  // Blocks enough for every SM to hold its fill of threads a few times over, where a kernel
-  // strides over the rest.
-  const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
   constexpr DType kS = DTypeOf<S>();
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   constexpr DType kOut = DTypeOf<Out>();
@@ -526,12 +469,12 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
     TileArgs<N + 1> ta{};
     int staged = 0;
     bool other_ok = true;
+    ta.size[0] = plan.sizes[0];
+    ta.size[1] = plan.sizes[1];
+    ta.size[2] = plan.ndim == 3 ? plan.sizes[2] : 1;
     for (int k = 0; k <= N; ++k) {
       ta.base[k] = base[k];
       for (int d = 0; d < 3; ++d) ta.stride[k][d] = d < plan.ndim ? plan.strides[k][d] : 0;
-      ta.size[0] = plan.sizes[0];
-      ta.size[1] = plan.sizes[1];
-      ta.size[2] = plan.ndim == 3 ? plan.sizes[2] : 1;
       ta.staged[k] = -1;
       if (k > 0 && plan.strides[k][1] == static_cast<int64_t>(sizeof(S)) &&
           plan.strides[k][0] != static_cast<int64_t>(sizeof(S)) && plan.strides[k][0] != 0) {
@@ -624,6 +567,24 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
     return CheckLaunch();
   }
 
+  KernelArgs<N + 1> a{};
+  a.ndim = plan.ndim;
+  a.numel = plan.numel;
+  for (int d = 0; d < plan.ndim; ++d) {
+    a.sizes[d] = plan.sizes[d];
+    for (int k = 0; k <= N; ++k) a.strides[k][d] = plan.strides[k][d];
+  }
+  for (int k = 0; k <= N; ++k) {
+    a.base[k] = base[k];
+    a.dtypes[k] = plan.dtypes[k];
+  }
+  a.small = plan.numel < (int64_t{1} << 31);
+  if (a.small) {
+    for (int d = 0; d < plan.ndim; ++d) a.div[d] = MakeFastDivisor(static_cast<uint32_t>(plan.sizes[d]));
+  }
+  // Blocks enough for every SM to hold its fill of threads a few times over; the kernel
+  // strides over the rest.
+  const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
   const int64_t blocks_needed = (plan.numel + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(std::min(blocks_needed, max_blocks));
   GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
