@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Draws a tensorcompute-gpu-bench JSON result as a bar chart: percent of the copy bandwidth
-per case, tensorcompute beside PyTorch (each against the copy measured in its own run).
+per case, tensorcompute beside PyTorch (each against the copy measured in its own run), with a
+mark where a copy of the case's own bytes lands (where the result records it).
     /usr/bin/python3 bench/plot_gpu_bench.py RESULT.json OUT.png   (needs python3-matplotlib)"""
 import json
 import sys
@@ -22,6 +23,11 @@ def main(src, dst):
     ax.barh([i - h / 2 for i in y], ours, h, label="tensorcompute", color="#2b6cb0")
     ax.barh([i + h / 2 for i in y], torch, h, label=f"PyTorch {r.get('torch') or ''}".strip(),
             color="#dd6b20")
+    same = [(i, 100.0 * r["cases"][n]["bytes"] / r["cases"][n]["same_size_copy_ms"] / 1e6
+             / r["copy_gbs"]) for i, n in enumerate(names) if "same_size_copy_ms" in r["cases"][n]]
+    if same:
+        ax.scatter([p for _, p in same], [i for i, _ in same], marker="|", s=160, color="black",
+                   zorder=3, label="copy of the same bytes")
     ax.axvline(100, color="gray", lw=0.8, ls="--")
     ax.set_yticks(list(y))
     ax.set_yticklabels(names, fontsize=8)
