@@ -17,8 +17,9 @@
 //   misaligned offsets), converted in registers; vector accesses for whichever operands
 //   allow them;
 // - general: any rank and strides (0 and negative included) and any operand dtypes,
-//   offsets from the linear index per dimension, split with 32-bit multiply-and-shift
-//   division where the element count is under 2^31.
+//   offsets from the linear index per dimension by 32-bit multiply-and-shift division;
+//   plans of 2^31 elements or more, or reaching past 2 GiB in an operand, run as pieces
+//   that fit 32-bit index math (SplitForIndexing).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,11 +28,13 @@
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
 #include "kernels/ops/op_list.h"
+#include "kernels/planner.h"
 
 namespace tc::cuda {
 
@@ -57,17 +60,16 @@ __device__ __forceinline__ uint32_t FastDiv(uint32_t n, const FastDivisor& f) {
   return static_cast<uint32_t>((static_cast<uint64_t>(__umulhi(n, f.m)) + n) >> f.s);
 }
 
+// The general kernel's piece of a plan: fewer than 2^31 elements, and every operand's offsets
+// from its base within 32 bits (SplitForIndexing), so that all index math is 32-bit.
 template <int kOps>
 struct KernelArgs {
   int ndim;
-  int64_t numel;
-  int64_t sizes[kMaxRank];
-  int64_t strides[kOps][kMaxRank];
+  uint32_t numel;
+  int32_t strides[kOps][kMaxRank];
   char* base[kOps];
   DType dtypes[kOps];
-  // Set when numel < 2^31: element indices split into per-dim indices with 32-bit fast
-  // division (every dim but the last, which needs none).
-  bool small;
+  // Per-dim indices from the element index by fast division (every dim but the last).
   FastDivisor div[kMaxRank];
 };
 
@@ -404,32 +406,21 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
 template <typename S, int N, typename F>
 __global__ void GeneralKernel(F f, KernelArgs<N + 1> a) {
   using C = OpMath<S>;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < a.numel; i += step) {
-    int64_t off[N + 1] = {};
-    if (a.small) {
-      uint32_t rest = static_cast<uint32_t>(i);
-      for (int d = 0; d < a.ndim - 1; ++d) {
-        const uint32_t q = FastDiv(rest, a.div[d]);
-        const int64_t idx = rest - q * a.div[d].d;
-        rest = q;
+  // i < 2^31 and the grid is far smaller, so i + step never wraps.
+  const uint32_t step = gridDim.x * blockDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < a.numel; i += step) {
+    // Each term idx * stride is bounded by the operand's reach, which fits in 31 bits.
+    int32_t off[N + 1] = {};
+    uint32_t rest = i;
+    for (int d = 0; d < a.ndim - 1; ++d) {
+      const uint32_t q = FastDiv(rest, a.div[d]);
+      const int32_t idx = static_cast<int32_t>(rest - q * a.div[d].d);
+      rest = q;
 #pragma unroll
-        for (int k = 0; k <= N; ++k) off[k] += idx * a.strides[k][d];
-      }
-#pragma unroll
-      for (int k = 0; k <= N; ++k) off[k] += static_cast<int64_t>(rest) * a.strides[k][a.ndim - 1];
-    } else {
-      int64_t rest = i;
-      for (int d = 0; d < a.ndim - 1; ++d) {
-        const int64_t q = rest / a.sizes[d];
-        const int64_t idx = rest - q * a.sizes[d];
-        rest = q;
-#pragma unroll
-        for (int k = 0; k <= N; ++k) off[k] += idx * a.strides[k][d];
-      }
-#pragma unroll
-      for (int k = 0; k <= N; ++k) off[k] += rest * a.strides[k][a.ndim - 1];
+      for (int k = 0; k <= N; ++k) off[k] += idx * a.strides[k][d];
     }
+#pragma unroll
+    for (int k = 0; k <= N; ++k) off[k] += static_cast<int32_t>(rest) * a.strides[k][a.ndim - 1];
     C v[N];
 #pragma unroll
     for (int k = 0; k < N; ++k) v[k] = LoadAs<S, C>(a.dtypes[k + 1], a.base[k + 1] + off[k + 1]);
@@ -565,28 +556,33 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
     return CheckLaunch();
   }
 
-  KernelArgs<N + 1> a{};
-  a.ndim = plan.ndim;
-  a.numel = plan.numel;
-  for (int d = 0; d < plan.ndim; ++d) {
-    a.sizes[d] = plan.sizes[d];
-    for (int k = 0; k <= N; ++k) a.strides[k][d] = plan.strides[k][d];
+  // Any rank: the general kernel, one launch per piece of the plan whose indices fit 32 bits
+  // (one piece below 2^31 elements and 2 GiB of reach per operand).
+  for (const Plan& piece : SplitForIndexing(plan)) {
+    KernelArgs<N + 1> a{};
+    a.ndim = piece.ndim;
+    a.numel = static_cast<uint32_t>(piece.numel);
+    for (int d = 0; d < piece.ndim; ++d) {
+      a.div[d] = MakeFastDivisor(static_cast<uint32_t>(piece.sizes[d]));
+      // A dim of one element may keep a stride past 32 bits; its index is always 0.
+      for (int k = 0; k <= N; ++k) {
+        a.strides[k][d] = piece.sizes[d] > 1 ? static_cast<int32_t>(piece.strides[k][d]) : 0;
+      }
+    }
+    for (int k = 0; k <= N; ++k) {
+      a.base[k] = base[k] + (piece.offsets[k] - plan.offsets[k]);
+      a.dtypes[k] = plan.dtypes[k];
+    }
+    // Blocks enough for every SM to hold its fill of threads a few times over; the kernel
+    // strides over the rest.
+    const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
+    const int64_t blocks_needed = (piece.numel + kThreads - 1) / kThreads;
+    const int blocks = static_cast<int>(std::min(blocks_needed, max_blocks));
+    if (blocks == 0) continue;
+    GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
+    if (absl::Status s = CheckLaunch(); !s.ok()) return s;
   }
-  for (int k = 0; k <= N; ++k) {
-    a.base[k] = base[k];
-    a.dtypes[k] = plan.dtypes[k];
-  }
-  a.small = plan.numel < (int64_t{1} << 31);
-  if (a.small) {
-    for (int d = 0; d < plan.ndim; ++d) a.div[d] = MakeFastDivisor(static_cast<uint32_t>(plan.sizes[d]));
-  }
-  // Blocks enough for every SM to hold its fill of threads a few times over; the kernel
-  // strides over the rest.
-  const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
-  const int64_t blocks_needed = (plan.numel + kThreads - 1) / kThreads;
-  const int blocks = static_cast<int>(std::min(blocks_needed, max_blocks));
-  GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
-  return CheckLaunch();
+  return absl::OkStatus();
 }
 
 template <typename F>
