@@ -217,12 +217,17 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
               make_uint4(Wordwise<F, S>::Apply(f, x.x, y.x), Wordwise<F, S>::Apply(f, x.y, y.y),
                          Wordwise<F, S>::Apply(f, x.z, y.z), Wordwise<F, S>::Apply(f, x.w, y.w));
         } else {
+          // Taken out of q first: computing straight from q[k][u] held 38 registers instead of
+          // 32 for a float16 multiply (six blocks per SM instead of eight, 1.3% slower).
+          Pack<S, V> x[N];
+#pragma unroll
+          for (int k = 0; k < N; ++k) memcpy(&x[k], &q[k][u], sizeof(x[k]));
           Pack<Out, V> y;
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             C v[N];
 #pragma unroll
-            for (int k = 0; k < N; ++k) v[k] = static_cast<C>(q[k][u].v[j]);
+            for (int k = 0; k < N; ++k) v[k] = static_cast<C>(x[k].v[j]);
             y.v[j] = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
           }
           reinterpret_cast<Pack<Out, V>*>(row[0])[p] = y;
