@@ -35,10 +35,12 @@ CpuDevice::CpuDevice(int threads, const DeviceOptions& options)
              options),
       backend_(threads) {}
 
-std::byte* CpuDevice::RawAllocate(int64_t bytes, bool zero, Lane* /*lane*/, void** /*tag*/) {
+absl::StatusOr<std::byte*> CpuDevice::RawAllocate(int64_t bytes, bool zero, Lane* /*lane*/,
+                                                   void** /*tag*/) {
   // calloc takes fresh zero pages from the kernel for large sizes, without touching them.
   void* p = zero ? std::calloc(static_cast<size_t>(bytes), 1)
                  : std::malloc(static_cast<size_t>(bytes));
+  if (p == nullptr) return absl::ResourceExhaustedError("malloc failed");
   return static_cast<std::byte*>(p);
 }
 

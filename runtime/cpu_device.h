@@ -23,7 +23,8 @@ class CpuDevice final : public Device {
            std::function<void(absl::Status)> done, ReadBack read_back = {}) override;
 
  protected:
-  std::byte* RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) override;
+  absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane,
+                                         void** tag) override;
   void RawFree(std::byte* p, int64_t bytes, void* tag) override;
 
  private:

@@ -371,18 +371,27 @@ std::unique_ptr<Lane> CudaDevice::AcquireLane() {
   return std::make_unique<CudaLane>(best);
 }
 
-std::byte* CudaDevice::RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) {
-  if (cudaSetDevice(impl_->index) != cudaSuccess) return nullptr;
+absl::StatusOr<std::byte*> CudaDevice::RawAllocate(int64_t bytes, bool zero, Lane* lane,
+                                                    void** tag) {
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  // Out of memory is the caller's RESOURCE_EXHAUSTED; anything else (a context broken by an
+  // earlier fault answers every call with that fault) is a device failure.
+  const auto allocated = [&](cudaError_t e) -> absl::Status {
+    if (e == cudaSuccess) return absl::OkStatus();
+    (void)cudaGetLastError();
+    if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError("out of memory");
+    return CudaFailure(e, "cudaMallocFromPoolAsync");
+  };
   void* p = nullptr;
   if (lane != nullptr) {
     // In the lane's order: ready for everything issued on it afterwards, no wait here.
     // Stream operations are thread-safe; this one may land between another request's, which
     // is harmless.
     Stream& s = *static_cast<CudaLane*>(lane)->stream;
-    if (cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes), impl_->pool, s.stream) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();
-      return nullptr;
+    if (absl::Status st = allocated(cudaMallocFromPoolAsync(
+            &p, static_cast<size_t>(bytes), impl_->pool, s.stream));
+        !st.ok()) {
+      return st;
     }
     if (zero) (void)cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), s.stream);
     // Freed on the same stream, after everything issued on it before.
@@ -390,15 +399,15 @@ std::byte* CudaDevice::RawAllocate(int64_t bytes, bool zero, Lane* lane, void** 
     return static_cast<std::byte*>(p);
   }
   std::lock_guard<std::mutex> lock(impl_->alloc_mu);
-  if (cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes), impl_->pool,
-                              impl_->alloc_stream) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return nullptr;
+  if (absl::Status st = allocated(cudaMallocFromPoolAsync(
+          &p, static_cast<size_t>(bytes), impl_->pool, impl_->alloc_stream));
+      !st.ok()) {
+    return st;
   }
   if (zero) (void)cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), impl_->alloc_stream);
-  if (cudaStreamSynchronize(impl_->alloc_stream) != cudaSuccess) {
+  if (cudaError_t e = cudaStreamSynchronize(impl_->alloc_stream); e != cudaSuccess) {
     (void)cudaFreeAsync(p, impl_->alloc_stream);
-    return nullptr;
+    return CudaFailure(e, "cudaStreamSynchronize");
   }
   return static_cast<std::byte*>(p);
 }

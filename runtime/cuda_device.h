@@ -38,7 +38,8 @@ class CudaDevice final : public Device {
   struct Impl;
 
  protected:
-  std::byte* RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) override;
+  absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane,
+                                         void** tag) override;
   void RawFree(std::byte* p, int64_t bytes, void* tag) override;
 
  private:

@@ -40,15 +40,20 @@ absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time
     if (used > peak_.load(std::memory_order_relaxed)) peak_.store(used, std::memory_order_relaxed);
   }
   void* tag = nullptr;
-  std::byte* p = RawAllocate(n, zero, lane, &tag);
-  if (p == nullptr) {
+  absl::StatusOr<std::byte*> p = RawAllocate(n, zero, lane, &tag);
+  if (!p.ok()) {
     in_use_.fetch_sub(n, std::memory_order_relaxed);
     freed_.notify_all();
-    return absl::ResourceExhaustedError(absl::StrCat("device ", info_.index, " (", info_.kind,
-                                                     ") is out of memory allocating ",
-                                                     FormatBytes(n)));
+    if (absl::IsResourceExhausted(p.status())) {
+      return absl::ResourceExhaustedError(absl::StrCat("device ", info_.index, " (", info_.kind,
+                                                       ") is out of memory allocating ",
+                                                       FormatBytes(n)));
+    }
+    // The device failed underneath (the raw allocator marked it so where the error is one
+    // it cannot recover from): answered like every request after a failure.
+    return failed() ? health() : p.status();
   }
-  return std::make_shared<Storage>(this, p, n, tag);
+  return std::make_shared<Storage>(this, *p, n, tag);
 }
 
 void Device::Free(std::byte* p, int64_t bytes, void* tag) {

@@ -163,9 +163,11 @@ class Device {
   void Leave() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
 
  protected:
-  // The raw allocator: nullptr when the memory is not there. `tag` is kept with the storage
-  // and passed back to RawFree.
-  virtual std::byte* RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) = 0;
+  // The raw allocator: RESOURCE_EXHAUSTED when the memory is not there, any other error when
+  // the device could not allocate at all (a failed GPU context). `tag` is kept with the
+  // storage and passed back to RawFree.
+  virtual absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane,
+                                                 void** tag) = 0;
   virtual void RawFree(std::byte* p, int64_t bytes, void* tag) = 0;
   // Counts a run; true for the one run where a test asked for a fault.
   bool InjectFaultNow() {
