@@ -1,0 +1,182 @@
+// Compute: one request and its result in one message each (or a resident result).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/codec.h"
+#include "server/job.h"
+#include "server/reactor.h"
+#include "server/service.h"
+#include "server/unary_call.h"
+
+namespace tc::server {
+
+namespace {
+
+// Whether a Compute touches resident tensors, which belong to the caller's identity.
+bool NeedsIdentity(const v1::ComputeRequest& request) {
+  if (request.keep_output_resident()) return true;
+  for (const v1::Tensor& t : request.inputs()) {
+    if (!t.handle().empty()) return true;
+  }
+  return false;
+}
+
+// Requests up to this many input bytes run on the gRPC thread on the CPU backend.
+constexpr int64_t kInlineBytes = 64 << 10;
+
+absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t limit) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the result of '", op, "' would be ", ShapeToString(plan.out_shape), " ",
+      DTypeName(plan.out_dtype), ", ", plan.out_storage_bytes,
+      " bytes, over this server's limit of ", limit,
+      " bytes for one message; use ComputeStream, or keep the output resident"));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext* ctx,
+                                                     const v1::ComputeRequest* request,
+                                                     v1::ComputeResponse* response) {
+  auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "Compute",
+                                                    request->op()});
+  if (!call->Admit()) return call->reactor;
+  // The caller's identity, needed up front where tokens are required, else only where
+  // resident tensors are touched.
+  std::string owner;
+  if (env_.auth->requires_token() || NeedsIdentity(*request)) {
+    auto id = env_.auth->Identify(*ctx);
+    if (!id.ok()) {
+      call->Finish(id.status());
+      return call->reactor;
+    }
+    owner = *std::move(id);
+  }
+  // `request` and `response` stay valid until Finish.
+  auto work = [this, ctx, request, response, call, owner] {
+    if (ctx->IsCancelled()) {
+      call->Finish(absl::CancelledError("cancelled before it ran"));
+      return;
+    }
+    for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
+    auto prepared = ComputeJob::Prepare(*request, owner, false, env_, DeadlineOf(*ctx));
+    if (!prepared.ok()) {
+      call->Finish(prepared.status());
+      return;
+    }
+    std::shared_ptr<ComputeJob> job = *std::move(prepared);
+    const Plan& plan = job->plan();
+    const Env& env = env_;
+
+    if (job->keep_output_resident()) {
+      auto out = job->AllocateOutput(DeadlineOf(*ctx));
+      if (!out.ok()) {
+        call->Finish(out.status());
+        return;
+      }
+      runtime::StoragePtr storage = *out;
+      job->Run(storage->data(), [&env, job, storage, owner, response, call](absl::Status s) {
+        if (!s.ok()) {
+          call->Finish(s);
+          return;
+        }
+        auto r = env.resident->Add(owner, storage, job->OutputView(), job->ttl_seconds());
+        if (!r.ok()) {
+          call->Finish(r.status());
+          return;
+        }
+        SetTensorMeta((*r)->view, response->mutable_output());
+        response->mutable_output()->set_handle((*r)->handle);
+        call->Finish(absl::OkStatus());
+      });
+      return;
+    }
+
+    if (plan.out_storage_bytes > env_.options.max_message_bytes) {
+      call->Finish(TooLargeForUnary(plan, request->op(), env_.options.max_message_bytes));
+      return;
+    }
+    if (job->device().host_memory()) {
+      // The kernels write straight into the response.
+      std::byte* out = PrepareOutput(plan, response->mutable_output());
+      call->sent = plan.out_storage_bytes;
+      job->Run(out, [job, call](absl::Status s) { call->Finish(s); });
+      return;
+    }
+    auto out = job->AllocateOutput(DeadlineOf(*ctx));
+    if (!out.ok()) {
+      call->Finish(out.status());
+      return;
+    }
+    runtime::StoragePtr storage = *out;
+    if (plan.out_storage_bytes <= job->device().max_read_back()) {
+      // Small: the device copies the result into the response as part of the run.
+      std::byte* host = PrepareOutput(plan, response->mutable_output());
+      call->sent = plan.out_storage_bytes;
+      job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
+               {host, plan.out_storage_bytes});
+      return;
+    }
+    job->Run(storage->data(), [&env, job, storage, response, call](absl::Status s) {
+      if (!s.ok()) {
+        call->Finish(s);
+        return;
+      }
+      // Copying out blocks on the device: not on its completion thread.
+      env.pool->Schedule([job, storage, response, call] {
+        std::byte* host = PrepareOutput(job->plan(), response->mutable_output());
+        call->sent = job->plan().out_storage_bytes;
+        call->Finish(job->device().Read(job->lane(), *storage, 0, host, storage->bytes()));
+      });
+    });
+  };
+  // A small request takes a few microseconds to compute on the host, or to hand to a GPU
+  // without waiting for it: it starts right here rather than paying for a trip through the
+  // pool. Everything else (large copies, large computations) goes to the pool.
+  int64_t bytes = 0;
+  bool inline_only = !request->keep_output_resident();
+  for (const v1::Tensor& t : request->inputs()) {
+    bytes += static_cast<int64_t>(t.data().size());
+    inline_only = inline_only && t.handle().empty() && t.storage_bytes() == 0;
+  }
+  if (bytes <= kInlineBytes && inline_only && env_.devices->size() == 1) {
+    if (env_.devices->at(0).host_memory()) {
+      work();
+      return call->reactor;
+    }
+    if (TrySmallOnDevice(ctx, request, response, call)) return call->reactor;
+  }
+  env_.pool->Schedule(std::move(work));
+  return call->reactor;
+}
+
+bool TensorServiceImpl::TrySmallOnDevice(grpc::CallbackServerContext* ctx,
+                                         const v1::ComputeRequest* request,
+                                         v1::ComputeResponse* response,
+                                         std::shared_ptr<UnaryCall> call) {
+  for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
+  // No handles and nothing kept: no identity needed.
+  auto prepared = ComputeJob::Prepare(*request, std::string(), false, env_,
+                                      DeadlineOf(*ctx), /*stage_inline=*/false);
+  if (!prepared.ok()) {
+    call->Finish(prepared.status());
+    return true;
+  }
+  std::shared_ptr<ComputeJob> job = *std::move(prepared);
+  const Plan& plan = job->plan();
+  if (plan.out_storage_bytes + job->input_bytes() > job->device().max_small_bytes()) {
+    call->received = 0;
+    return false;
+  }
+  std::byte* out = PrepareOutput(plan, response->mutable_output());
+  std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
+  if (!job->TryRunSmall(out, done)) {
+    // Busy or short of memory: the ordinary path, which may wait.
+    response->clear_output();
+    call->received = 0;
+    return false;
+  }
+  call->sent = plan.out_storage_bytes;
+  return true;
+}
+
+}  // namespace tc::server

@@ -1,0 +1,274 @@
+// Resident transfers: Upload, Download and Release.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/codec.h"
+#include "server/reactor.h"
+#include "server/service.h"
+#include "server/unary_call.h"
+
+namespace tc::server {
+namespace {
+
+// A header (a new tensor, or a part of an existing one's storage), then chunks in order.
+class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::UploadRequest>> {
+ public:
+  UploadReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
+                v1::UploadResponse* response)
+      : PooledReactor(ctx, env, "Upload"), response_(response) {
+    if (Authorized()) StartRead(&in_);
+  }
+  ~UploadReactor() override {
+    if (writing_) part_of_->writers.fetch_sub(1);
+  }
+
+  void OnReadDone(bool ok) override {
+    Post([this, ok] { HandleRead(ok); });
+  }
+
+ private:
+  void HandleRead(bool ok) {
+    std::lock_guard<std::mutex> order(order_mu_);
+    v1::UploadRequest msg;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      if (ok) {
+        msg.Swap(&in_);
+        StartRead(&in_);
+      }
+    }
+    absl::Status s;
+    if (!ok) {
+      s = EndOfInput();
+    } else if (msg.has_header()) {
+      s = Header(msg.header());
+    } else if (msg.has_chunk()) {
+      s = Chunk(msg.chunk());
+    } else {
+      s = absl::InvalidArgumentError("a message with neither header nor chunk");
+    }
+    if (!s.ok() || !ok) FinishOnce(s);
+  }
+
+  absl::Status Header(const v1::UploadHeader& h) {
+    if (storage_ != nullptr) return absl::InvalidArgumentError("a second header in one stream");
+    if (!h.handle().empty()) {
+      // A part of an existing tensor's storage.
+      auto r = env_.resident->Find(owner_, h.handle());
+      if (!r.ok()) return r.status();
+      if (h.offset() < 0 || h.offset() > (*r)->storage->bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat("offset ", h.offset(),
+                                                       " is outside the tensor's ",
+                                                       (*r)->storage->bytes(), " bytes"));
+      }
+      part_of_ = *std::move(r);
+      part_of_->writers.fetch_add(1);
+      writing_ = true;
+      storage_ = part_of_->storage;
+      start_ = h.offset();
+      lane_ = storage_->device().AcquireLane();
+      return absl::OkStatus();
+    }
+    const v1::Tensor& t = h.tensor();
+    auto view = DecodeView(t, "tensor");
+    if (!view.ok()) return view.status();
+    view_ = *std::move(view);
+    view_.storage_bytes = t.data().empty() ? t.storage_bytes()
+                                           : static_cast<int64_t>(t.data().size());
+    if (auto s = ValidateView(view_, "tensor"); !s.ok()) return s;
+    if (view_.storage_bytes > env_.options.max_request_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "tensor of ", view_.storage_bytes, " bytes exceeds this server's limit of ",
+          env_.options.max_request_bytes, " bytes"));
+    }
+    if (auto s = env_.resident->CheckQuota(owner_, view_.storage_bytes); !s.ok()) return s;
+    ttl_ = h.ttl_seconds();
+    runtime::Device& d = env_.devices->LeastLoaded();
+    // Zeroed: a tensor whose parts are still to come must not show old memory.
+    auto storage = d.Allocate(view_.storage_bytes, true, DeadlineOf(*ctx_));
+    if (!storage.ok()) return storage.status();
+    storage_ = *std::move(storage);
+    lane_ = d.AcquireLane();
+    if (!t.data().empty()) {
+      if (view_.dtype == DType::kBool) {
+        if (auto s = CheckBoolBytes(t.data().data(), view_.storage_bytes, "tensor"); !s.ok()) {
+          return s;
+        }
+      }
+      received_ += view_.storage_bytes;
+      got_ = view_.storage_bytes;
+      return d.Write(*lane_, *storage_, 0, t.data().data(), view_.storage_bytes);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Chunk(const v1::DataChunk& c) {
+    if (storage_ == nullptr) {
+      return absl::InvalidArgumentError("a chunk came before the header; send the header first");
+    }
+    if (c.offset() != start_ + got_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chunk at byte ", c.offset(), " but the next expected byte is ", start_ + got_,
+          "; send chunks in order, without gaps"));
+    }
+    const auto len = static_cast<int64_t>(c.data().size());
+    if (len > storage_->bytes() - c.offset()) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk of ", len, " bytes at byte ",
+                                                     c.offset(), " overruns the tensor's ",
+                                                     storage_->bytes(), " bytes"));
+    }
+    const DType dtype = part_of_ != nullptr ? part_of_->view.dtype : view_.dtype;
+    if (dtype == DType::kBool) {
+      if (auto s = CheckBoolBytes(c.data().data(), len, "tensor", c.offset()); !s.ok()) return s;
+    }
+    received_ += len;
+    got_ += len;
+    return storage_->device().Write(*lane_, *storage_, c.offset(), c.data().data(), len);
+  }
+
+  absl::Status EndOfInput() {
+    if (storage_ == nullptr) return absl::InvalidArgumentError("the stream ended before its header");
+    // Every byte on the device before anyone can use the tensor.
+    if (auto s = storage_->device().Sync(*lane_); !s.ok()) return s;
+    response_->set_bytes_received(got_);
+    if (part_of_ != nullptr) {
+      // Done writing: readable as soon as the client hears so.
+      part_of_->writers.fetch_sub(1);
+      writing_ = false;
+      SetTensorMeta(part_of_->view, response_->mutable_tensor());
+      response_->mutable_tensor()->set_handle(part_of_->handle);
+      response_->set_expires_unix_seconds(absl::ToUnixSeconds(part_of_->expires));
+      return absl::OkStatus();
+    }
+    // Whole, or only reserved (its parts to come on other streams).
+    if (got_ != 0 && got_ != view_.storage_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("the stream ended after ", got_, " of ",
+                                                     view_.storage_bytes, " bytes"));
+    }
+    auto r = env_.resident->Add(owner_, storage_, view_, ttl_);
+    if (!r.ok()) return r.status();
+    SetTensorMeta((*r)->view, response_->mutable_tensor());
+    response_->mutable_tensor()->set_handle((*r)->handle);
+    response_->set_expires_unix_seconds(absl::ToUnixSeconds((*r)->expires));
+    return absl::OkStatus();
+  }
+
+  v1::UploadResponse* response_;
+  v1::UploadRequest in_;
+  std::mutex order_mu_;
+  runtime::StoragePtr storage_;
+  std::unique_ptr<runtime::Lane> lane_;
+  std::shared_ptr<ResidentTensor> part_of_;
+  bool writing_ = false;
+  TensorView view_;
+  int64_t ttl_ = 0;
+  int64_t start_ = 0;
+  int64_t got_ = 0;
+};
+
+class DownloadReactor final
+    : public PooledReactor<grpc::ServerWriteReactor<v1::TensorStreamMessage>> {
+ public:
+  DownloadReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
+                  const v1::DownloadRequest* request)
+      : PooledReactor(ctx, env, "Download") {
+    if (Authorized()) Post([this, request] { Begin(*request); });
+  }
+  void OnWriteDone(bool ok) override { WriteDone<v1::TensorStreamMessage>(ok); }
+
+ private:
+  void Begin(const v1::DownloadRequest& request) {
+    auto r = env_.resident->Find(owner_, request.handle());
+    if (!r.ok()) {
+      FinishOnce(r.status());
+      return;
+    }
+    tensor_ = *std::move(r);
+    if (tensor_->writers.load() > 0) {
+      FinishOnce(absl::FailedPreconditionError("an upload into this tensor is still in progress"));
+      return;
+    }
+    if (absl::Status h = tensor_->storage->device().health(); !h.ok()) {
+      FinishOnce(h);
+      return;
+    }
+    const int64_t size = tensor_->storage->bytes();
+    const int64_t begin = request.offset();
+    const int64_t length = request.length() == 0 ? size - begin : request.length();
+    if (begin < 0 || length < 0 || begin > size || length > size - begin) {
+      FinishOnce(absl::OutOfRangeError(absl::StrCat("range [", begin, ", +", length,
+                                                    ") is outside the tensor's ", size,
+                                                    " bytes")));
+      return;
+    }
+    // A chunk and its framing must fit in one message.
+    const int64_t max_message = env_.options.max_message_bytes;
+    const int64_t max_chunk = std::max(max_message - 1024, max_message / 2);
+    const int64_t chunk = request.chunk_bytes() > 0 ? std::min(request.chunk_bytes(), max_chunk)
+                                                    : env_.options.chunk_bytes;
+    lane_ = tensor_->storage->device().AcquireLane();
+    const int64_t chunks = (length + chunk - 1) / chunk;
+    StartSending<v1::TensorStreamMessage>(
+        1 + chunks, [this, begin, length, chunk](int64_t k, v1::TensorStreamMessage* m) {
+          if (k == 0) {
+            SetTensorMeta(tensor_->view, m->mutable_header());
+            m->mutable_header()->set_handle(tensor_->handle);
+            return absl::OkStatus();
+          }
+          const int64_t at = (k - 1) * chunk;
+          const int64_t len = std::min(chunk, length - at);
+          v1::DataChunk* c = m->mutable_chunk();
+          c->set_offset(begin + at);
+          std::string* data = c->mutable_data();
+          data->resize(static_cast<size_t>(len));
+          sent_ += len;
+          return tensor_->storage->device().Read(*lane_, *tensor_->storage, begin + at,
+                                                 data->data(), len);
+        });
+  }
+
+  std::shared_ptr<ResidentTensor> tensor_;
+  std::unique_ptr<runtime::Lane> lane_;
+};
+
+}  // namespace
+
+grpc::ServerReadReactor<v1::UploadRequest>* TensorServiceImpl::Upload(
+    grpc::CallbackServerContext* ctx, v1::UploadResponse* response) {
+  return new UploadReactor(ctx, env_, response);
+}
+
+grpc::ServerWriteReactor<v1::TensorStreamMessage>* TensorServiceImpl::Download(
+    grpc::CallbackServerContext* ctx, const v1::DownloadRequest* request) {
+  return new DownloadReactor(ctx, env_, request);
+}
+
+grpc::ServerUnaryReactor* TensorServiceImpl::Release(grpc::CallbackServerContext* ctx,
+                                                     const v1::ReleaseRequest* request,
+                                                     v1::ReleaseResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "Release", ""};
+  if (!call.Admit()) return call.reactor;
+  auto id = env_.auth->Identify(*ctx);
+  if (!id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  const std::string& owner = *id;
+  // All or nothing: every handle is checked before any is released.
+  for (const std::string& h : request->handles()) {
+    if (auto r = env_.resident->Find(owner, h); !r.ok()) {
+      call.Finish(r.status());
+      return call.reactor;
+    }
+  }
+  int64_t released = 0;
+  for (const std::string& h : request->handles()) {
+    if (auto r = env_.resident->Release(owner, h); r.ok()) released += *r;
+  }
+  response->set_released_bytes(released);
+  call.Finish(absl::OkStatus());
+  return call.reactor;
+}
+
+}  // namespace tc::server
