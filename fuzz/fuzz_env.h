@@ -28,7 +28,9 @@ inline const server::TensorServiceImpl::Env& FuzzEnv() {
     o.max_elements = 1 << 20;
     o.max_message_bytes = 16 << 20;
     static auto* life = new server::Lifecycle();
-    return new server::TensorServiceImpl::Env{devices, nullptr, resident, metrics, auth, o, life};
+    // No regions: requests naming one get FAILED_PRECONDITION.
+    return new server::TensorServiceImpl::Env{devices, nullptr, resident, nullptr,
+                                              metrics, auth, o, life};
   }();
   return *env;
 }

@@ -198,7 +198,7 @@ void WaitLoop(Stream& s, int device) {
         return absl::InvalidArgumentError(
             absl::StrCat("integer division by zero in '", c->op, "'"));
       }
-      if (c->read_back.bytes > 0) {
+      if (c->read_back.bytes > 0 && !c->read_back.pinned) {
         std::memcpy(c->read_back.host, slot.read_back + c->read_back_offset,
                     static_cast<size_t>(c->read_back.bytes));
       }
@@ -452,6 +452,32 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
   return absl::OkStatus();
 }
 
+std::shared_ptr<void> CudaDevice::PinHost(void* p, int64_t n, bool read_only) {
+  if (cudaSetDevice(impl_->index) != cudaSuccess) return nullptr;
+  // Portable: pinned for every device's context, so one pin serves them all.
+  unsigned flags = cudaHostRegisterPortable;
+  if (read_only) flags |= cudaHostRegisterReadOnly;
+  if (cudaHostRegister(p, static_cast<size_t>(n), flags) != cudaSuccess) {
+    (void)cudaGetLastError();  // Not sticky: copies stage instead.
+    return nullptr;
+  }
+  return std::shared_ptr<void>(p, [](void* q) { (void)cudaHostUnregister(q); });
+}
+
+absl::Status CudaDevice::WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                                     int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("write past the end of the storage");
+  }
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(s.mu);
+  TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset, src, static_cast<size_t>(n),
+                                cudaMemcpyHostToDevice, s.stream),
+                "cudaMemcpyAsync to device");
+  return absl::OkStatus();
+}
+
 absl::Status CudaDevice::Sync(Lane& lane) {
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
@@ -500,7 +526,7 @@ absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, vo
 void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
                      std::byte* out, std::function<void(absl::Status)> done,
                      ReadBack read_back) {
-  if (read_back.bytes > kReadBackBytes || read_back.bytes < 0) {
+  if ((read_back.bytes > kReadBackBytes && !read_back.pinned) || read_back.bytes < 0) {
     done(absl::InternalError("read-back larger than the device's read-back buffer"));
     return;
   }
@@ -538,7 +564,9 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
                                               cudaMemcpyDeviceToHost, s.stream),
                               "cudaMemcpyAsync to host");
       if (read_back.bytes > 0) {
-        TC_CUDA_CHECK(cudaMemcpyAsync(slot.read_back, out,
+        // Pinned host memory takes the copy directly; other memory through the slot's buffer.
+        void* to = read_back.pinned ? read_back.host : slot.read_back;
+        TC_CUDA_CHECK(cudaMemcpyAsync(to, out,
                                                 static_cast<size_t>(read_back.bytes),
                                                 cudaMemcpyDeviceToHost, s.stream),
                                 "cudaMemcpyAsync to host");

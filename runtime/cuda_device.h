@@ -25,6 +25,9 @@ class CudaDevice final : public Device {
   absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                     int64_t n) override;
   absl::Status Sync(Lane& lane) override;
+  std::shared_ptr<void> PinHost(void* p, int64_t n, bool read_only) override;
+  absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                           int64_t n) override;
   int64_t max_read_back() const override;
   int64_t max_small_bytes() const override;
   bool TryRunSmall(Lane& lane, const PreparedOp& op, const std::vector<TensorView>& host_inputs,

@@ -65,6 +65,8 @@ struct DeviceInfo {
 struct ReadBack {
   void* host = nullptr;
   int64_t bytes = 0;
+  // `host` lies in memory pinned by Device::PinHost: copied there directly, any size.
+  bool pinned = false;
 };
 
 struct DeviceOptions {
@@ -111,6 +113,20 @@ class Device {
                             int64_t n) = 0;
   // Waits for everything issued on the lane so far.
   virtual absl::Status Sync(Lane& lane) = 0;
+
+  // Pins host memory the server maps from its callers (shared-memory regions) so that copies
+  // to and from it need no staging; unpinned when the returned handle goes. Null where that
+  // does not apply (the device computes on host memory) or pinning failed: copies then stage
+  // as usual.
+  virtual std::shared_ptr<void> PinHost(void* /*p*/, int64_t /*n*/, bool /*read_only*/) {
+    return nullptr;
+  }
+  // Write from memory pinned by PinHost: queued on the lane without staging (Sync waits for
+  // it). `src` must stay valid until then.
+  virtual absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                                   int64_t n) {
+    return Write(lane, dst, offset, src, n);
+  }
 
   using ReadBack = runtime::ReadBack;
   // The largest ReadBack Run accepts (0: none; read with Read instead).

@@ -12,17 +12,89 @@ namespace tc::server {
 
 namespace {
 
-// Whether a Compute touches resident tensors, which belong to the caller's identity.
+// Whether a Compute touches resident tensors or regions, which belong to the caller's identity.
 bool NeedsIdentity(const v1::ComputeRequest& request) {
-  if (request.keep_output_resident()) return true;
+  if (request.keep_output_resident() || !request.output_region().empty()) return true;
   for (const v1::Tensor& t : request.inputs()) {
-    if (!t.handle().empty()) return true;
+    if (!t.handle().empty() || !t.region().empty()) return true;
   }
   return false;
 }
 
+// What a unary reply adds to its output's bytes, at most (dtype, shape and strides at rank 8,
+// field tags and lengths).
+constexpr int64_t kReplyFramingBytes = 1024;
+
 // Requests up to this many input bytes run on the gRPC thread on the CPU backend.
 constexpr int64_t kInlineBytes = 64 << 10;
+
+// The output goes into a region of the caller's: computed there directly where the device
+// reads host memory; on a GPU into device memory, then copied into the mapping (directly,
+// with the run, where the region is pinned).
+void RunIntoRegion(const TensorServiceImpl::Env& env, const v1::ComputeRequest& request,
+                   const std::string& owner, absl::Time deadline,
+                   std::shared_ptr<ComputeJob> job, v1::ComputeResponse* response,
+                   std::shared_ptr<UnaryCall> call) {
+  if (job->keep_output_resident()) {
+    call->Finish(absl::InvalidArgumentError(
+        "output_region and keep_output_resident exclude each other: pick one place"));
+    return;
+  }
+  if (env.regions == nullptr) {
+    call->Finish(absl::FailedPreconditionError(
+        "output_region: shared-memory regions are off on this server"));
+    return;
+  }
+  auto found = env.regions->Find(owner, request.output_region());
+  if (!found.ok()) {
+    call->Finish(absl::Status(found.status().code(),
+                              absl::StrCat("output_region: ", found.status().message())));
+    return;
+  }
+  std::shared_ptr<Region> region = *std::move(found);
+  if (!region->writable) {
+    call->Finish(absl::InvalidArgumentError(
+        "output_region: the region is sealed against writing; use it for inputs only"));
+    return;
+  }
+  const Plan& plan = job->plan();
+  const int64_t at = request.output_region_offset();
+  if (auto s = CheckRegionRange(*region, at, plan.out_storage_bytes, ItemSize(plan.out_dtype),
+                                "output_region");
+      !s.ok()) {
+    call->Finish(s);
+    return;
+  }
+  std::byte* dst = region->base + at;
+  SetTensorMeta(job->OutputView(), response->mutable_output());
+  response->mutable_output()->set_region(region->id);
+  response->mutable_output()->set_region_offset(at);
+  if (job->device().host_memory()) {
+    job->Run(dst, [job, region, call](absl::Status s) { call->Finish(s); });
+    return;
+  }
+  auto out = job->AllocateOutput(deadline);
+  if (!out.ok()) {
+    call->Finish(out.status());
+    return;
+  }
+  runtime::StoragePtr storage = *out;
+  if (region->pin != nullptr) {
+    job->Run(storage->data(), [job, storage, region, call](absl::Status s) { call->Finish(s); },
+             {dst, plan.out_storage_bytes, /*pinned=*/true});
+    return;
+  }
+  job->Run(storage->data(), [&env, job, storage, region, dst, call](absl::Status s) {
+    if (!s.ok()) {
+      call->Finish(s);
+      return;
+    }
+    // Copying out blocks on the device: not on its completion thread.
+    env.pool->Schedule([job, storage, region, dst, call] {
+      call->Finish(job->device().Read(job->lane(), *storage, 0, dst, storage->bytes()));
+    });
+  });
+}
 
 absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t limit) {
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -66,6 +138,10 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     std::shared_ptr<ComputeJob> job = *std::move(prepared);
     const Plan& plan = job->plan();
     const Env& env = env_;
+    if (!request->output_region().empty()) {
+      RunIntoRegion(env, *request, owner, DeadlineOf(*ctx), job, response, call);
+      return;
+    }
 
     if (job->keep_output_resident()) {
       auto out = job->AllocateOutput(DeadlineOf(*ctx));
@@ -91,7 +167,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
       return;
     }
 
-    if (plan.out_storage_bytes > env_.options.max_message_bytes) {
+    // The reply also carries the output's metadata and framing.
+    if (plan.out_storage_bytes > env_.options.max_message_bytes - kReplyFramingBytes) {
       call->Finish(TooLargeForUnary(plan, request->op(), env_.options.max_message_bytes));
       return;
     }
@@ -133,10 +210,11 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
   // without waiting for it: it starts right here rather than paying for a trip through the
   // pool. Everything else (large copies, large computations) goes to the pool.
   int64_t bytes = 0;
-  bool inline_only = !request->keep_output_resident();
+  bool inline_only = !request->keep_output_resident() && request->output_region().empty();
   for (const v1::Tensor& t : request->inputs()) {
     bytes += static_cast<int64_t>(t.data().size());
-    inline_only = inline_only && t.handle().empty() && t.storage_bytes() == 0;
+    inline_only =
+        inline_only && t.handle().empty() && t.region().empty() && t.storage_bytes() == 0;
   }
   if (bytes <= kInlineBytes && inline_only && env_.devices->size() == 1) {
     if (env_.devices->at(0).host_memory()) {

@@ -66,6 +66,11 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
     header_.reset(header);
     if (job_ != nullptr) return absl::InvalidArgumentError("a second header in one stream");
     op_ = header_->op();
+    if (!header_->output_region().empty()) {
+      return absl::InvalidArgumentError(
+          "output_region is for Compute: a request whose output goes into a region needs no "
+          "stream (put large inputs in regions too)");
+    }
     for (const v1::Tensor& t : header_->inputs()) received_ += t.data().size();
     auto job = ComputeJob::Prepare(*header_, owner_, true, env_, DeadlineOf(*ctx_));
     if (!job.ok()) return job.status();

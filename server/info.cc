@@ -83,6 +83,13 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
   l->set_chunk_bytes(o.chunk_bytes);
   response->set_resident_tensors(env_.resident->count());
   response->set_resident_bytes(env_.resident->bytes());
+  if (const RegionStore* regions = env_.regions; regions != nullptr) {
+    l->set_region_quota_bytes(regions->options().quota_bytes);
+    l->set_region_max_count(regions->options().max_regions);
+    response->set_region_socket(regions->address());
+    response->set_regions(regions->count());
+    response->set_region_bytes(regions->bytes());
+  }
   call.Finish(absl::OkStatus());
   return call.reactor;
 }

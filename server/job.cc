@@ -31,6 +31,34 @@ absl::Status CheckSize(const TensorView& v, absl::string_view what, const Servic
 
 }  // namespace
 
+absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
+    const v1::Tensor& t, const std::string& owner, const std::string& what,
+    const TensorServiceImpl::Env& env) {
+  if (env.regions == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": shared-memory regions are off on this server"));
+  }
+  if (!t.handle().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": both region and handle are set"));
+  }
+  auto r = env.regions->Find(owner, t.region());
+  if (!r.ok()) return Prefixed(r.status(), what);
+  auto view = DecodeView(t, what);
+  if (!view.ok()) return view.status();
+  TensorView v = *std::move(view);
+  v.storage_bytes = t.storage_bytes();
+  if (auto s = CheckRegionRange(**r, t.region_offset(), v.storage_bytes, ItemSize(v.dtype), what);
+      !s.ok()) {
+    return s;
+  }
+  v.data = (*r)->base + t.region_offset();
+  if (auto s = ValidateView(v, what); !s.ok()) return s;
+  if (v.dtype == DType::kBool) {
+    if (auto s = CheckBoolBytes(v.data, v.storage_bytes, what); !s.ok()) return s;
+  }
+  return std::make_pair(std::move(v), *std::move(r));
+}
+
 absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
     const TensorServiceImpl::Env& env, absl::Time deadline, bool stage_inline) {
@@ -43,6 +71,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   job->storages_.resize(n);
   job->received_.assign(n, -1);
   job->resident_.resize(n);
+  job->regions_.resize(n);
   runtime::Device* pinned = nullptr;
   int64_t total = 0;
   for (int i = 0; i < n; ++i) {
@@ -87,6 +116,15 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
       pinned = d;
       job->storages_[i] = (*r)->storage;
       job->resident_[i] = *std::move(r);
+      total += v.storage_bytes;
+    } else if (!t.region().empty()) {
+      if (!t.data().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": both region and data are set"));
+      }
+      auto view = RegionView(t, owner, what, env);
+      if (!view.ok()) return view.status();
+      v = view->first;
+      job->regions_[i] = std::move(view->second);
       total += v.storage_bytes;
     } else if (t.data().empty() && t.storage_bytes() > 0) {
       if (!allow_streamed) {
@@ -153,9 +191,12 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     auto s = job->device_->Allocate(v.storage_bytes, false, deadline, job->lane_.get());
     if (!s.ok()) return s.status();
     if (copy) {
-      if (auto w = job->device_->Write(*job->lane_, **s, 0, v.data, v.storage_bytes); !w.ok()) {
-        return w;
-      }
+      // A pinned region copies straight from its mapping; anything else through staging.
+      const bool pinned = job->regions_[i] != nullptr && job->regions_[i]->pin != nullptr;
+      runtime::Device& d = *job->device_;
+      absl::Status w = pinned ? d.WritePinned(*job->lane_, **s, 0, v.data, v.storage_bytes)
+                              : d.Write(*job->lane_, **s, 0, v.data, v.storage_bytes);
+      if (!w.ok()) return w;
     }
     v.data = (*s)->data();
     job->storages_[i] = *std::move(s);

@@ -1,5 +1,7 @@
 // One compute request resolved onto a device: each input inline (the request's bytes),
-// resident (a handle's storage, no copy) or streamed (storage the chunks fill), checked
+// resident (a handle's storage, no copy), in a shared-memory region (the caller's mapping,
+// computed on in place by the CPU, copied from directly by a GPU) or streamed (storage the
+// chunks fill), checked
 // against the limits, planned, and admitted to the device.
 #pragma once
 
@@ -10,9 +12,16 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/regions.h"
 #include "server/service.h"
 
 namespace tc::server {
+
+// A tensor whose storage lies in one of `owner`'s regions: its view (data pointing into the
+// mapping, every element checked to lie inside), and the region, held while it is in use.
+absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
+    const v1::Tensor& t, const std::string& owner, const std::string& what,
+    const TensorServiceImpl::Env& env);
 
 class ComputeJob {
  public:
@@ -67,8 +76,9 @@ class ComputeJob {
   std::vector<int64_t> received_;
   // Inline blobs copied for alignment.
   std::vector<std::unique_ptr<std::string>> owned_;
-  // Resident inputs, held so a Release during the request cannot free them.
+  // Resident inputs, held so a Release during the request cannot free them; regions alike.
   std::vector<std::shared_ptr<ResidentTensor>> resident_;
+  std::vector<std::shared_ptr<Region>> regions_;
   bool keep_resident_ = false;
   int64_t ttl_seconds_ = 0;
   int64_t bytes_received_ = 0;

@@ -71,6 +71,15 @@ ABSL_FLAG(int64_t, resident_quota_bytes, int64_t{16} << 30,
 ABSL_FLAG(int, resident_max_tensors, 4096, "Resident tensors one client may keep.");
 ABSL_FLAG(int64_t, resident_ttl_seconds, 600, "Default lifetime of a resident tensor.");
 ABSL_FLAG(int64_t, resident_max_ttl_seconds, 86400, "Longest lifetime a client may ask for.");
+ABSL_FLAG(std::string, region_socket, "auto",
+          "Unix socket where same-host clients register shared-memory regions: a path, "
+          "'@name' (abstract namespace), 'auto' ('@tensorcompute-PORT'), or 'off'.");
+ABSL_FLAG(int64_t, region_quota_bytes, int64_t{64} << 30,
+          "Bytes of shared-memory regions one client may have registered.");
+ABSL_FLAG(int, region_max_count, 256, "Shared-memory regions one client may have registered.");
+ABSL_FLAG(bool, region_pin, true,
+          "Pin regions for the GPU (cudaHostRegister) when they are registered, so copies to "
+          "and from them run at full PCIe speed; false: copy through the staging buffers.");
 ABSL_FLAG(int, metrics_port, 9450,
           "Port of the Prometheus /metrics endpoint (HTTP); 0 picks a free one, -1 turns it off.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls_key).");
@@ -94,7 +103,7 @@ void ApplyEnvironment() {
         "max_message_bytes", "max_request_bytes", "max_elements", "max_rank",
         "max_concurrent_per_device", "chunk_bytes", "resident_quota_bytes",
         "resident_max_tensors", "resident_ttl_seconds", "resident_max_ttl_seconds",
-        "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
+        "region_socket", "region_quota_bytes", "region_max_count", "region_pin", "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
         "shutdown_grace_seconds"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(var.c_str());
@@ -238,7 +247,8 @@ tc::server::Auth MakeAuth() {
 }
 
 void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devices,
-               const tc::server::ResidentStore& resident) {
+               const tc::server::ResidentStore& resident,
+               const tc::server::RegionStore* regions) {
   auto per_device = [&devices](auto value) {
     return [&devices, value] {
       std::vector<std::pair<std::string, double>> out;
@@ -272,6 +282,16 @@ void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devic
                    [&resident] {
                      return std::vector<std::pair<std::string, double>>{
                          {"", static_cast<double>(resident.bytes())}};
+                   });
+  if (regions == nullptr) return;
+  metrics.AddGauge("tensorcompute_regions", "Shared-memory regions registered.", [regions] {
+    return std::vector<std::pair<std::string, double>>{
+        {"", static_cast<double>(regions->count())}};
+  });
+  metrics.AddGauge("tensorcompute_region_bytes", "Bytes of shared-memory regions registered.",
+                   [regions] {
+                     return std::vector<std::pair<std::string, double>>{
+                         {"", static_cast<double>(regions->bytes())}};
                    });
 }
 
@@ -328,8 +348,19 @@ int main(int argc, char** argv) {
   resident_options.max_ttl = absl::Seconds(absl::GetFlag(FLAGS_resident_max_ttl_seconds));
   tc::server::ResidentStore resident(resident_options);
 
+  // Regions start listening once the gRPC port is known (the default socket is named by it).
+  tc::server::RegionOptions region_options;
+  region_options.quota_bytes = absl::GetFlag(FLAGS_region_quota_bytes);
+  region_options.max_regions = absl::GetFlag(FLAGS_region_max_count);
+  region_options.pin = absl::GetFlag(FLAGS_region_pin);
+  const std::string region_socket = absl::GetFlag(FLAGS_region_socket);
+  std::unique_ptr<tc::server::RegionStore> regions;
+  if (region_socket != "off") {
+    regions = std::make_unique<tc::server::RegionStore>(region_options, &devices);
+  }
+
   tc::server::Metrics metrics;
-  AddGauges(metrics, devices, resident);
+  AddGauges(metrics, devices, resident, regions.get());
   std::unique_ptr<tc::server::MetricsHttpServer> metrics_http;
   if (const int port = absl::GetFlag(FLAGS_metrics_port); port >= 0) {
     auto m = tc::server::MetricsHttpServer::Start(absl::GetFlag(FLAGS_address), port, &metrics);
@@ -354,8 +385,8 @@ int main(int argc, char** argv) {
   options.metrics_port = metrics_http != nullptr ? metrics_http->port() : -1;
   const tc::server::Auth auth = MakeAuth();
   tc::server::Lifecycle life;
-  tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, &metrics, &auth,
-                                        options, &life);
+  tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, regions.get(),
+                                        &metrics, &auth, options, &life);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -371,6 +402,15 @@ int main(int argc, char** argv) {
   if (server == nullptr || bound_port == 0) {
     Log(absl::StrCat("cannot listen on ", address));
     return 1;
+  }
+  if (regions != nullptr) {
+    const std::string at = region_socket == "auto"
+                               ? absl::StrCat("@tensorcompute-", bound_port)
+                               : region_socket;
+    if (absl::Status s = regions->Listen(at); !s.ok()) {
+      Fail(absl::StrCat("--region_socket: ", s.message()), 1);
+    }
+    Log(absl::StrCat("shared-memory regions registered on unix socket ", at));
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), true);

@@ -13,6 +13,7 @@
 #include "runtime/device.h"
 #include "server/auth.h"
 #include "server/metrics.h"
+#include "server/regions.h"
 #include "server/resident.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
 
@@ -68,9 +69,10 @@ absl::Status ShuttingDown();
 
 class TensorServiceImpl final : public v1::TensorService::CallbackService {
  public:
+  // `regions` may be null: shared-memory regions are then off.
   TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
-                    ResidentStore* resident, Metrics* metrics, const Auth* auth,
-                    ServiceOptions options, Lifecycle* life);
+                    ResidentStore* resident, RegionStore* regions, Metrics* metrics,
+                    const Auth* auth, ServiceOptions options, Lifecycle* life);
 
   grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
                                     const v1::ComputeRequest* request,
@@ -90,12 +92,22 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
   grpc::ServerUnaryReactor* ServerInfo(grpc::CallbackServerContext* ctx,
                                        const v1::ServerInfoRequest* request,
                                        v1::ServerInfoResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterRegion(grpc::CallbackServerContext* ctx,
+                                           const v1::RegisterRegionRequest* request,
+                                           v1::RegionInfo* response) override;
+  grpc::ServerUnaryReactor* UnregisterRegion(grpc::CallbackServerContext* ctx,
+                                             const v1::UnregisterRegionRequest* request,
+                                             v1::UnregisterRegionResponse* response) override;
+  grpc::ServerUnaryReactor* ListRegions(grpc::CallbackServerContext* ctx,
+                                        const v1::ListRegionsRequest* request,
+                                        v1::ListRegionsResponse* response) override;
 
   // What the reactors share.
   struct Env {
     runtime::DeviceSet* devices;
     ThreadPool* pool;
     ResidentStore* resident;
+    RegionStore* regions;
     Metrics* metrics;
     const Auth* auth;
     ServiceOptions options;

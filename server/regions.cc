@@ -1,0 +1,364 @@
+#include "server/regions.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/resident.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+namespace tc::server {
+
+namespace {
+
+// Longest message a client sends ("register"); anything longer is an error.
+constexpr size_t kMaxMessage = 256;
+
+std::string Errno(absl::string_view what) {
+  return absl::StrCat(what, ": ", std::strerror(errno));
+}
+
+}  // namespace
+
+Region::~Region() {
+  pin.reset();
+  munmap(base, static_cast<size_t>(bytes));
+}
+
+absl::Status CheckRegionRange(const Region& r, int64_t offset, int64_t n, int64_t align,
+                              const std::string& what) {
+  if (offset < 0 || n < 0 || offset > r.bytes || n > r.bytes - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": bytes [", offset, ", +", n,
+                                                   ") are outside region '", r.id, "' of ",
+                                                   r.bytes, " bytes"));
+  }
+  if (align > 1 && offset % align != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": region offset ", offset,
+                                                   " is not a multiple of the element size ",
+                                                   align));
+  }
+  return absl::OkStatus();
+}
+
+RegionStore::RegionStore(RegionOptions options, runtime::DeviceSet* devices)
+    : options_(options), devices_(devices) {}
+
+RegionStore::~RegionStore() {
+  if (server_.joinable()) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+    server_.join();
+  }
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  if (!address_.empty() && address_[0] != '@') unlink(address_.c_str());
+}
+
+absl::Status RegionStore::Listen(const std::string& address) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  const bool abstract = absl::StartsWith(address, "@");
+  if (address.size() < 2 || address.size() >= sizeof(sa.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("region socket '", address,
+                                                   "': needs 1 to ", sizeof(sa.sun_path) - 2,
+                                                   " characters"));
+  }
+  std::memcpy(sa.sun_path, address.data(), address.size());
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
+  if (abstract) {
+    sa.sun_path[0] = '\0';
+  } else {
+    len += 1;
+    // A socket file left by an earlier server that did not stop cleanly.
+    struct stat st;
+    if (lstat(address.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(address.c_str());
+  }
+  listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) return absl::InternalError(Errno("socket"));
+  if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), len) != 0) {
+    return absl::UnavailableError(Errno(absl::StrCat("region socket ", address)));
+  }
+  if (listen(listen_fd_, 64) != 0) return absl::InternalError(Errno("listen"));
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) return absl::InternalError(Errno("eventfd"));
+  address_ = address;
+  server_ = std::thread([this] { Serve(); });
+  return absl::OkStatus();
+}
+
+void RegionStore::Serve() {
+  // Index 0: the wake-up, 1: the listening socket, then one entry per connection.
+  std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+  std::vector<uint64_t> ids = {0, 0};
+  uint64_t next_id = 1;
+  for (;;) {
+    const int n = poll(fds.data(), fds.size(), 1000);
+    ExpireTickets(absl::Now());
+    if (n < 0 && errno != EINTR) return;
+    if (n <= 0) continue;
+    if (fds[0].revents != 0) break;
+    if (fds[1].revents & POLLIN) {
+      for (;;) {
+        const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0) break;
+        if (static_cast<int>(fds.size()) - 2 >= options_.max_connections) {
+          close(c);
+          continue;
+        }
+        fds.push_back({c, POLLIN, 0});
+        ids.push_back(next_id++);
+      }
+    }
+    for (size_t i = fds.size(); i-- > 2;) {
+      bool drop = (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+      if (!drop && (fds[i].revents & POLLIN)) {
+        const std::string reply = Handle(fds[i].fd, ids[i]);
+        if (reply.empty()) {
+          drop = true;
+        } else if (send(fds[i].fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) {
+          drop = true;
+        }
+      }
+      if (drop) {
+        close(fds[i].fd);
+        Drop(ids[i]);
+        fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(i));
+        ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+  }
+  for (size_t i = 2; i < fds.size(); ++i) close(fds[i].fd);
+}
+
+std::string RegionStore::Handle(int conn, uint64_t connection) {
+  char buf[kMaxMessage];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  iovec iov{buf, sizeof(buf)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
+  if (got <= 0) return std::string();  // Closed (or failed): the connection ends.
+  // Every descriptor that came is taken, so none leaks whatever the message says.
+  std::vector<int> received;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < n; ++k) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+      received.push_back(fd);
+    }
+  }
+  std::string reply;
+  const absl::string_view text(buf, static_cast<size_t>(got));
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    reply = "error message too long or too many descriptors: send \"register\" with one";
+  } else if (text != "register") {
+    reply = "error unknown message: send \"register\" with a memfd attached (SCM_RIGHTS)";
+  } else if (received.size() != 1) {
+    reply = "error \"register\" needs exactly one file descriptor attached (SCM_RIGHTS)";
+  } else {
+    reply = Register(received[0], connection);
+    received.clear();  // Register closed it.
+  }
+  for (int fd : received) close(fd);
+  return reply;
+}
+
+std::string RegionStore::Register(int fd, uint64_t connection) {
+  auto fail = [fd](const std::string& why) {
+    close(fd);
+    return "error " + why;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int pending = 0;
+    for (const auto& [ticket, p] : pending_) pending += p.region->connection == connection;
+    if (pending >= options_.max_pending) {
+      return fail(absl::StrCat("more than ", options_.max_pending,
+                               " tickets not yet claimed on this connection"));
+    }
+  }
+  // Only a file that can be sealed against shrinking: a truncated mapping raises SIGBUS in
+  // whoever touches it, and the seal makes truncation impossible from here on.
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0) {
+    return fail("the descriptor is not a sealable memfd; create it with "
+                "memfd_create(name, MFD_ALLOW_SEALING)");
+  }
+  if ((seals & F_SEAL_SHRINK) == 0) {
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+      return fail("the memfd cannot be sealed against shrinking (F_SEAL_SEAL is set)");
+    }
+    seals |= F_SEAL_SHRINK;
+  }
+  // Its size now that it can no longer shrink.
+  struct stat st;
+  if (fstat(fd, &st) != 0) return fail(Errno("fstat"));
+  if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
+    return fail("the memfd is empty; size it (ftruncate) before registering it");
+  }
+  if (st.st_size > options_.quota_bytes) {
+    return fail(absl::StrCat("a region of ", st.st_size, " bytes exceeds this server's quota of ",
+                             options_.quota_bytes, " bytes"));
+  }
+  const bool writable = (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0;
+  const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+  void* p = mmap(nullptr, static_cast<size_t>(st.st_size), prot, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return "error " + Errno("mmap");
+  auto region = std::make_shared<Region>(static_cast<std::byte*>(p), st.st_size, writable,
+                                         connection);
+  const std::string ticket = NewHandle();
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_[ticket] = Pending{std::move(region), absl::Now() + options_.ticket_ttl};
+  return absl::StrCat("ticket ", ticket, " ", st.st_size);
+}
+
+absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& owner,
+                                                          const std::string& ticket,
+                                                          const std::string& name) {
+  std::shared_ptr<Region> region;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(ticket);
+    if (it == pending_.end()) {
+      return absl::NotFoundError(
+          "no such region ticket (unknown, already claimed, expired, or its socket connection "
+          "closed)");
+    }
+    region = std::move(it->second.region);
+    pending_.erase(it);
+    Usage& u = usage_[owner];
+    if (u.regions >= options_.max_regions || region->bytes > options_.quota_bytes - u.bytes) {
+      const Usage now = u;
+      if (u.regions == 0) usage_.erase(owner);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "registering ", region->bytes, " bytes would exceed this client's region quota (",
+          now.regions, " of ", options_.max_regions, " regions, ", now.bytes, " of ",
+          options_.quota_bytes, " bytes registered); unregister some first"));
+    }
+    u.regions += 1;
+    u.bytes += region->bytes;
+    total_bytes_ += region->bytes;
+    region->id = NewHandle();
+    region->owner = owner;
+    region->name = name;
+    regions_[region->id] = region;
+  }
+  // Pinned for the GPU once, outside the lock (pinning a large mapping takes milliseconds).
+  for (int i = 0; options_.pin && i < devices_->size() && region->pin == nullptr; ++i) {
+    region->pin = devices_->at(i).PinHost(region->base, region->bytes, !region->writable);
+  }
+  return region;
+}
+
+absl::StatusOr<std::shared_ptr<Region>> RegionStore::Find(const std::string& owner,
+                                                         const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find(id);
+  if (it == regions_.end() || it->second->owner != owner) {
+    return absl::NotFoundError(absl::StrCat(
+        "no such region '", id, "' (unknown, unregistered, or its client disconnected)"));
+  }
+  return it->second;
+}
+
+void RegionStore::Remove(const std::string& id) {
+  auto it = regions_.find(id);
+  if (it == regions_.end()) return;
+  const Region& r = *it->second;
+  auto u = usage_.find(r.owner);
+  if (u != usage_.end()) {
+    u->second.bytes -= r.bytes;
+    if (--u->second.regions == 0) usage_.erase(u);
+  }
+  total_bytes_ -= r.bytes;
+  regions_.erase(it);
+}
+
+absl::Status RegionStore::Unregister(const std::string& owner, const std::string& id) {
+  std::shared_ptr<Region> gone;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find(id);
+  if (it == regions_.end() || it->second->owner != owner) {
+    return absl::NotFoundError(absl::StrCat("no such region '", id, "'"));
+  }
+  gone = it->second;
+  Remove(id);
+  return absl::OkStatus();
+}
+
+void RegionStore::Drop(uint64_t connection) {
+  // Unmapped (and unpinned) outside the lock, once no request holds them.
+  std::vector<std::shared_ptr<Region>> gone;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    if (it->second.region->connection == connection) {
+      gone.push_back(std::move(it->second.region));
+      pending_.erase(it);
+    }
+    it = next;
+  }
+  std::vector<std::string> ids;
+  for (const auto& [id, r] : regions_) {
+    if (r->connection == connection) ids.push_back(id);
+  }
+  for (const std::string& id : ids) {
+    gone.push_back(regions_[id]);
+    Remove(id);
+  }
+}
+
+void RegionStore::ExpireTickets(absl::Time now) {
+  std::vector<std::shared_ptr<Region>> gone;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    if (it->second.expires <= now) {
+      gone.push_back(std::move(it->second.region));
+      pending_.erase(it);
+    }
+    it = next;
+  }
+}
+
+std::vector<std::shared_ptr<Region>> RegionStore::List(const std::string& owner) const {
+  std::vector<std::shared_ptr<Region>> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, r] : regions_) {
+    if (r->owner == owner) out.push_back(r);
+  }
+  return out;
+}
+
+int64_t RegionStore::count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(regions_.size());
+}
+
+int64_t RegionStore::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_bytes_;
+}
+
+}  // namespace tc::server
