@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs client/python with pip into a fresh virtual environment (seeing Debian's grpcio,
-# protobuf, numpy and torch; nothing downloaded) and runs its test against the server.
+# protobuf, numpy and torch; nothing downloaded) and runs its tests against the server: the
+# socket path, and shared-memory regions.
 set -euo pipefail
 server=$1
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -10,5 +11,7 @@ trap 'rm -rf "$venv"' EXIT
 "$venv/bin/pip" install --quiet --no-build-isolation --no-deps --no-index "$repo/client/python" \
   2> >(grep -v -i "beta" >&2)
 cd "$repo/tests/python"
-PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$repo/tests/python" \
-  "$venv/bin/python" test_client_package.py --server "$server"
+for t in test_client_package.py test_regions.py; do
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$repo/tests/python" \
+    "$venv/bin/python" "$t" --server "$server"
+done

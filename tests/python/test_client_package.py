@@ -21,7 +21,9 @@ class ClientPackageTest(unittest.TestCase):
         # Small messages, so that large inputs take ComputeStream.
         cls.proc, cls.target = start_server(ARGS.server, "--max_message_bytes=1048576",
                                             "--chunk_bytes=65536")
-        cls.client = tcc.Client(cls.target, max_message_bytes=1 << 20, chunk_bytes=100_000)
+        # Over the socket only: test_regions.py covers shared memory.
+        cls.client = tcc.Client(cls.target, max_message_bytes=1 << 20, chunk_bytes=100_000,
+                                shared_memory=False)
 
     @classmethod
     def tearDownClass(cls):

@@ -1,11 +1,14 @@
 """The client: a channel reused for every call, deadlines, chunked streaming, resident tensors."""
 import ctypes
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
 import grpc
 import numpy as np
 
+from . import shm
 from .v1 import tensor_service_pb2 as pb
 from .v1 import tensor_service_pb2_grpc as pb_grpc
 
@@ -19,6 +22,8 @@ _WIRE_TO_NUMPY = {v: k for k, v in _NUMPY_TO_WIRE.items()}
 # bfloat16 travels as its 16 bits; NumPy has no such type, so it arrives as uint16 bits (or
 # as a torch.bfloat16 tensor with as_torch=True).
 _WIRE_TO_NUMPY[pb.bfloat16] = np.dtype(np.uint16)
+_DTYPE_NAMES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
+                "float64"}
 
 
 def _torch():
@@ -43,9 +48,25 @@ def _as_numpy(x):
     return a, None
 
 
-def to_tensor(x) -> pb.Tensor:
-    """A wire Tensor for `x` without making it contiguous: the bytes between its lowest and
-    highest element, and its strides and offset (in elements) into them."""
+@dataclass
+class _Span:
+    """An array's memory: the addresses [lo, hi) its elements occupy, and its view of them."""
+    array: np.ndarray
+    wire: int
+    lo: int
+    hi: int
+
+    def meta(self, **storage) -> pb.Tensor:
+        a = self.array
+        item = a.itemsize
+        if a.size == 0:
+            return pb.Tensor(dtype=self.wire, shape=a.shape, **storage)
+        ptr = a.__array_interface__["data"][0]
+        return pb.Tensor(dtype=self.wire, shape=a.shape, strides=[s // item for s in a.strides],
+                         offset=(ptr - self.lo) // item, **storage)
+
+
+def _span(x) -> _Span:
     a, wire = _as_numpy(x)
     if wire is None:
         if a.dtype.byteorder == ">":
@@ -55,7 +76,7 @@ def to_tensor(x) -> pb.Tensor:
             raise TypeError(f"dtype {a.dtype} is not supported by tensorcompute")
     item = a.itemsize
     if a.size == 0:
-        return pb.Tensor(dtype=wire, shape=a.shape)
+        return _Span(a, wire, 0, 0)
     if any(s % item for s in a.strides):
         a = np.ascontiguousarray(a)  # Strides that are not whole elements: a copy is needed.
     ptr = a.__array_interface__["data"][0]
@@ -64,9 +85,16 @@ def to_tensor(x) -> pb.Tensor:
     if lo % item:
         # Misaligned storage: widen the span down to an element boundary of the address.
         lo -= lo % item
-    data = ctypes.string_at(lo, hi - lo)
-    return pb.Tensor(dtype=wire, shape=a.shape, strides=[s // item for s in a.strides],
-                     offset=(ptr - lo) // item, data=data)
+    return _Span(a, wire, lo, hi)
+
+
+def to_tensor(x) -> pb.Tensor:
+    """A wire Tensor for `x` without making it contiguous: the bytes between its lowest and
+    highest element, and its strides and offset (in elements) into them."""
+    sp = _span(x)
+    if sp.array.size == 0:
+        return sp.meta()
+    return sp.meta(data=ctypes.string_at(sp.lo, sp.hi - sp.lo))
 
 
 def from_tensor(t: pb.Tensor, as_torch: bool = False):
@@ -81,13 +109,15 @@ def from_tensor(t: pb.Tensor, as_torch: bool = False):
         arr = np.lib.stride_tricks.as_strided(flat[t.offset:], shape=shape,
                                               strides=tuple(s * dt.itemsize for s in strides))
     arr = np.array(arr)  # Own the memory, writable.
-    if as_torch:
-        torch = _torch()
-        if torch is None:
-            raise RuntimeError("as_torch=True needs torch")
-        out = torch.from_numpy(arr.view(np.int16) if t.dtype == pb.bfloat16 else arr)
-        return out.view(torch.bfloat16) if t.dtype == pb.bfloat16 else out
-    return arr
+    return _to_torch(arr, t.dtype) if as_torch else arr
+
+
+def _to_torch(arr: np.ndarray, wire: int):
+    torch = _torch()
+    if torch is None:
+        raise RuntimeError("as_torch=True needs torch")
+    out = torch.from_numpy(arr.view(np.int16) if wire == pb.bfloat16 else arr)
+    return out.view(torch.bfloat16) if wire == pb.bfloat16 else out
 
 
 @dataclass
@@ -119,25 +149,170 @@ def _attribute(v) -> pb.Attribute:
     raise TypeError(f"attribute value {v!r} is not a bool, int, float or str")
 
 
+def _align(n: int, to: int = 64) -> int:
+    return (n + to - 1) // to * to
+
+
 class Client:
     def __init__(self, target: str, timeout: float = 60.0,
                  max_message_bytes: int = 256 << 20, chunk_bytes: int = 1 << 20,
                  credentials: Optional[grpc.ChannelCredentials] = None,
-                 token: Optional[str] = None):
+                 token: Optional[str] = None, shared_memory: Optional[bool] = None,
+                 shared_memory_threshold: int = 256 << 10):
         """`credentials`: grpc.ssl_channel_credentials(...) for TLS (and client certificates);
-        `token`: a bearer token sent with every call."""
+        `token`: a bearer token sent with every call.
+
+        `shared_memory`: None (the default) uses shared-memory regions where the server is on
+        this host (a unix: target, localhost or a loopback address) and offers them; True
+        requires them; False never uses them. With regions, requests whose inputs span at
+        least `shared_memory_threshold` bytes send no tensor bytes over the socket."""
         options = [("grpc.max_receive_message_length", max_message_bytes),
                    ("grpc.max_send_message_length", max_message_bytes)]
         self.channel = (grpc.secure_channel(target, credentials, options) if credentials
                         else grpc.insecure_channel(target, options))
         self.stub = pb_grpc.TensorServiceStub(self.channel)
+        self.target = target
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
         self.chunk_bytes = chunk_bytes
         self.metadata = [("authorization", f"Bearer {token}")] if token else None
+        self.shared_memory = shared_memory
+        self.shared_memory_threshold = shared_memory_threshold
+        self._shm_state = None
+        self._shm_error = None
+        self._shm_lock = threading.Lock()
 
     def close(self):
+        if self._shm_state is not None:
+            self._shm_state.close()
         self.channel.close()
+
+    # Shared memory ----------------------------------------------------------------------
+
+    def _shm(self) -> shm.Shm:
+        """The region socket connection, opened on first use; raises where regions are not
+        available (another host, regions off, or shared_memory=False)."""
+        with self._shm_lock:
+            if self._shm_state is None and self._shm_error is None:
+                if self.shared_memory is False:
+                    self._shm_error = "shared memory is off for this client (shared_memory=False)"
+                elif self.shared_memory is None and not shm.is_local_target(self.target):
+                    self._shm_error = f"{self.target} is not on this host"
+                else:
+                    address = self.server_info().region_socket
+                    if not address:
+                        self._shm_error = "the server has shared-memory regions off"
+                    else:
+                        try:
+                            self._shm_state = shm.Shm(address)
+                        except OSError as e:
+                            self._shm_error = f"cannot reach region socket {address}: {e}"
+            if self._shm_state is None:
+                raise RuntimeError(f"no shared-memory regions: {self._shm_error}")
+            return self._shm_state
+
+    def shared_memory_available(self) -> bool:
+        if self.shared_memory is False:
+            return False
+        try:
+            self._shm()
+            return True
+        except RuntimeError:
+            if self.shared_memory:
+                raise
+            return False
+
+    def region(self, nbytes: int, name: str = "") -> shm.Region:
+        """A shared-memory region of `nbytes` registered with the server; `.array(shape,
+        dtype, offset)` places arrays in it, `.close()` unregisters it."""
+        return shm.Region(self, nbytes, name)
+
+    def shared_array(self, shape, dtype=np.float32) -> np.ndarray:
+        """A zeroed C-contiguous array in a region of its own: as an input or as `out=` of
+        compute, its bytes never cross the socket. The region is unregistered once the array
+        (and every view of it) is gone."""
+        dt = np.dtype(dtype)
+        nbytes = max(1, int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
+        r = self.region(nbytes)
+        arr = r.array(shape, dt)
+        mm = r._mmap
+        r._mmap = None  # The arrays keep the mapping; the region ends with the last of them.
+        weakref.finalize(mm, r.close)
+        return arr
+
+    def _scratch(self, state: shm.Shm, nbytes: int) -> shm.Region:
+        """This thread's scratch region, at least `nbytes` (grown, never shrunk)."""
+        r = getattr(state.scratch, "region", None)
+        if r is None or r.nbytes < nbytes:
+            if r is not None:
+                r.close()
+            r = shm.Region(self, max(nbytes, (r.nbytes * 3 // 2) if r else 0), "scratch")
+            state.scratch.region = r
+        return r
+
+    def _region_inputs(self, inputs, output_dtype, attributes, out, keep_resident):
+        """Region references for the inputs (copied into scratch where they are not in a
+        region already), and where the output goes: (tensors, output_region, offset,
+        scratch_output) or None when regions do not apply."""
+        spans = []
+        for x in inputs:
+            if isinstance(x, (Resident, pb.Tensor)):
+                spans.append(x)
+            else:
+                spans.append(_span(x))
+        arrays = [s for s in spans if isinstance(s, _Span)]
+        size = sum(s.hi - s.lo for s in arrays)
+        if out is None and (keep_resident or size < self.shared_memory_threshold):
+            return None
+        if out is None and not self.shared_memory_available():
+            return None
+        state = self._shm()
+        placed = {}
+        need = 0
+        for k, s in enumerate(spans):
+            if isinstance(s, _Span) and s.array.size:
+                found = state.find(s.array, s.lo, s.hi)
+                if found is not None:
+                    placed[k] = found
+                else:
+                    need += _align(s.array.nbytes)
+        out_at = None
+        if out is None:
+            # Room for the output: the broadcast shape at the widest element it can have.
+            shape = np.broadcast_shapes(*[s.array.shape for s in arrays])
+            widest = max([4] + [s.array.itemsize for s in arrays] +
+                         [np.dtype(v).itemsize for v in [output_dtype, attributes.get("dtype")]
+                          if isinstance(v, str) and v in _DTYPE_NAMES])
+            out_at = need
+            need += _align(max(1, int(np.prod(shape, dtype=np.int64)) * widest))
+        scratch = self._scratch(state, need) if need else None
+        at = 0
+        tensors = []
+        for k, s in enumerate(spans):
+            if isinstance(s, Resident):
+                tensors.append(pb.Tensor(handle=s.handle))
+            elif isinstance(s, pb.Tensor):
+                tensors.append(s)
+            elif s.array.size == 0:
+                tensors.append(s.meta())
+            elif k in placed:
+                r, offset = placed[k]
+                tensors.append(s.meta(region=r.id, region_offset=offset,
+                                      storage_bytes=s.hi - s.lo))
+            else:
+                dst = scratch.array(s.array.shape, s.array.dtype, at)
+                np.copyto(dst, s.array)
+                tensors.append(pb.Tensor(dtype=s.wire, shape=s.array.shape, region=scratch.id,
+                                         region_offset=at, storage_bytes=dst.nbytes))
+                at += _align(dst.nbytes)
+        if out is not None:
+            o = _span(out)
+            found = state.find(o.array, o.lo, o.hi) if o.array.size else None
+            if found is None or not o.array.flags.c_contiguous:
+                raise ValueError("out= must be a C-contiguous array in a shared-memory region "
+                                 "(Client.shared_array or Client.region(...).array)")
+            return tensors, found[0], found[1], None
+        return tensors, scratch, out_at, scratch
 
     def __enter__(self):
         return self
@@ -160,12 +335,37 @@ class Client:
 
     def compute(self, op: str, *inputs, output_dtype: Optional[str] = None,
                 keep_resident: bool = False, as_torch: bool = False,
-                stream: Optional[bool] = None, **attributes):
+                stream: Optional[bool] = None, out: Optional[np.ndarray] = None,
+                **attributes):
         """Runs `op`; returns a NumPy array (torch tensor with as_torch), or a Resident with
-        keep_resident. Inputs too large for one message (or stream=True) go in chunks."""
+        keep_resident. Inputs too large for one message (or stream=True) go in chunks.
+
+        On the server's host (see shared_memory in the constructor) large inputs travel
+        through shared memory: arrays that lie in regions (shared_array) without a copy,
+        others copied once into a scratch region. `out=` a shared array receives the result
+        in place, so nothing is copied at all."""
+        attrs = {k: _attribute(v) for k, v in attributes.items()}
+        placed = None
+        if stream is not True:
+            placed = self._region_inputs(inputs, output_dtype, attributes, out, keep_resident)
+        if placed is not None:
+            tensors, region, offset, scratch = placed
+            request = pb.ComputeRequest(op=op, inputs=tensors, attributes=attrs,
+                                        output_region=region.id, output_region_offset=offset)
+            if output_dtype is not None:
+                request.output_dtype = getattr(pb, output_dtype)
+            t = self.stub.Compute(request, timeout=self.timeout, metadata=self.metadata).output
+            if out is not None:
+                result = out.reshape(tuple(t.shape)) if tuple(t.shape) != out.shape else out
+            else:
+                view = region.array((t.storage_bytes // max(1, _WIRE_TO_NUMPY[t.dtype].itemsize),),
+                                    _WIRE_TO_NUMPY[t.dtype], offset)
+                result = np.array(np.lib.stride_tricks.as_strided(
+                    view, shape=tuple(t.shape),
+                    strides=tuple(s * view.itemsize for s in t.strides)))
+            return _to_torch(result, t.dtype) if as_torch else result
         request = pb.ComputeRequest(op=op, inputs=[self._input(x) for x in inputs],
-                                    attributes={k: _attribute(v) for k, v in attributes.items()},
-                                    keep_output_resident=keep_resident)
+                                    attributes=attrs, keep_output_resident=keep_resident)
         if output_dtype is not None:
             request.output_dtype = getattr(pb, output_dtype)
         size = sum(len(t.data) for t in request.inputs)

@@ -1,0 +1,122 @@
+"""Shared-memory regions: memory this process shares with a server on the same host, so that
+tensors cross no socket.
+
+A region is a memfd (sealed against shrinking by the server, so that it can never be
+truncated under either side), mapped here and in the server. Its descriptor goes to the
+server over the region socket the server names in ServerInfo; the ticket that comes back is
+claimed with RegisterRegion, which binds the region to this client's identity. The region
+lives until it is closed or the socket connection closes (this process exits).
+"""
+import ctypes
+import ipaddress
+import mmap
+import os
+import socket
+import threading
+from typing import Optional
+from urllib.parse import urlparse
+
+import numpy as np
+
+from .v1 import tensor_service_pb2 as pb
+
+
+def _address_of(buf) -> int:
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+
+
+class Region:
+    """A registered region of `nbytes`; `array()` places NumPy arrays in it."""
+
+    def __init__(self, client, nbytes: int, name: str = ""):
+        if nbytes <= 0:
+            raise ValueError("a region needs at least one byte")
+        fd = os.memfd_create(name or "tensorcompute", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, nbytes)
+            self._mmap = mmap.mmap(fd, nbytes)
+            ticket = client._shm().register(fd)
+        finally:
+            os.close(fd)
+        info = client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=ticket, name=name),
+                                          timeout=client.timeout, metadata=client.metadata)
+        self._client = client
+        self.id = info.region
+        self.nbytes = nbytes
+        self.name = name
+        self.address = _address_of(self._mmap)
+        client._shm().regions[self.id] = self
+
+    def array(self, shape, dtype=np.float32, offset: int = 0) -> np.ndarray:
+        """A C-contiguous array at byte `offset` of the region (a view: no copy)."""
+        dt = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return np.frombuffer(self._mmap, dtype=dt, count=count, offset=offset).reshape(shape)
+
+    def locate(self, lo: int, hi: int) -> Optional[int]:
+        """The byte offset of address range [lo, hi) in this region, or None outside it."""
+        if self.address <= lo and hi <= self.address + self.nbytes:
+            return lo - self.address
+        return None
+
+    def close(self):
+        """Unregisters the region. Arrays in it stay readable here; the server forgets it."""
+        shm = self._client._shm_state
+        if shm is not None and shm.regions.pop(self.id, None) is not None:
+            try:
+                self._client.stub.UnregisterRegion(pb.UnregisterRegionRequest(region=self.id),
+                                                   timeout=self._client.timeout,
+                                                   metadata=self._client.metadata)
+            except Exception:  # noqa: BLE001 - the server may be gone; nothing to undo then.
+                pass
+
+
+def is_local_target(target: str) -> bool:
+    """True for targets on this host: unix sockets, localhost and loopback addresses."""
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    t = target
+    if "://" in t:
+        t = urlparse(t).netloc or urlparse(t).path.lstrip("/")
+    elif t.startswith(("ipv4:", "ipv6:", "dns:")):
+        t = t.split(":", 1)[1].lstrip("/")
+    host = t.rsplit(":", 1)[0] if t.count(":") == 1 or t.startswith("[") else t
+    host = host.strip("[]")
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Shm:
+    """The connection to the server's region socket, and this client's regions. Closing it
+    (or exiting) ends every region registered through it."""
+
+    def __init__(self, address: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect("\0" + address[1:] if address.startswith("@") else address)
+        self.lock = threading.Lock()
+        self.regions = {}
+        self.scratch = threading.local()
+
+    def register(self, fd: int) -> str:
+        with self.lock:
+            socket.send_fds(self.sock, [b"register"], [fd])
+            reply = self.sock.recv(512).decode()
+        if not reply.startswith("ticket "):
+            raise RuntimeError(f"region socket: {reply}")
+        return reply.split()[1]
+
+    def find(self, a: np.ndarray, lo: int, hi: int):
+        """(region, offset) holding [lo, hi), or None."""
+        for r in list(self.regions.values()):
+            at = r.locate(lo, hi)
+            if at is not None:
+                return r, at
+        return None
+
+    def close(self):
+        self.regions.clear()
+        self.sock.close()
