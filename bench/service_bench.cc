@@ -6,7 +6,9 @@
 //   --connections channels; server-side time per request from the server's own histogram.
 // - large: float32 add of two --large_mib inputs: unary, one stream, and (ours) the tensor
 //   spread over --parallel_streams connections (parallel upload of parts, compute on the
-//   resident tensors, parallel download); GB/s counts bytes sent plus bytes received.
+//   resident tensors, parallel download), and through shared-memory regions (tensors already
+//   in regions; and copied in from ordinary memory and out again); GB/s counts the bytes of
+//   2 inputs and 1 output.
 #include <civetweb.h>
 
 #include <algorithm>
@@ -28,7 +30,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "client/client.h"
 #include "grpcpp/grpcpp.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
 #include "tests/server_process.h"
@@ -446,6 +450,58 @@ RssResult StreamedAddRss(const std::string& binary, const std::vector<std::strin
   return res;
 }
 
+// The add through shared-memory regions (ours only): inputs placed in regions, the output
+// written into one. With `copy`, the inputs are first copied from ordinary memory into the
+// regions and the output copied out again (what a client with plain arrays pays); without,
+// the caller's tensors live in the regions already. Checks a sample of the output.
+double SharedMemoryAdd(tc::client::Client& client, const v1::ComputeRequest& req, bool copy,
+                       std::vector<std::unique_ptr<tc::client::SharedRegion>>& regions,
+                       bool* ok) {
+  const int64_t bytes = static_cast<int64_t>(req.inputs(0).data().size());
+  *ok = false;
+  if (regions.empty()) {
+    for (int k = 0; k < 3; ++k) {
+      auto r = client.CreateRegion(bytes, absl::StrCat("bench-", k));
+      if (!r.ok()) {
+        std::fprintf(stderr, "shared memory: %s\n", r.status().ToString().c_str());
+        return 0;
+      }
+      regions.push_back(*std::move(r));
+    }
+    for (int k = 0; k < 2; ++k) {
+      std::memcpy(regions[k]->data(), req.inputs(k).data().data(), static_cast<size_t>(bytes));
+    }
+  }
+  std::vector<char> result(copy ? static_cast<size_t>(bytes) : 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (copy) {
+    for (int k = 0; k < 2; ++k) {
+      std::memcpy(regions[k]->data(), req.inputs(k).data().data(), static_cast<size_t>(bytes));
+    }
+  }
+  v1::ComputeRequest r;
+  r.set_op("add");
+  for (int k = 0; k < 2; ++k) {
+    *r.add_inputs() = regions[k]->Input(v1::float32, {bytes / 4});
+  }
+  r.set_output_region(regions[2]->id());
+  auto out = client.Compute(r);
+  if (copy && out.ok()) std::memcpy(result.data(), regions[2]->data(), result.size());
+  const double s = Seconds(std::chrono::steady_clock::now() - t0);
+  if (!out.ok()) {
+    std::fprintf(stderr, "shared memory: %s\n", out.status().ToString().c_str());
+    return s;
+  }
+  const auto* a = reinterpret_cast<const float*>(req.inputs(0).data().data());
+  const auto* b = reinterpret_cast<const float*>(req.inputs(1).data().data());
+  const auto* c = reinterpret_cast<const float*>(copy ? result.data()
+                                                      : reinterpret_cast<char*>(regions[2]->data()));
+  *ok = out->storage_bytes() == bytes;
+  for (int64_t i = 0; i < bytes / 4; i += 4093) *ok = *ok && c[i] == a[i] + b[i];
+  std::memset(regions[2]->data(), 0, static_cast<size_t>(bytes));  // The next run must write it.
+  return s;
+}
+
 struct LargeResult {
   std::string service, mode;
   int64_t mib;
@@ -534,7 +590,13 @@ int main(int argc, char** argv) {
       }
       const bool is_echo = std::string(t.name) == "echo";
       std::vector<std::string> modes = {"unary", "1 stream"};
-      if (!is_echo) modes.push_back(absl::StrCat(spread.size(), " connections"));
+      if (!is_echo) {
+        modes.push_back(absl::StrCat(spread.size(), " connections"));
+        modes.push_back("shared memory");
+        modes.push_back("shared memory, copy in and out");
+      }
+      tc::client::Client client(t.address);
+      std::vector<std::unique_ptr<tc::client::SharedRegion>> regions;
       for (const std::string& mode : modes) {
         std::vector<double> times;
         bool all_ok = true;
@@ -551,6 +613,8 @@ int main(int argc, char** argv) {
             s = Seconds(std::chrono::steady_clock::now() - t0);
           } else if (mode == "1 stream") {
             s = OneStream(*stub, req, chunk, n * 4, &ok);
+          } else if (absl::StartsWith(mode, "shared memory")) {
+            s = SharedMemoryAdd(client, req, mode != "shared memory", regions, &ok);
           } else {
             s = SpreadOverConnections(spread, req, chunk, &ok);
           }

@@ -1,6 +1,15 @@
 #include "client/client.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -223,6 +232,122 @@ absl::StatusOr<int64_t> Client::Release(const std::vector<std::string>& handles)
   v1::ReleaseResponse resp;
   if (grpc::Status s = stub_->Release(&ctx, req, &resp); !s.ok()) return FromGrpc(s);
   return resp.released_bytes();
+}
+
+Client::~Client() {
+  if (region_socket_ >= 0) close(region_socket_);
+}
+
+absl::StatusOr<std::string> Client::SendRegionFd(int fd) {
+  std::lock_guard<std::mutex> lock(region_mu_);
+  if (region_socket_ < 0) {
+    auto info = ServerInfo();
+    if (!info.ok()) return info.status();
+    const std::string& address = info->region_socket();
+    if (address.empty()) {
+      return absl::FailedPreconditionError("the server has shared-memory regions off");
+    }
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (address.size() >= sizeof(sa.sun_path)) {
+      return absl::InternalError("the server's region socket name is too long");
+    }
+    std::memcpy(sa.sun_path, address.data(), address.size());
+    socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
+    if (address[0] == '@') {
+      sa.sun_path[0] = '\0';
+    } else {
+      len += 1;
+    }
+    const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, reinterpret_cast<sockaddr*>(&sa), len) != 0) {
+      const std::string why = std::strerror(errno);
+      if (s >= 0) close(s);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot reach the server's region socket ", address, " (", why,
+          "): is the server on this host?"));
+    }
+    region_socket_ = s;
+  }
+  char text[] = "register";
+  iovec iov{text, sizeof(text) - 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  if (sendmsg(region_socket_, &msg, MSG_NOSIGNAL) < 0) {
+    return absl::UnavailableError(absl::StrCat("region socket: ", std::strerror(errno)));
+  }
+  char reply[512];
+  const ssize_t n = recv(region_socket_, reply, sizeof(reply), 0);
+  if (n <= 0) return absl::UnavailableError("region socket closed by the server");
+  const std::string r(reply, static_cast<size_t>(n));
+  if (r.rfind("ticket ", 0) != 0) return absl::InvalidArgumentError(r);
+  return r.substr(7, r.find(' ', 7) - 7);
+}
+
+absl::StatusOr<std::unique_ptr<SharedRegion>> Client::CreateRegion(int64_t bytes,
+                                                                   const std::string& name) {
+  if (bytes <= 0) return absl::InvalidArgumentError("a region needs at least one byte");
+  const int fd = memfd_create(name.empty() ? "tensorcompute" : name.c_str(),
+                              MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return absl::InternalError(absl::StrCat("memfd_create: ", std::strerror(errno)));
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, bytes) == 0) {
+    p = mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot map ", bytes, " bytes: ", why));
+  }
+  std::unique_ptr<SharedRegion> region(
+      new SharedRegion(this, static_cast<std::byte*>(p), bytes));
+  auto ticket = SendRegionFd(fd);
+  close(fd);
+  if (!ticket.ok()) return ticket.status();
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::RegisterRegionRequest req;
+  req.set_ticket(*ticket);
+  req.set_name(name);
+  v1::RegionInfo info;
+  if (grpc::Status s = stub_->RegisterRegion(&ctx, req, &info); !s.ok()) return FromGrpc(s);
+  region->id_ = info.region();
+  return region;
+}
+
+SharedRegion::~SharedRegion() {
+  if (!id_.empty()) {
+    grpc::ClientContext ctx;
+    client_->SetDeadline(ctx);
+    v1::UnregisterRegionRequest req;
+    req.set_region(id_);
+    v1::UnregisterRegionResponse resp;
+    (void)client_->stub_->UnregisterRegion(&ctx, req, &resp);
+  }
+  munmap(data_, static_cast<size_t>(bytes_));
+}
+
+v1::Tensor SharedRegion::Input(v1::DType dtype, const std::vector<int64_t>& shape,
+                               int64_t offset) const {
+  static constexpr int kItem[] = {0, 1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
+  int64_t n = dtype > 0 && dtype < static_cast<int>(std::size(kItem)) ? kItem[dtype] : 0;
+  for (int64_t d : shape) n *= d;
+  v1::Tensor t;
+  t.set_dtype(dtype);
+  t.mutable_shape()->Assign(shape.begin(), shape.end());
+  t.set_region(id_);
+  t.set_region_offset(offset);
+  t.set_storage_bytes(n);
+  return t;
 }
 
 absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo() {
