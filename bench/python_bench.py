@@ -8,7 +8,8 @@ meets:
   result copied out into a new array (what Client.compute does by itself on the same host);
 - shared memory: inputs in shared arrays (Client.shared_array), result into a shared array
   (out=): no tensor byte is copied by the client;
-- cuda ipc is not here yet.
+- cuda ipc: torch.cuda tensors shared with the server through CUDA IPC, computed in place
+  (into out=, or a new torch.cuda tensor), beside the same add by PyTorch in this process.
 
 GB/s counts 2 inputs + 1 output. Starts its own server (--server_binary) unless --target is
 given, and prints a Markdown table (and --json). Every result is checked against NumPy."""
@@ -51,9 +52,10 @@ def main():
     ap.add_argument("--server_binary")
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--target")
+    ap.add_argument("--server_flags", default="", help="more server flags, comma-separated")
     ap.add_argument("--mib", default="64,256")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--modes", default="socket,shared memory copy,shared memory")
+    ap.add_argument("--modes", default="socket,shared memory copy,shared memory,cuda ipc")
     ap.add_argument("--json")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
@@ -63,8 +65,10 @@ def main():
     target = args.target
     if target is None:
         proc, target = start_server(args.server_binary, args.backend,
-                                    ["--max_message_bytes=1073741824"])
+                                    ["--max_message_bytes=1073741824"] +
+                                    [f for f in args.server_flags.split(",") if f])
     rows = []
+    registration = {}
     try:
         socket_client = tcc.Client(target, shared_memory=False, max_message_bytes=1 << 30,
                                    timeout=600)
@@ -85,6 +89,17 @@ def main():
             if "shared memory copy" in modes:
                 runs["shared memory, copy in and out"] = lambda: shm_client.compute("add", a, b)
             if "shared memory" in modes:
+                # What registering a region of this size costs (memfd, mapping, and on a GPU
+                # pinning it), apart from any compute.
+                reg = []
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    r = shm_client.region(n * 4)
+                    reg.append(time.perf_counter() - t0)
+                    r.close()
+                registration[mib] = statistics.median(reg)
+                print(f"python {mib} MiB region registration: {registration[mib] * 1e3:.1f} ms",
+                      file=sys.stderr)
                 sa = shm_client.shared_array((n,), np.float32)
                 sb = shm_client.shared_array((n,), np.float32)
                 so = shm_client.shared_array((n,), np.float32)
@@ -93,11 +108,27 @@ def main():
                 # The first call pins the regions on a GPU: not part of a steady state.
                 shm_client.compute("add", sa, sb, out=so)
                 runs["shared memory"] = lambda: shm_client.compute("add", sa, sb, out=so)
+            if "cuda ipc" in modes and args.backend == "cuda":
+                import torch
+                ga = torch.from_numpy(a).cuda()
+                gb = torch.from_numpy(b).cuda()
+                go = torch.empty_like(ga)
+                shm_client.compute("add", ga, gb, out=go)  # Registers the allocations once.
+                runs["cuda ipc, out="] = lambda: shm_client.compute("add", ga, gb, out=go)
+                runs["cuda ipc, new output"] = lambda: shm_client.compute("add", ga, gb)
+
+                def in_process():
+                    torch.add(ga, gb, out=go)
+                    torch.cuda.synchronize()
+                    return go
+                runs["torch in this process (reference)"] = in_process
             for mode, fn in runs.items():
                 got = fn()
+                if hasattr(got, "is_cuda"):
+                    got = got.cpu().numpy()
                 if not np.array_equal(got, expect):
                     raise SystemExit(f"{mode} {mib} MiB: wrong result")
-                s = timed(fn, args.reps)
+                s = timed(fn, args.reps * (10 if "cuda" in mode or "torch" in mode else 1))
                 gbps = 3 * n * 4 / s / 1e9
                 rows.append({"mib": mib, "mode": mode, "seconds": s, "gbps": gbps})
                 print(f"python {mib} MiB {mode}: {s:.4f} s, {gbps:.2f} GB/s", file=sys.stderr)
@@ -113,10 +144,14 @@ def main():
     print("| MiB per input | mode | seconds | GB/s |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['mib']} | {r['mode']} | {r['seconds']:.4f} | {r['gbps']:.2f} |")
+    for mib, s in registration.items():
+        print(f"\nRegistering a region of {mib} MiB (memfd, mapping, pinning on a GPU): "
+              f"{s * 1e3:.1f} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"backend": args.backend, "device": device, "label": args.label,
-                       "python": sys.version.split()[0], "rows": rows}, f, indent=2)
+                       "python": sys.version.split()[0], "rows": rows,
+                       "registration_seconds": registration}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -344,6 +345,9 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
   info.total_memory = static_cast<int64_t>(total_bytes);
   info.multiprocessors = prop.multiProcessorCount;
   info.streams = nstreams;
+  for (unsigned char byte : prop.uuid.bytes) {
+    absl::StrAppend(&info.uuid, absl::Hex(byte, absl::kZeroPad2));
+  }
   return std::unique_ptr<CudaDevice>(new CudaDevice(std::move(info), budget, options, std::move(impl)));
 }
 
@@ -462,6 +466,49 @@ std::shared_ptr<void> CudaDevice::PinHost(void* p, int64_t n, bool read_only) {
     return nullptr;
   }
   return std::shared_ptr<void>(p, [](void* q) { (void)cudaHostUnregister(q); });
+}
+
+absl::StatusOr<SharedDeviceMemory> CudaDevice::OpenIpc(absl::string_view handle) {
+  cudaIpcMemHandle_t h;
+  if (handle.size() != sizeof(h.reserved)) {
+    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC handle has ", sizeof(h.reserved),
+                                                   " bytes, not ", handle.size()));
+  }
+  std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  void* p = nullptr;
+  if (cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+      e != cudaSuccess) {
+    (void)cudaGetLastError();  // A bad handle is the caller's error, not the device's.
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot open the CUDA IPC handle on device ", impl_->index, ": ",
+                     cudaGetErrorString(e), " (is the memory still allocated?)"));
+  }
+  const int index = impl_->index;
+  std::shared_ptr<void> closer(p, [index](void* q) {
+    (void)cudaSetDevice(index);
+    (void)cudaIpcCloseMemHandle(q);
+  });
+  // The allocation's true extent, from the driver: what the caller says is not trusted, and a
+  // kernel that strayed past it would fail the whole device.
+  // (Through the runtime's entry point: linking libcuda would keep the server from starting
+  // on machines without a driver, where it runs the CPU backend.)
+  using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                       &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || fn == nullptr ||
+      reinterpret_cast<GetAddressRange>(fn)(&base, &bytes, reinterpret_cast<CUdeviceptr>(p)) !=
+          CUDA_SUCCESS ||
+      base != reinterpret_cast<CUdeviceptr>(p)) {
+    (void)cudaGetLastError();
+    return absl::InvalidArgumentError("cannot find the extent of the shared CUDA allocation");
+  }
+  return SharedDeviceMemory{static_cast<std::byte*>(p), static_cast<int64_t>(bytes),
+                            std::move(closer)};
 }
 
 absl::Status CudaDevice::WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,

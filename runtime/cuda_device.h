@@ -26,6 +26,7 @@ class CudaDevice final : public Device {
                     int64_t n) override;
   absl::Status Sync(Lane& lane) override;
   std::shared_ptr<void> PinHost(void* p, int64_t n, bool read_only) override;
+  absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view handle) override;
   absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
                            int64_t n) override;
   int64_t max_read_back() const override;

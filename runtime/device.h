@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "kernels/engine.h"
 
@@ -59,6 +60,16 @@ struct DeviceInfo {
   int64_t total_memory = 0;
   int multiprocessors = 0;
   int streams = 0;
+  // 32 hex digits for a GPU (what CUDA and nvidia-smi call its UUID); empty for the CPU.
+  std::string uuid;
+};
+
+// Device memory another process on this host shares (CUDA IPC), opened in this process: the
+// allocation's start and extent, and what closes it when the last user lets go.
+struct SharedDeviceMemory {
+  std::byte* data = nullptr;
+  int64_t bytes = 0;
+  std::shared_ptr<void> closer;
 };
 
 // Where Device::Run copies the output to the host itself before `done`, for small outputs.
@@ -120,6 +131,11 @@ class Device {
   // as usual.
   virtual std::shared_ptr<void> PinHost(void* /*p*/, int64_t /*n*/, bool /*read_only*/) {
     return nullptr;
+  }
+  // Opens memory another process shares through CUDA IPC (`handle`: a cudaIpcMemHandle_t's
+  // bytes); UNIMPLEMENTED where the device has no such thing.
+  virtual absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view /*handle*/) {
+    return absl::UnimplementedError("this device does not open CUDA IPC handles");
   }
   // Write from memory pinned by PinHost: queued on the lane without staging (Sync waits for
   // it). `src` must stay valid until then.

@@ -29,8 +29,8 @@ constexpr int64_t kReplyFramingBytes = 1024;
 constexpr int64_t kInlineBytes = 64 << 10;
 
 // The output goes into a region of the caller's: computed there directly where the device
-// reads host memory; on a GPU into device memory, then copied into the mapping (directly,
-// with the run, where the region is pinned).
+// reads host memory or the region is the caller's GPU memory; otherwise on a GPU into device
+// memory, then copied into the mapping (directly, with the run, where the region is pinned).
 void RunIntoRegion(const TensorServiceImpl::Env& env, const v1::ComputeRequest& request,
                    const std::string& owner, absl::Time deadline,
                    std::shared_ptr<ComputeJob> job, v1::ComputeResponse* response,
@@ -69,7 +69,13 @@ void RunIntoRegion(const TensorServiceImpl::Env& env, const v1::ComputeRequest& 
   SetTensorMeta(job->OutputView(), response->mutable_output());
   response->mutable_output()->set_region(region->id);
   response->mutable_output()->set_region_offset(at);
-  if (job->device().host_memory()) {
+  // Host memory on a host device, or the caller's GPU memory on its own device: written there.
+  if (job->device().host_memory() || region->device != nullptr) {
+    if (region->device != nullptr && region->device != &job->device()) {
+      call->Finish(absl::FailedPreconditionError(
+          "output_region lives on another device than the request's inputs"));
+      return;
+    }
     job->Run(dst, [job, region, call](absl::Status s) { call->Finish(s); });
     return;
   }

@@ -29,6 +29,19 @@ absl::Status CheckSize(const TensorView& v, absl::string_view what, const Servic
   return absl::OkStatus();
 }
 
+// Memory on device `d` (null: anywhere) runs the request there; FAILED_PRECONDITION when an
+// earlier operand already pinned it to another device.
+absl::Status PinTo(runtime::Device* d, runtime::Device*& pinned, absl::string_view what) {
+  if (d == nullptr) return absl::OkStatus();
+  if (pinned != nullptr && pinned != d) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " lives on device ", d->info().index, " but other operands on device ",
+        pinned->info().index, "; one request runs on one device"));
+  }
+  pinned = d;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
@@ -53,7 +66,9 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
   }
   v.data = (*r)->base + t.region_offset();
   if (auto s = ValidateView(v, what); !s.ok()) return s;
-  if (v.dtype == DType::kBool) {
+  // GPU memory cannot be read from here: its bool bytes are the caller's to keep 0 or 1 (any
+  // other value only changes that caller's result).
+  if (v.dtype == DType::kBool && (*r)->device == nullptr) {
     if (auto s = CheckBoolBytes(v.data, v.storage_bytes, what); !s.ok()) return s;
   }
   return std::make_pair(std::move(v), *std::move(r));
@@ -124,6 +139,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
       auto view = RegionView(t, owner, what, env);
       if (!view.ok()) return view.status();
       v = view->first;
+      if (auto s = PinTo(view->second->device, pinned, what); !s.ok()) return s;
       job->regions_[i] = std::move(view->second);
       total += v.storage_bytes;
     } else if (t.data().empty() && t.storage_bytes() > 0) {
@@ -170,6 +186,12 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     }
   }
 
+  // An output into GPU memory shared by the caller runs where that memory is.
+  if (!request.output_region().empty() && env.regions != nullptr) {
+    if (auto r = env.regions->Find(owner, request.output_region()); r.ok()) {
+      if (auto s = PinTo((*r)->device, pinned, "output_region"); !s.ok()) return s;
+    }
+  }
   job->device_ = pinned != nullptr ? pinned : &env.devices->LeastLoaded();
   if (absl::Status h = job->device_->health(); !h.ok()) return h;
   if (!job->device_->TryAdmit(limits.max_concurrent_per_device)) {
@@ -185,8 +207,10 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   for (int i = 0; i < n; ++i) {
     TensorView& v = job->views_[i];
     const bool streamed = job->received_[i] >= 0;
-    const bool copy =
-        stage_inline && !streamed && !job->resident_[i] && !job->device_->host_memory();
+    const bool on_device =
+        job->resident_[i] != nullptr ||
+        (job->regions_[i] != nullptr && job->regions_[i]->device != nullptr);
+    const bool copy = stage_inline && !streamed && !on_device && !job->device_->host_memory();
     if (!streamed && !copy) continue;
     auto s = job->device_->Allocate(v.storage_bytes, false, deadline, job->lane_.get());
     if (!s.ok()) return s.status();

@@ -9,10 +9,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -34,11 +37,6 @@ std::string Errno(absl::string_view what) {
 }
 
 }  // namespace
-
-Region::~Region() {
-  pin.reset();
-  munmap(base, static_cast<size_t>(bytes));
-}
 
 absl::Status CheckRegionRange(const Region& r, int64_t offset, int64_t n, int64_t align,
                               const std::string& what) {
@@ -171,8 +169,11 @@ std::string RegionStore::Handle(int conn, uint64_t connection) {
   const absl::string_view text(buf, static_cast<size_t>(got));
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
     reply = "error message too long or too many descriptors: send \"register\" with one";
+  } else if (absl::StartsWith(text, "cuda ") && received.empty()) {
+    reply = RegisterCuda(text.substr(5), connection);
   } else if (text != "register") {
-    reply = "error unknown message: send \"register\" with a memfd attached (SCM_RIGHTS)";
+    reply = "error unknown message: send \"register\" with a memfd attached (SCM_RIGHTS), or "
+            "\"cuda UUID HANDLE\"";
   } else if (received.size() != 1) {
     reply = "error \"register\" needs exactly one file descriptor attached (SCM_RIGHTS)";
   } else {
@@ -183,20 +184,59 @@ std::string RegionStore::Handle(int conn, uint64_t connection) {
   return reply;
 }
 
+std::string RegionStore::CheckPending(uint64_t connection) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int pending = 0;
+  for (const auto& [ticket, p] : pending_) pending += p.region->connection == connection;
+  if (pending >= options_.max_pending) {
+    return absl::StrCat("more than ", options_.max_pending,
+                        " tickets not yet claimed on this connection");
+  }
+  return std::string();
+}
+
+std::string RegionStore::Ticket(std::shared_ptr<Region> region) {
+  const std::string ticket = NewHandle();
+  const int64_t bytes = region->bytes;
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_[ticket] = Pending{std::move(region), absl::Now() + options_.ticket_ttl};
+  return absl::StrCat("ticket ", ticket, " ", bytes);
+}
+
+std::string RegionStore::RegisterCuda(absl::string_view args, uint64_t connection) {
+  if (std::string busy = CheckPending(connection); !busy.empty()) return "error " + busy;
+  const size_t space = args.find(' ');
+  const absl::string_view uuid = args.substr(0, space);
+  const absl::string_view hex = space == absl::string_view::npos ? "" : args.substr(space + 1);
+  runtime::Device* device = nullptr;
+  for (int i = 0; i < devices_->size(); ++i) {
+    if (!uuid.empty() && devices_->at(i).info().uuid == uuid) device = &devices_->at(i);
+  }
+  if (device == nullptr) {
+    return absl::StrCat("error no GPU of this server has UUID '", uuid,
+                        "' (ServerInfo lists its devices; the memory must be on one of them)");
+  }
+  if (device->failed()) return absl::StrCat("error ", device->health().message());
+  if (hex.empty() || hex.size() % 2 != 0 ||
+      !std::all_of(hex.begin(), hex.end(), [](char c) { return absl::ascii_isxdigit(c); })) {
+    return "error the CUDA IPC handle must be given as hex digits";
+  }
+  auto opened = device->OpenIpc(absl::HexStringToBytes(hex));
+  if (!opened.ok()) return absl::StrCat("error ", opened.status().message());
+  if (opened->bytes > options_.quota_bytes) {
+    return absl::StrCat("error a region of ", opened->bytes,
+                        " bytes exceeds this server's quota of ", options_.quota_bytes, " bytes");
+  }
+  return Ticket(std::make_shared<Region>(opened->data, opened->bytes, true, connection,
+                                         std::move(opened->closer), device));
+}
+
 std::string RegionStore::Register(int fd, uint64_t connection) {
   auto fail = [fd](const std::string& why) {
     close(fd);
     return "error " + why;
   };
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    int pending = 0;
-    for (const auto& [ticket, p] : pending_) pending += p.region->connection == connection;
-    if (pending >= options_.max_pending) {
-      return fail(absl::StrCat("more than ", options_.max_pending,
-                               " tickets not yet claimed on this connection"));
-    }
-  }
+  if (std::string busy = CheckPending(connection); !busy.empty()) return fail(busy);
   // Only a file that can be sealed against shrinking: a truncated mapping raises SIGBUS in
   // whoever touches it, and the seal makes truncation impossible from here on.
   int seals = fcntl(fd, F_GET_SEALS);
@@ -225,12 +265,10 @@ std::string RegionStore::Register(int fd, uint64_t connection) {
   void* p = mmap(nullptr, static_cast<size_t>(st.st_size), prot, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return "error " + Errno("mmap");
-  auto region = std::make_shared<Region>(static_cast<std::byte*>(p), st.st_size, writable,
-                                         connection);
-  const std::string ticket = NewHandle();
-  std::lock_guard<std::mutex> lock(mu_);
-  pending_[ticket] = Pending{std::move(region), absl::Now() + options_.ticket_ttl};
-  return absl::StrCat("ticket ", ticket, " ", st.st_size);
+  const auto size = static_cast<size_t>(st.st_size);
+  std::shared_ptr<void> mapping(p, [size](void* q) { munmap(q, size); });
+  return Ticket(std::make_shared<Region>(static_cast<std::byte*>(p), st.st_size, writable,
+                                         connection, std::move(mapping)));
 }
 
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& owner,
@@ -264,8 +302,11 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& ow
     region->name = name;
     regions_[region->id] = region;
   }
-  // Pinned for the GPU once, outside the lock (pinning a large mapping takes milliseconds).
-  for (int i = 0; options_.pin && i < devices_->size() && region->pin == nullptr; ++i) {
+  // Host memory is pinned for the GPU once, outside the lock (pinning a large mapping takes
+  // milliseconds).
+  for (int i = 0; options_.pin && region->device == nullptr && i < devices_->size() &&
+                  region->pin == nullptr;
+       ++i) {
     region->pin = devices_->at(i).PinHost(region->base, region->bytes, !region->writable);
   }
   return region;

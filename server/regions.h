@@ -2,7 +2,8 @@
 // it, so that tensors cross no socket. The caller sends a memfd over a Unix socket
 // (SCM_RIGHTS); the server seals the file against shrinking, so that no later truncation can
 // fault a mapping (no SIGBUS, whatever the caller does), maps it whole, and answers with a
-// one-time ticket. The caller claims the ticket over gRPC, which binds the region to its
+// one-time ticket. GPU memory comes the same way as a CUDA IPC handle, opened on the device
+// whose UUID the caller names, with the allocation's extent taken from the driver. The caller claims the ticket over gRPC, which binds the region to its
 // identity as resident tensors are bound. A region ends when its owner unregisters it or when
 // the socket connection it came over closes; requests using it keep the mapping until they
 // finish.
@@ -19,15 +20,21 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/device.h"
 
 namespace tc::server {
 
+// Memory a caller shares: a mapping of its memfd (host memory), or its GPU memory opened
+// through CUDA IPC (on `device`).
 struct Region {
-  Region(std::byte* base, int64_t bytes, bool writable, uint64_t connection)
-      : base(base), bytes(bytes), writable(writable), connection(connection) {}
-  ~Region();
+  // `memory` unmaps or closes it when the last user lets go.
+  Region(std::byte* base, int64_t bytes, bool writable, uint64_t connection,
+         std::shared_ptr<void> memory, runtime::Device* device = nullptr)
+      : base(base), bytes(bytes), writable(writable), connection(connection), device(device),
+        memory_(std::move(memory)) {}
+  ~Region() { pin.reset(); }
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
@@ -37,12 +44,17 @@ struct Region {
   const bool writable;
   // The socket connection it was registered over.
   const uint64_t connection;
+  // The GPU whose memory it is; null for host memory.
+  runtime::Device* const device;
   std::string id;
   std::string owner;
   std::string name;
-  // The devices' pin of the mapping (Device::PinHost), dropped before it is unmapped; null
+  // The devices' pin of a host mapping (Device::PinHost), dropped before it is unmapped; null
   // where copies stage instead.
   std::shared_ptr<void> pin;
+
+ private:
+  std::shared_ptr<void> memory_;
 };
 
 struct RegionOptions {
@@ -91,6 +103,12 @@ class RegionStore {
   // Handles one message on a connection; returns the reply.
   std::string Handle(int conn, uint64_t connection);
   std::string Register(int fd, uint64_t connection);
+  // "cuda UUID HANDLE": GPU memory shared through CUDA IPC.
+  std::string RegisterCuda(absl::string_view args, uint64_t connection);
+  // The reply for a region waiting to be claimed.
+  std::string Ticket(std::shared_ptr<Region> region);
+  // Refuses another ticket on a connection that holds too many unclaimed.
+  std::string CheckPending(uint64_t connection);
   // Ends every region and ticket of a connection.
   void Drop(uint64_t connection);
   void ExpireTickets(absl::Time now);

@@ -112,6 +112,28 @@ def from_tensor(t: pb.Tensor, as_torch: bool = False):
     return _to_torch(arr, t.dtype) if as_torch else arr
 
 
+def _is_cuda(x) -> bool:
+    torch = _torch() if x is not None and type(x).__module__.startswith("torch") else None
+    return torch is not None and isinstance(x, torch.Tensor) and x.is_cuda
+
+
+_TORCH_NAMES = {"bool": pb.bool, "uint8": pb.uint8, "int8": pb.int8, "int16": pb.int16,
+                "int32": pb.int32, "int64": pb.int64, "float16": pb.float16,
+                "bfloat16": pb.bfloat16, "float32": pb.float32, "float64": pb.float64}
+
+
+def _torch_wire(dtype) -> int:
+    wire = _TORCH_NAMES.get(str(dtype).replace("torch.", ""))
+    if wire is None:
+        raise TypeError(f"dtype {dtype} is not supported by tensorcompute")
+    return wire
+
+
+def _torch_dtype(wire: int):
+    name = {v: k for k, v in _TORCH_NAMES.items()}[wire]
+    return getattr(_torch(), name)
+
+
 def _to_torch(arr: np.ndarray, wire: int):
     torch = _torch()
     if torch is None:
@@ -345,6 +367,8 @@ class Client:
         others copied once into a scratch region. `out=` a shared array receives the result
         in place, so nothing is copied at all."""
         attrs = {k: _attribute(v) for k, v in attributes.items()}
+        if _is_cuda(out) or any(_is_cuda(x) for x in inputs):
+            return self._compute_cuda(op, inputs, attrs, attributes, output_dtype, out)
         placed = None
         if stream is not True:
             placed = self._region_inputs(inputs, output_dtype, attributes, out, keep_resident)
@@ -378,6 +402,58 @@ class Client:
         if keep_resident:
             return Resident(out)
         return from_tensor(out, as_torch=as_torch)
+
+    def _cuda_input(self, state, t) -> pb.Tensor:
+        """A torch.cuda tensor as a view of its allocation, shared through CUDA IPC."""
+        wire = _torch_wire(t.dtype)
+        if t.numel() == 0:
+            return pb.Tensor(dtype=wire, shape=t.shape)
+        item = t.element_size()
+        ptr = t.data_ptr()
+        span = sum((n - 1) * st for n, st in zip(t.shape, t.stride())) * item + item
+        r = state.device_region(self, ptr, t.device.index)
+        return pb.Tensor(dtype=wire, shape=t.shape, strides=t.stride(), region=r.id,
+                         region_offset=ptr - r.base, storage_bytes=span)
+
+    def _compute_cuda(self, op, inputs, attrs, attributes, output_dtype, out):
+        """`op` on torch.cuda tensors, computed in place on the server's GPU: no byte leaves
+        the GPU. The result is `out` (a contiguous torch.cuda tensor) or a new one."""
+        torch = _torch()
+        state = self._shm()
+        device = (out if _is_cuda(out) else next(x for x in inputs if _is_cuda(x))).device
+        tensors = []
+        for x in inputs:
+            if _is_cuda(x):
+                tensors.append(self._cuda_input(state, x))
+            else:
+                tensors.append(self._input(x))
+        if out is None:
+            shapes = [tuple(x.shape) for x in inputs if hasattr(x, "shape")]
+            sizes = [x.element_size() if _is_cuda(x) else np.asarray(x).itemsize
+                     for x in inputs if hasattr(x, "shape")]
+            widest = max([4] + sizes + [np.dtype(v).itemsize
+                                        for v in [output_dtype, attributes.get("dtype")]
+                                        if isinstance(v, str) and v in _DTYPE_NAMES])
+            numel = int(np.prod(np.broadcast_shapes(*shapes), dtype=np.int64))
+            buf = torch.empty(max(1, numel * widest), dtype=torch.uint8, device=device)
+        else:
+            if not out.is_contiguous():
+                raise ValueError("out= must be a contiguous torch.cuda tensor")
+            buf = out
+        target = self._cuda_input(state, buf.reshape(-1)) if buf.numel() else None
+        request = pb.ComputeRequest(op=op, inputs=tensors, attributes=attrs)
+        if target is not None:
+            request.output_region = target.region
+            request.output_region_offset = target.region_offset
+        if output_dtype is not None:
+            request.output_dtype = getattr(pb, output_dtype)
+        # The server's GPU work is not ordered after this process's streams: finish them.
+        torch.cuda.synchronize(device)
+        t = self.stub.Compute(request, timeout=self.timeout, metadata=self.metadata).output
+        if out is not None:
+            return out if tuple(t.shape) == tuple(out.shape) else out.reshape(tuple(t.shape))
+        flat = buf[:t.storage_bytes].view(_torch_dtype(t.dtype))
+        return flat.as_strided(tuple(t.shape), tuple(t.strides))
 
     def _compute_stream(self, request: pb.ComputeRequest) -> pb.Tensor:
         header = pb.ComputeRequest()

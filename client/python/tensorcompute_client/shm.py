@@ -1,5 +1,6 @@
 """Shared-memory regions: memory this process shares with a server on the same host, so that
-tensors cross no socket.
+tensors cross no socket (and GPU memory shared through CUDA IPC, so that they never leave the
+GPU).
 
 A region is a memfd (sealed against shrinking by the server, so that it can never be
 truncated under either side), mapped here and in the server. Its descriptor goes to the
@@ -90,6 +91,70 @@ def is_local_target(target: str) -> bool:
         return False
 
 
+class _CudaDriver:
+    """The few CUDA driver calls that sharing GPU memory needs, through ctypes."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+
+    def _check(self, what, result):
+        if result != 0:
+            raise RuntimeError(f"{what} failed with CUDA error {result}")
+
+    def address_range(self, ptr: int):
+        """(start, size) of the allocation holding device address `ptr`."""
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        self._check("cuMemGetAddressRange", self.lib.cuMemGetAddressRange_v2(
+            ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)))
+        return base.value, size.value
+
+    def ipc_handle(self, base: int) -> bytes:
+        handle = (ctypes.c_char * 64)()
+        self._check("cuIpcGetMemHandle (memory from cudaMalloc only; PyTorch's "
+                    "expandable_segments cannot be shared this way)",
+                    self.lib.cuIpcGetMemHandle(handle, ctypes.c_uint64(base)))
+        return bytes(handle)
+
+    def uuid(self, ordinal: int) -> str:
+        dev, uuid = ctypes.c_int(), (ctypes.c_char * 16)()
+        self._check("cuDeviceGet", self.lib.cuDeviceGet(ctypes.byref(dev), ordinal))
+        self._check("cuDeviceGetUuid", self.lib.cuDeviceGetUuid(uuid, dev))
+        return bytes(uuid).hex()
+
+
+_driver = None
+
+
+def cuda_driver() -> _CudaDriver:
+    global _driver
+    if _driver is None:
+        _driver = _CudaDriver()
+    return _driver
+
+
+class DeviceRegion:
+    """A GPU allocation of this process shared with the server through CUDA IPC: the server
+    computes on it in place. Registered once per allocation (see Client for the cache)."""
+
+    def __init__(self, client, base: int, nbytes: int, handle: bytes, uuid: str):
+        ticket = client._shm().register_cuda(uuid, handle)
+        info = client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=ticket, name="cuda"),
+                                          timeout=client.timeout, metadata=client.metadata)
+        self._client = client
+        self.id = info.region
+        self.base = base
+        self.nbytes = nbytes
+        self.handle = handle
+
+    def close(self):
+        try:
+            self._client.stub.UnregisterRegion(pb.UnregisterRegionRequest(region=self.id),
+                                               timeout=self._client.timeout,
+                                               metadata=self._client.metadata)
+        except Exception:  # noqa: BLE001 - the server may be gone; nothing to undo then.
+            pass
+
+
 class Shm:
     """The connection to the server's region socket, and this client's regions. Closing it
     (or exiting) ends every region registered through it."""
@@ -99,6 +164,8 @@ class Shm:
         self.sock.connect("\0" + address[1:] if address.startswith("@") else address)
         self.lock = threading.Lock()
         self.regions = {}
+        # GPU allocations shared so far, by start address.
+        self.device_regions = {}
         self.scratch = threading.local()
 
     def register(self, fd: int) -> str:
@@ -108,6 +175,29 @@ class Shm:
         if not reply.startswith("ticket "):
             raise RuntimeError(f"region socket: {reply}")
         return reply.split()[1]
+
+    def register_cuda(self, uuid: str, handle: bytes) -> str:
+        with self.lock:
+            self.sock.send(f"cuda {uuid} {handle.hex()}".encode())
+            reply = self.sock.recv(512).decode()
+        if not reply.startswith("ticket "):
+            raise RuntimeError(f"region socket: {reply}")
+        return reply.split()[1]
+
+    def device_region(self, client, ptr: int, ordinal: int) -> "DeviceRegion":
+        """The registered region holding device address `ptr`, registering its allocation
+        when it is new (or was freed and its address reused: the handle then differs)."""
+        drv = cuda_driver()
+        base, size = drv.address_range(ptr)
+        handle = drv.ipc_handle(base)
+        r = self.device_regions.get(base)
+        if r is not None and r.handle == handle and r.nbytes == size:
+            return r
+        if r is not None:
+            r.close()
+        r = DeviceRegion(client, base, size, handle, drv.uuid(ordinal))
+        self.device_regions[base] = r
+        return r
 
     def find(self, a: np.ndarray, lo: int, hi: int):
         """(region, offset) holding [lo, hi), or None."""
@@ -119,4 +209,5 @@ class Shm:
 
     def close(self):
         self.regions.clear()
+        self.device_regions.clear()
         self.sock.close()
