@@ -494,8 +494,8 @@ double SharedMemoryAdd(tc::client::Client& client, const v1::ComputeRequest& req
   }
   const auto* a = reinterpret_cast<const float*>(req.inputs(0).data().data());
   const auto* b = reinterpret_cast<const float*>(req.inputs(1).data().data());
-  const auto* c = reinterpret_cast<const float*>(copy ? result.data()
-                                                      : reinterpret_cast<char*>(regions[2]->data()));
+  const auto* c = copy ? reinterpret_cast<const float*>(result.data())
+                       : reinterpret_cast<const float*>(regions[2]->data());
   *ok = out->storage_bytes() == bytes;
   for (int64_t i = 0; i < bytes / 4; i += 4093) *ok = *ok && c[i] == a[i] + b[i];
   std::memset(regions[2]->data(), 0, static_cast<size_t>(bytes));  // The next run must write it.

@@ -103,7 +103,8 @@ void ApplyEnvironment() {
         "max_message_bytes", "max_request_bytes", "max_elements", "max_rank",
         "max_concurrent_per_device", "chunk_bytes", "resident_quota_bytes",
         "resident_max_tensors", "resident_ttl_seconds", "resident_max_ttl_seconds",
-        "region_socket", "region_quota_bytes", "region_max_count", "region_pin", "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
+        "region_socket", "region_quota_bytes", "region_max_count", "region_pin",
+        "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
         "shutdown_grace_seconds"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(var.c_str());

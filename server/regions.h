@@ -3,8 +3,9 @@
 // (SCM_RIGHTS); the server seals the file against shrinking, so that no later truncation can
 // fault a mapping (no SIGBUS, whatever the caller does), maps it whole, and answers with a
 // one-time ticket. GPU memory comes the same way as a CUDA IPC handle, opened on the device
-// whose UUID the caller names, with the allocation's extent taken from the driver. The caller claims the ticket over gRPC, which binds the region to its
-// identity as resident tensors are bound. A region ends when its owner unregisters it or when
+// whose UUID the caller names, with the allocation's extent taken from the driver. The caller
+// claims the ticket over gRPC, which binds the region to its identity as resident tensors are
+// bound. A region ends when its owner unregisters it or when
 // the socket connection it came over closes; requests using it keep the mapping until they
 // finish.
 #pragma once

@@ -1,5 +1,7 @@
 """The client: a channel reused for every call, deadlines, chunked streaming, resident tensors."""
+import concurrent.futures
 import ctypes
+import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -171,6 +173,31 @@ def _attribute(v) -> pb.Attribute:
     raise TypeError(f"attribute value {v!r} is not a bool, int, float or str")
 
 
+# Copies of at least this many bytes are split over threads (NumPy releases the interpreter
+# lock while it copies): one thread moves a few GB/s, a machine's memory several times that.
+_PARALLEL_COPY_BYTES = 8 << 20
+_copy_pool = None
+_copy_pool_lock = threading.Lock()
+
+
+def _copy(dst: np.ndarray, src: np.ndarray):
+    """dst[...] = src, over several threads for large arrays (split along the first axis)."""
+    global _copy_pool
+    parts = min(os.cpu_count() or 1, 8, max(1, dst.nbytes // _PARALLEL_COPY_BYTES))
+    if parts < 2 or dst.ndim == 0 or dst.shape[0] < parts:
+        np.copyto(dst, src)
+        return
+    with _copy_pool_lock:
+        if _copy_pool is None:
+            _copy_pool = concurrent.futures.ThreadPoolExecutor(8, "tensorcompute-copy")
+    src = np.broadcast_to(src, dst.shape)
+    bounds = [dst.shape[0] * k // parts for k in range(parts + 1)]
+    futures = [_copy_pool.submit(np.copyto, dst[a:b], src[a:b])
+               for a, b in zip(bounds, bounds[1:])]
+    for f in futures:
+        f.result()
+
+
 def _align(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
 
@@ -323,7 +350,7 @@ class Client:
                                       storage_bytes=s.hi - s.lo))
             else:
                 dst = scratch.array(s.array.shape, s.array.dtype, at)
-                np.copyto(dst, s.array)
+                _copy(dst, s.array)
                 tensors.append(pb.Tensor(dtype=s.wire, shape=s.array.shape, region=scratch.id,
                                          region_offset=at, storage_bytes=dst.nbytes))
                 at += _align(dst.nbytes)
@@ -384,9 +411,11 @@ class Client:
             else:
                 view = region.array((t.storage_bytes // max(1, _WIRE_TO_NUMPY[t.dtype].itemsize),),
                                     _WIRE_TO_NUMPY[t.dtype], offset)
-                result = np.array(np.lib.stride_tricks.as_strided(
+                src = np.lib.stride_tricks.as_strided(
                     view, shape=tuple(t.shape),
-                    strides=tuple(s * view.itemsize for s in t.strides)))
+                    strides=tuple(s * view.itemsize for s in t.strides))
+                result = np.empty(src.shape, src.dtype)
+                _copy(result, src)
             return _to_torch(result, t.dtype) if as_torch else result
         request = pb.ComputeRequest(op=op, inputs=[self._input(x) for x in inputs],
                                     attributes=attrs, keep_output_resident=keep_resident)
