@@ -1,5 +1,7 @@
 // tensorcompute-server: the gRPC process.
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -71,6 +73,9 @@ ABSL_FLAG(int64_t, resident_quota_bytes, int64_t{16} << 30,
 ABSL_FLAG(int, resident_max_tensors, 4096, "Resident tensors one client may keep.");
 ABSL_FLAG(int64_t, resident_ttl_seconds, 600, "Default lifetime of a resident tensor.");
 ABSL_FLAG(int64_t, resident_max_ttl_seconds, 86400, "Longest lifetime a client may ask for.");
+ABSL_FLAG(std::string, unix_socket, "",
+          "Also serve gRPC on this Unix socket path (clients: unix:///PATH): same-host callers "
+          "skip the TCP stack. Empty: TCP only.");
 ABSL_FLAG(std::string, region_socket, "auto",
           "Unix socket where same-host clients register shared-memory regions: a path, "
           "'@name' (abstract namespace), 'auto' ('@tensorcompute-PORT'), or 'off'.");
@@ -103,7 +108,7 @@ void ApplyEnvironment() {
         "max_message_bytes", "max_request_bytes", "max_elements", "max_rank",
         "max_concurrent_per_device", "chunk_bytes", "resident_quota_bytes",
         "resident_max_tensors", "resident_ttl_seconds", "resident_max_ttl_seconds",
-        "region_socket", "region_quota_bytes", "region_max_count", "region_pin",
+        "unix_socket", "region_socket", "region_quota_bytes", "region_max_count", "region_pin",
         "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
         "shutdown_grace_seconds"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
@@ -395,7 +400,15 @@ int main(int argc, char** argv) {
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_address), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
-  builder.AddListeningPort(address, Credentials(), &bound_port);
+  const std::shared_ptr<grpc::ServerCredentials> credentials = Credentials();
+  builder.AddListeningPort(address, credentials, &bound_port);
+  const std::string unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  if (!unix_socket.empty()) {
+    // A socket file left by an earlier server that did not stop cleanly.
+    struct stat st;
+    if (lstat(unix_socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(unix_socket.c_str());
+    builder.AddListeningPort("unix:" + unix_socket, credentials);
+  }
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message));
   builder.RegisterService(&service);
@@ -420,7 +433,7 @@ int main(int argc, char** argv) {
   // A failure before the store above has been logged but not yet reported.
   if (!devices.health().ok()) health->SetServingStatus(false);
   Log(absl::StrCat("serving tensorcompute.v1.TensorService on ", absl::GetFlag(FLAGS_address),
-                   ":", bound_port));
+                   ":", bound_port, unix_socket.empty() ? "" : " and unix:", unix_socket));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     // Written whole under a temporary name, then renamed, so a reader never sees half of it.
     const std::string tmp = path + ".tmp";
@@ -453,6 +466,7 @@ int main(int argc, char** argv) {
   // (without the bound, an idle client connection kept Shutdown waiting 15 s), then cancels.
   server->Shutdown(std::min(grace_end, std::chrono::system_clock::now() + std::chrono::seconds(1)));
   request_pool.reset();
+  if (!unix_socket.empty()) unlink(unix_socket.c_str());
   Log("stopped");
   return 0;
 }

@@ -329,6 +329,20 @@ class RegionsOffTest(unittest.TestCase):
         finally:
             self.assertEqual(stop_server(proc), 0)
 
+    def test_unix_socket_target(self):
+        path = tempfile.mktemp(prefix="tc-", suffix=".sock")
+        proc, _ = start_server(ARGS.server, f"--unix_socket={path}", f"--backend={ARGS.backend}")
+        try:
+            c = tcc.Client(f"unix://{path}")
+            self.assertTrue(c.shared_memory_available())
+            x = c.shared_array((1000,), np.float32)
+            x[:] = np.arange(1000)
+            np.testing.assert_array_equal(c.compute("mul", x, x), x * x)
+            c.close()
+        finally:
+            self.assertEqual(stop_server(proc), 0)
+        self.assertFalse(os.path.exists(path))
+
     def test_remote_targets_do_not_try(self):
         c = tcc.Client("203.0.113.1:50051", shared_memory=None)
         self.assertFalse(c.shared_memory_available())
