@@ -101,12 +101,21 @@ class _CudaDriver:
         if result != 0:
             raise RuntimeError(f"{what} failed with CUDA error {result}")
 
-    def address_range(self, ptr: int):
-        """(start, size) of the allocation holding device address `ptr`."""
-        base, size = ctypes.c_uint64(), ctypes.c_size_t()
-        self._check("cuMemGetAddressRange", self.lib.cuMemGetAddressRange_v2(
-            ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr)))
-        return base.value, size.value
+    # CU_POINTER_ATTRIBUTE_BUFFER_ID, _RANGE_START_ADDR, _RANGE_SIZE,
+    # _IS_LEGACY_CUDA_IPC_CAPABLE (cuda.h).
+    _ATTRIBUTES = (7, 11, 12, 10)
+
+    def pointer_info(self, ptr: int):
+        """(buffer id, start, size, shareable) of the allocation holding device address
+        `ptr`, in one driver call. The buffer id is unique to the allocation for the life of
+        the process, so a cache keyed by it never mistakes a new allocation for a freed one."""
+        n = len(self._ATTRIBUTES)
+        values = (ctypes.c_uint64 * n)()
+        data = (ctypes.c_void_p * n)(*[ctypes.addressof(values) + 8 * k for k in range(n)])
+        attrs = (ctypes.c_int * n)(*self._ATTRIBUTES)
+        self._check("cuPointerGetAttributes",
+                    self.lib.cuPointerGetAttributes(n, attrs, data, ctypes.c_uint64(ptr)))
+        return values[0], values[1], values[2], (values[3] & 0xFF) != 0
 
     def ipc_handle(self, base: int) -> bytes:
         handle = (ctypes.c_char * 64)()
@@ -164,8 +173,9 @@ class Shm:
         self.sock.connect("\0" + address[1:] if address.startswith("@") else address)
         self.lock = threading.Lock()
         self.regions = {}
-        # GPU allocations shared so far, by start address.
+        # GPU allocations shared so far, by start address and by the driver's buffer id.
         self.device_regions = {}
+        self.device_buffers = {}
         self.scratch = threading.local()
 
     def register(self, fd: int) -> str:
@@ -186,17 +196,24 @@ class Shm:
 
     def device_region(self, client, ptr: int, ordinal: int) -> "DeviceRegion":
         """The registered region holding device address `ptr`, registering its allocation
-        when it is new (or was freed and its address reused: the handle then differs)."""
+        when it is new. One driver call when it is not."""
         drv = cuda_driver()
-        base, size = drv.address_range(ptr)
-        handle = drv.ipc_handle(base)
-        r = self.device_regions.get(base)
-        if r is not None and r.handle == handle and r.nbytes == size:
-            return r
+        buffer_id, base, size, shareable = drv.pointer_info(ptr)
+        r = self.device_buffers.get(buffer_id)
         if r is not None:
-            r.close()
-        r = DeviceRegion(client, base, size, handle, drv.uuid(ordinal))
+            return r
+        if not shareable:
+            raise RuntimeError(
+                "this GPU memory cannot be shared through CUDA IPC (only cudaMalloc memory can: "
+                "not PyTorch's expandable_segments, nor cudaMallocAsync pools)")
+        old = self.device_regions.pop(base, None)
+        if old is not None:  # Freed, and its address taken by this new allocation.
+            self.device_buffers.pop(old.buffer_id, None)
+            old.close()
+        r = DeviceRegion(client, base, size, drv.ipc_handle(base), drv.uuid(ordinal))
+        r.buffer_id = buffer_id
         self.device_regions[base] = r
+        self.device_buffers[buffer_id] = r
         return r
 
     def find(self, a: np.ndarray, lo: int, hi: int):
@@ -210,4 +227,5 @@ class Shm:
     def close(self):
         self.regions.clear()
         self.device_regions.clear()
+        self.device_buffers.clear()
         self.sock.close()
