@@ -120,6 +120,8 @@ void RegionStore::Serve() {
         }
         fds.push_back({c, POLLIN, 0});
         ids.push_back(next_id++);
+        std::lock_guard<std::mutex> lock(mu_);
+        open_.insert(ids.back());
       }
     }
     for (size_t i = fds.size(); i-- > 2;) {
@@ -271,6 +273,18 @@ std::string RegionStore::Register(int fd, uint64_t connection) {
                                          connection, std::move(mapping)));
 }
 
+absl::Status RegionStore::QuotaLocked(const std::string& owner, int64_t bytes) const {
+  Usage u;
+  if (auto it = usage_.find(owner); it != usage_.end()) u = it->second;
+  if (u.regions < options_.max_regions && bytes <= options_.quota_bytes - u.bytes) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "registering ", bytes, " bytes would exceed this client's region quota (", u.regions,
+      " of ", options_.max_regions, " regions, ", u.bytes, " of ", options_.quota_bytes,
+      " bytes registered); unregister some first"));
+}
+
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& owner,
                                                           const std::string& ticket,
                                                           const std::string& name) {
@@ -285,30 +299,28 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& ow
     }
     region = std::move(it->second.region);
     pending_.erase(it);
-    Usage& u = usage_[owner];
-    if (u.regions >= options_.max_regions || region->bytes > options_.quota_bytes - u.bytes) {
-      const Usage now = u;
-      if (u.regions == 0) usage_.erase(owner);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "registering ", region->bytes, " bytes would exceed this client's region quota (",
-          now.regions, " of ", options_.max_regions, " regions, ", now.bytes, " of ",
-          options_.quota_bytes, " bytes registered); unregister some first"));
-    }
-    u.regions += 1;
-    u.bytes += region->bytes;
-    total_bytes_ += region->bytes;
-    region->id = NewHandle();
-    region->owner = owner;
-    region->name = name;
-    regions_[region->id] = region;
+    if (auto q = QuotaLocked(owner, region->bytes); !q.ok()) return q;
   }
-  // Host memory is pinned for the GPU once, outside the lock (pinning a large mapping takes
-  // milliseconds).
+  // Host memory is pinned for the GPU before anyone can use it, outside the lock (pinning a
+  // large mapping takes milliseconds).
   for (int i = 0; options_.pin && region->device == nullptr && i < devices_->size() &&
                   region->pin == nullptr;
        ++i) {
     region->pin = devices_->at(i).PinHost(region->base, region->bytes, !region->writable);
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!open_.contains(region->connection)) {
+    return absl::NotFoundError("the region's socket connection closed while it was claimed");
+  }
+  if (auto q = QuotaLocked(owner, region->bytes); !q.ok()) return q;  // Others claimed since.
+  Usage& u = usage_[owner];
+  u.regions += 1;
+  u.bytes += region->bytes;
+  total_bytes_ += region->bytes;
+  region->id = NewHandle();
+  region->owner = owner;
+  region->name = name;
+  regions_[region->id] = region;
   return region;
 }
 
@@ -352,6 +364,7 @@ void RegionStore::Drop(uint64_t connection) {
   // Unmapped (and unpinned) outside the lock, once no request holds them.
   std::vector<std::shared_ptr<Region>> gone;
   std::lock_guard<std::mutex> lock(mu_);
+  open_.erase(connection);
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto next = std::next(it);
     if (it->second.region->connection == connection) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -114,6 +115,8 @@ class RegionStore {
   void Drop(uint64_t connection);
   void ExpireTickets(absl::Time now);
   void Remove(const std::string& id);
+  // RESOURCE_EXHAUSTED when `owner` cannot register `bytes` more. Takes mu_ held.
+  absl::Status QuotaLocked(const std::string& owner, int64_t bytes) const;
 
   RegionOptions options_;
   runtime::DeviceSet* devices_;
@@ -131,6 +134,8 @@ class RegionStore {
   };
   absl::flat_hash_map<std::string, Usage> usage_;
   int64_t total_bytes_ = 0;
+  // Socket connections still open: a region whose connection closed is not published.
+  absl::flat_hash_set<uint64_t> open_;
 };
 
 // Reaches every byte of [offset, offset + n) inside the region, with n >= 0; INVALID_ARGUMENT

@@ -26,3 +26,13 @@ def start_server(binary, *extra):
 def stop_server(proc):
     proc.send_signal(signal.SIGTERM)
     return proc.wait(timeout=30)
+
+
+def wait_for(predicate, seconds=10.0):
+    """Polls `predicate` until it holds or `seconds` pass; its last value."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()

@@ -14,18 +14,11 @@ import unittest
 import grpc
 import numpy as np
 
+from harness import wait_for
+
 ARGS = None
 ALICE = "alice-token-0123456789"
 BOB = "bob-token-0123456789ab"
-
-
-def wait_for(predicate, seconds=10.0):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 class CudaIpcTest(unittest.TestCase):

@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import grpc
@@ -20,7 +19,7 @@ import numpy as np
 
 import tensorcompute_client as tcc
 from tensorcompute_client.v1 import tensor_service_pb2 as pb
-from harness import start_server, stop_server
+from harness import start_server, stop_server, wait_for
 
 ARGS = None
 ALICE = "alice-token-0123456789"
@@ -32,15 +31,6 @@ def rpc_error(test, code, fn, *args, **kw):
         fn(*args, **kw)
     test.assertEqual(e.exception.code(), code, e.exception.details())
     return e.exception.details()
-
-
-def wait_for(predicate, seconds=10.0):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 class RegionTest(unittest.TestCase):

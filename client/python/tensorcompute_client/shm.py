@@ -64,12 +64,15 @@ class Region:
         """Unregisters the region. Arrays in it stay readable here; the server forgets it."""
         shm = self._client._shm_state
         if shm is not None and shm.regions.pop(self.id, None) is not None:
-            try:
-                self._client.stub.UnregisterRegion(pb.UnregisterRegionRequest(region=self.id),
-                                                   timeout=self._client.timeout,
-                                                   metadata=self._client.metadata)
-            except Exception:  # noqa: BLE001 - the server may be gone; nothing to undo then.
-                pass
+            _unregister(self._client, self.id)
+
+
+def _unregister(client, region_id: str):
+    try:
+        client.stub.UnregisterRegion(pb.UnregisterRegionRequest(region=region_id),
+                                     timeout=client.timeout, metadata=client.metadata)
+    except Exception:  # noqa: BLE001 - the server may be gone; nothing to undo then.
+        pass
 
 
 def is_local_target(target: str) -> bool:
@@ -156,12 +159,7 @@ class DeviceRegion:
         self.handle = handle
 
     def close(self):
-        try:
-            self._client.stub.UnregisterRegion(pb.UnregisterRegionRequest(region=self.id),
-                                               timeout=self._client.timeout,
-                                               metadata=self._client.metadata)
-        except Exception:  # noqa: BLE001 - the server may be gone; nothing to undo then.
-            pass
+        _unregister(self._client, self.id)
 
 
 class Shm:
