@@ -28,55 +28,21 @@ constexpr int64_t kReplyFramingBytes = 1024;
 // Requests up to this many input bytes run on the gRPC thread on the CPU backend.
 constexpr int64_t kInlineBytes = 64 << 10;
 
-// The output goes into a region of the caller's: computed there directly where the device
-// reads host memory or the region is the caller's GPU memory; otherwise on a GPU into device
-// memory, then copied into the mapping (directly, with the run, where the region is pinned).
+// The output goes into the caller's region (found and checked by Prepare): computed there
+// directly where the device reads host memory or the region is the caller's GPU memory (the
+// job then runs on that GPU); otherwise on a GPU into device memory, then copied into the
+// mapping (directly, with the run, where the region is pinned).
 void RunIntoRegion(const TensorServiceImpl::Env& env, const v1::ComputeRequest& request,
-                   const std::string& owner, absl::Time deadline,
-                   std::shared_ptr<ComputeJob> job, v1::ComputeResponse* response,
-                   std::shared_ptr<UnaryCall> call) {
-  if (job->keep_output_resident()) {
-    call->Finish(absl::InvalidArgumentError(
-        "output_region and keep_output_resident exclude each other: pick one place"));
-    return;
-  }
-  if (env.regions == nullptr) {
-    call->Finish(absl::FailedPreconditionError(
-        "output_region: shared-memory regions are off on this server"));
-    return;
-  }
-  auto found = env.regions->Find(owner, request.output_region());
-  if (!found.ok()) {
-    call->Finish(absl::Status(found.status().code(),
-                              absl::StrCat("output_region: ", found.status().message())));
-    return;
-  }
-  std::shared_ptr<Region> region = *std::move(found);
-  if (!region->writable) {
-    call->Finish(absl::InvalidArgumentError(
-        "output_region: the region is sealed against writing; use it for inputs only"));
-    return;
-  }
-  const Plan& plan = job->plan();
+                   absl::Time deadline, std::shared_ptr<ComputeJob> job,
+                   v1::ComputeResponse* response, std::shared_ptr<UnaryCall> call) {
+  std::shared_ptr<Region> region = job->output_region();
   const int64_t at = request.output_region_offset();
-  if (auto s = CheckRegionRange(*region, at, plan.out_storage_bytes, ItemSize(plan.out_dtype),
-                                "output_region");
-      !s.ok()) {
-    call->Finish(s);
-    return;
-  }
   std::byte* dst = region->base + at;
   SetTensorMeta(job->OutputView(), response->mutable_output());
   response->mutable_output()->set_region(region->id);
   response->mutable_output()->set_region_offset(at);
-  // Host memory on a host device, or the caller's GPU memory on its own device: written there.
   if (job->device().host_memory() || region->device != nullptr) {
-    if (region->device != nullptr && region->device != &job->device()) {
-      call->Finish(absl::FailedPreconditionError(
-          "output_region lives on another device than the request's inputs"));
-      return;
-    }
-    job->Run(dst, [job, region, call](absl::Status s) { call->Finish(s); });
+    job->Run(dst, [job, call](absl::Status s) { call->Finish(s); });
     return;
   }
   auto out = job->AllocateOutput(deadline);
@@ -86,17 +52,17 @@ void RunIntoRegion(const TensorServiceImpl::Env& env, const v1::ComputeRequest& 
   }
   runtime::StoragePtr storage = *out;
   if (region->pin != nullptr) {
-    job->Run(storage->data(), [job, storage, region, call](absl::Status s) { call->Finish(s); },
-             {dst, plan.out_storage_bytes, /*pinned=*/true});
+    job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
+             {dst, job->plan().out_storage_bytes, /*pinned=*/true});
     return;
   }
-  job->Run(storage->data(), [&env, job, storage, region, dst, call](absl::Status s) {
+  job->Run(storage->data(), [&env, job, storage, dst, call](absl::Status s) {
     if (!s.ok()) {
       call->Finish(s);
       return;
     }
     // Copying out blocks on the device: not on its completion thread.
-    env.pool->Schedule([job, storage, region, dst, call] {
+    env.pool->Schedule([job, storage, dst, call] {
       call->Finish(job->device().Read(job->lane(), *storage, 0, dst, storage->bytes()));
     });
   });
@@ -144,8 +110,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     std::shared_ptr<ComputeJob> job = *std::move(prepared);
     const Plan& plan = job->plan();
     const Env& env = env_;
-    if (!request->output_region().empty()) {
-      RunIntoRegion(env, *request, owner, DeadlineOf(*ctx), job, response, call);
+    if (job->output_region() != nullptr) {
+      RunIntoRegion(env, *request, DeadlineOf(*ctx), job, response, call);
       return;
     }
 

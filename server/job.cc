@@ -186,11 +186,31 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     }
   }
 
-  // An output into GPU memory shared by the caller runs where that memory is.
-  if (!request.output_region().empty() && env.regions != nullptr) {
-    if (auto r = env.regions->Find(owner, request.output_region()); r.ok()) {
-      if (auto s = PinTo((*r)->device, pinned, "output_region"); !s.ok()) return s;
+  // The output's region, checked once here; an output into GPU memory shared by the caller
+  // runs where that memory is.
+  if (!request.output_region().empty()) {
+    if (job->keep_resident_) {
+      return absl::InvalidArgumentError(
+          "output_region and keep_output_resident exclude each other: pick one place");
     }
+    if (env.regions == nullptr) {
+      return absl::FailedPreconditionError(
+          "output_region: shared-memory regions are off on this server");
+    }
+    auto r = env.regions->Find(owner, request.output_region());
+    if (!r.ok()) return Prefixed(r.status(), "output_region");
+    if (!(*r)->writable) {
+      return absl::InvalidArgumentError(
+          "output_region: the region is sealed against writing; use it for inputs only");
+    }
+    const Plan& plan = job->plan();
+    if (auto s = CheckRegionRange(**r, request.output_region_offset(), plan.out_storage_bytes,
+                                  ItemSize(plan.out_dtype), "output_region");
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = PinTo((*r)->device, pinned, "output_region"); !s.ok()) return s;
+    job->output_region_ = *std::move(r);
   }
   job->device_ = pinned != nullptr ? pinned : &env.devices->LeastLoaded();
   if (absl::Status h = job->device_->health(); !h.ok()) return h;

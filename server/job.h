@@ -38,6 +38,9 @@ class ComputeJob {
   runtime::Device& device() { return *device_; }
   runtime::Lane& lane() { return *lane_; }
   bool keep_output_resident() const { return keep_resident_; }
+  // The caller's region the output goes into (ComputeRequest.output_region), checked to hold
+  // it; null when there is none.
+  const std::shared_ptr<Region>& output_region() const { return output_region_; }
   int64_t ttl_seconds() const { return ttl_seconds_; }
 
   // A chunk of a streamed input: in order, inside its storage. Copied to the device before
@@ -79,6 +82,7 @@ class ComputeJob {
   // Resident inputs, held so a Release during the request cannot free them; regions alike.
   std::vector<std::shared_ptr<ResidentTensor>> resident_;
   std::vector<std::shared_ptr<Region>> regions_;
+  std::shared_ptr<Region> output_region_;
   bool keep_resident_ = false;
   int64_t ttl_seconds_ = 0;
   int64_t bytes_received_ = 0;
