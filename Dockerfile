@@ -8,7 +8,7 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build-cuda
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ pkg-config libgrpc++-dev libprotobuf-dev protobuf-compiler \
-      protobuf-compiler-grpc grpc-proto libabsl-dev libcivetweb-dev \
+      protobuf-compiler-grpc grpc-proto libabsl-dev libcivetweb-dev libgoogle-perftools-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -21,7 +21,7 @@ FROM ubuntu:24.04 AS build-cpu
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       cmake ninja-build g++ pkg-config libgrpc++-dev libprotobuf-dev protobuf-compiler \
-      protobuf-compiler-grpc grpc-proto libabsl-dev libcivetweb-dev \
+      protobuf-compiler-grpc grpc-proto libabsl-dev libcivetweb-dev libgoogle-perftools-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -33,7 +33,7 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
 FROM ubuntu:24.04 AS cpu
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libgrpc++1.51t64 libprotobuf32t64 libabsl20220623t64 libcivetweb-dev \
+      libgrpc++1.51t64 libprotobuf32t64 libabsl20220623t64 libcivetweb-dev libtcmalloc-minimal4t64 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home tensorcompute
 COPY --from=build-cpu /build/server/tensorcompute-server /build/client/tensorcompute-cli /usr/local/bin/
@@ -48,7 +48,7 @@ ENTRYPOINT ["tensorcompute-server"]
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04 AS cuda
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libgrpc++1.51t64 libprotobuf32t64 libabsl20220623t64 libcivetweb-dev \
+      libgrpc++1.51t64 libprotobuf32t64 libabsl20220623t64 libcivetweb-dev libtcmalloc-minimal4t64 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home tensorcompute
 COPY --from=build-cuda /build/server/tensorcompute-server /build/client/tensorcompute-cli /usr/local/bin/

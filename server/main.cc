@@ -31,6 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "runtime/cpu_device.h"
 #include "server/auth.h"
+#include "server/memory_release.h"
 #include "server/metrics.h"
 #include "server/resident.h"
 #include "server/service.h"
@@ -68,6 +69,9 @@ ABSL_FLAG(int, max_rank, 8, "Highest rank accepted (at most 8).");
 ABSL_FLAG(int, max_concurrent_per_device, 256,
           "Requests admitted per device at once; more get RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, chunk_bytes, int64_t{1} << 20, "Chunk size of streamed replies.");
+ABSL_FLAG(int64_t, malloc_cushion_bytes, int64_t{256} << 20,
+          "Free memory the allocator may keep while calls are in flight (reused by the next "
+          "chunks instead of faulting fresh pages in); all of it goes back once none is.");
 ABSL_FLAG(int64_t, resident_quota_bytes, int64_t{16} << 30,
           "Bytes of resident tensors one client may keep.");
 ABSL_FLAG(int, resident_max_tensors, 4096, "Resident tensors one client may keep.");
@@ -393,6 +397,8 @@ int main(int argc, char** argv) {
   tc::server::Lifecycle life;
   tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, regions.get(),
                                         &metrics, &auth, options, &life);
+  tc::server::MemoryReleaser releaser([&life] { return life.active() > 0; },
+                                      absl::GetFlag(FLAGS_malloc_cushion_bytes));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

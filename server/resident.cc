@@ -1,9 +1,5 @@
 #include "server/resident.h"
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-
 #include <sys/random.h>
 
 #include <vector>
@@ -33,12 +29,6 @@ ResidentStore::ResidentStore(ResidentOptions options) : options_(options) {
       if (stop_) break;
       lock.unlock();
       Sweep(absl::Now());
-#ifdef __GLIBC__
-      // Large requests come and go in bursts; glibc keeps what they freed in per-thread
-      // arenas. Give whole free pages back to the system, so that the process's footprint
-      // follows its live data.
-      malloc_trim(0);
-#endif
       lock.lock();
     }
   });
