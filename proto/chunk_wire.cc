@@ -1,0 +1,165 @@
+#include "proto/chunk_wire.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tc::wire {
+namespace {
+
+constexpr uint8_t kChunkTag = (2 << 3) | 2;   // Field 2, length-delimited.
+constexpr uint8_t kTensorTag = (1 << 3) | 0;  // DataChunk.tensor, varint.
+constexpr uint8_t kOffsetTag = (2 << 3) | 0;  // DataChunk.offset, varint.
+constexpr uint8_t kDataTag = (3 << 3) | 2;    // DataChunk.data, length-delimited.
+
+size_t PutVarint(uint8_t* p, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = static_cast<uint8_t>(v);
+  return n;
+}
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// Reads bytes across the received slices.
+class Reader {
+ public:
+  explicit Reader(const std::vector<grpc::Slice>& slices) : slices_(slices) { Normalize(); }
+
+  size_t position() const { return pos_; }
+  bool Byte(uint8_t* b) {
+    if (i_ >= slices_.size()) return false;
+    *b = slices_[i_].begin()[at_];
+    ++pos_;
+    ++at_;
+    Normalize();
+    return true;
+  }
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!Byte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  // Moves past n bytes; false if fewer are left.
+  bool Skip(uint64_t n) {
+    while (n > 0 && i_ < slices_.size()) {
+      const uint64_t step = std::min<uint64_t>(slices_[i_].size() - at_, n);
+      at_ += step;
+      pos_ += step;
+      n -= step;
+      Normalize();
+    }
+    return n == 0;
+  }
+
+ private:
+  // At a byte, or past the last slice.
+  void Normalize() {
+    while (i_ < slices_.size() && at_ >= slices_[i_].size()) {
+      ++i_;
+      at_ = 0;
+    }
+  }
+  const std::vector<grpc::Slice>& slices_;
+  size_t i_ = 0;
+  size_t at_ = 0;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, const void* data, size_t n) {
+  // Outer tag and length, then DataChunk's fields (zero values are not written, as protobuf
+  // does not write them), the data's tag and length; then the data itself.
+  uint8_t inner[32];
+  size_t k = 0;
+  if (tensor != 0) {
+    inner[k++] = kTensorTag;
+    k += PutVarint(inner + k, static_cast<uint64_t>(static_cast<int64_t>(tensor)));
+  }
+  if (offset != 0) {
+    inner[k++] = kOffsetTag;
+    k += PutVarint(inner + k, static_cast<uint64_t>(offset));
+  }
+  const size_t data_field = n == 0 ? 0 : 1 + VarintSize(n) + n;
+  uint8_t head[48];
+  size_t h = 0;
+  head[h++] = kChunkTag;
+  h += PutVarint(head + h, k + data_field);
+  std::memcpy(head + h, inner, k);
+  h += k;
+  if (n == 0) {
+    grpc::Slice only(head, h);
+    return grpc::ByteBuffer(&only, 1);
+  }
+  head[h++] = kDataTag;
+  h += PutVarint(head + h, n);
+  grpc::Slice slices[2] = {grpc::Slice(head, h),
+                           grpc::Slice(data, n, grpc::Slice::STATIC_SLICE)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+bool ParseChunk(const grpc::ByteBuffer& buffer, ChunkRef* out) {
+  out->slices_.clear();
+  if (!buffer.Dump(&out->slices_).ok()) return false;
+  const size_t total = buffer.Length();
+  Reader r(out->slices_);
+  uint8_t tag;
+  uint64_t len;
+  if (!r.Byte(&tag) || tag != kChunkTag || !r.Varint(&len)) return false;
+  if (len != total - r.position()) return false;  // Nothing after the chunk.
+  out->tensor_ = 0;
+  out->offset_ = 0;
+  out->size_ = 0;
+  out->first_ = r.position();
+  int last = 0;  // Fields must come in order, each once.
+  while (r.position() < total) {
+    if (!r.Byte(&tag)) return false;
+    uint64_t v;
+    if (tag == kTensorTag && last < 1) {
+      if (!r.Varint(&v)) return false;
+      // int32 is written sign-extended to 64 bits.
+      const auto s = static_cast<int64_t>(v);
+      if (s < INT32_MIN || s > INT32_MAX) return false;
+      out->tensor_ = static_cast<int32_t>(s);
+      last = 1;
+    } else if (tag == kOffsetTag && last < 2) {
+      if (!r.Varint(&v)) return false;
+      out->offset_ = static_cast<int64_t>(v);
+      last = 2;
+    } else if (tag == kDataTag && last < 3) {
+      if (!r.Varint(&v) || v != total - r.position()) return false;
+      out->first_ = r.position();
+      out->size_ = static_cast<int64_t>(v);
+      return r.Skip(v);
+    } else {
+      return false;
+    }
+  }
+  out->first_ = total;
+  return true;  // A chunk without data.
+}
+
+void ChunkRef::CopyTo(void* dst) const {
+  auto* d = static_cast<std::byte*>(dst);
+  ForEachPiece([&d](const uint8_t* p, size_t n) {
+    std::memcpy(d, p, n);
+    d += n;
+  });
+}
+
+}  // namespace tc::wire
