@@ -5,10 +5,12 @@
 // - small: 4 KiB float32 add, requests/s and p50/p99 latency at each concurrency, spread over
 //   --connections channels; server-side time per request from the server's own histogram.
 // - large: float32 add of two --large_mib inputs: unary, one stream, and (ours) the tensor
-//   spread over --parallel_streams connections (parallel upload of parts, compute on the
-//   resident tensors, parallel download), and through shared-memory regions (tensors already
-//   in regions; and copied in from ordinary memory and out again); GB/s counts the bytes of
-//   2 inputs and 1 output.
+//   spread over --parallel_streams connections by hand (parallel upload of parts, compute on
+//   the resident tensors, parallel download, protobuf messages, bytes counted not kept), the
+//   C++ client library (ComputeStreamed on one stream; Compute, which spreads by itself; both
+//   assemble the output), and through shared-memory regions (tensors already in regions; and
+//   copied in from ordinary memory and out again); GB/s counts the bytes of 2 inputs and 1
+//   output.
 #include <civetweb.h>
 
 #include <algorithm>
@@ -592,10 +594,15 @@ int main(int argc, char** argv) {
       std::vector<std::string> modes = {"unary", "1 stream"};
       if (!is_echo) {
         modes.push_back(absl::StrCat(spread.size(), " connections"));
+        modes.push_back("client library, 1 stream");
+        modes.push_back(absl::StrCat("client library, ", spread.size(), " connections"));
         modes.push_back("shared memory");
         modes.push_back("shared memory, copy in and out");
       }
-      tc::client::Client client(t.address);
+      tc::client::ClientOptions copts;
+      copts.max_message_bytes = kMaxMessage;
+      copts.connections = static_cast<int>(spread.size());
+      tc::client::Client client(t.address, copts);
       std::vector<std::unique_ptr<tc::client::SharedRegion>> regions;
       for (const std::string& mode : modes) {
         std::vector<double> times;
@@ -613,6 +620,12 @@ int main(int argc, char** argv) {
             s = Seconds(std::chrono::steady_clock::now() - t0);
           } else if (mode == "1 stream") {
             s = OneStream(*stub, req, chunk, n * 4, &ok);
+          } else if (absl::StartsWith(mode, "client library")) {
+            const auto t0 = std::chrono::steady_clock::now();
+            auto out = mode == "client library, 1 stream" ? client.ComputeStreamed(req)
+                                                          : client.Compute(req);
+            ok = out.ok() && static_cast<int64_t>(out->data().size()) == n * 4;
+            s = Seconds(std::chrono::steady_clock::now() - t0);
           } else if (absl::StartsWith(mode, "shared memory")) {
             s = SharedMemoryAdd(client, req, mode != "shared memory", regions, &ok);
           } else {

@@ -13,8 +13,13 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/chunked_call.h"
+#include "google/protobuf/field_mask.pb.h"
+#include "google/protobuf/util/field_mask_util.h"
+#include "proto/chunk_wire.h"
 
 namespace tc::client {
 
@@ -59,9 +64,27 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
       args.SetSslTargetNameOverride(options_.tls_server_name);
     }
   }
+  target_ = target;
+  creds_ = creds;
+  args_ = args;
   channel_ = grpc::CreateCustomChannel(target, creds, args);
   stub_ = v1::TensorService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
+  generic_ = std::make_unique<grpc::GenericStub>(channel_);
+}
+
+std::vector<grpc::GenericStub*> Client::Lanes(int n) {
+  std::lock_guard<std::mutex> lock(lanes_mu_);
+  while (static_cast<int>(lanes_.size()) < n) {
+    grpc::ChannelArguments args = args_;
+    // Distinct arguments: a connection of its own rather than a shared subchannel.
+    args.SetInt("tensorcompute.client.lane", static_cast<int>(lanes_.size()));
+    lanes_.push_back(std::make_unique<grpc::GenericStub>(
+        grpc::CreateCustomChannel(target_, creds_, args)));
+  }
+  std::vector<grpc::GenericStub*> out;
+  for (int i = 0; i < n; ++i) out.push_back(lanes_[i].get());
+  return out;
 }
 
 void Client::SetDeadline(grpc::ClientContext& ctx) const {
@@ -92,6 +115,13 @@ absl::StatusOr<v1::ListOpsResponse> Client::ListOps() {
 }
 
 absl::StatusOr<v1::Tensor> Client::Compute(const v1::ComputeRequest& request) {
+  int64_t inline_bytes = 0;
+  for (const v1::Tensor& t : request.inputs()) inline_bytes += t.data().size();
+  // Large: over several connections at once (an output bound for a region needs no transfer).
+  if (options_.connections > 1 && inline_bytes >= options_.spread_bytes &&
+      request.output_region().empty()) {
+    return ComputeSpread(request, options_.connections);
+  }
   // Too large for one message: the same request in chunks.
   if (static_cast<int64_t>(request.ByteSizeLong()) > options_.max_message_bytes / 2) {
     return ComputeStreamed(request);
@@ -116,98 +146,213 @@ absl::StatusOr<v1::Tensor> Client::Compute(
 
 namespace {
 
-// Reads a TensorStreamMessage stream into one tensor: the header, then its chunks in order.
-template <class Reader>
-absl::StatusOr<v1::Tensor> ReadTensorStream(Reader& reader,
-                                            const Client::Progress& progress = nullptr) {
-  v1::TensorStreamMessage msg;
-  v1::Tensor out;
-  bool have_header = false;
-  int64_t begin = 0;
-  while (reader.Read(&msg)) {
-    if (msg.has_header()) {
-      out = std::move(*msg.mutable_header());
-      have_header = true;
-      continue;
-    }
-    if (!have_header) return absl::InternalError("server sent a chunk before the header");
-    std::string* data = out.mutable_data();
-    if (data->empty()) {
-      data->reserve(static_cast<size_t>(out.storage_bytes()));
-      begin = msg.chunk().offset();
-    }
-    if (msg.chunk().offset() != begin + static_cast<int64_t>(data->size())) {
-      return absl::InternalError("server sent chunks out of order");
-    }
-    data->append(msg.chunk().data());
-    if (progress) progress(static_cast<int64_t>(data->size()), out.storage_bytes());
-  }
-  if (!have_header) return absl::InternalError("server sent no header");
-  return out;
+constexpr char kUploadMethod[] = "/tensorcompute.v1.TensorService/Upload";
+constexpr char kDownloadMethod[] = "/tensorcompute.v1.TensorService/Download";
+constexpr char kComputeStreamMethod[] = "/tensorcompute.v1.TensorService/ComputeStream";
+
+int64_t ItemBytes(int dtype) {
+  static constexpr int kItem[] = {0, 1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
+  return dtype > 0 && dtype < static_cast<int>(std::size(kItem)) ? kItem[dtype] : 0;
 }
+
+// `from` with every field but those in `skip`, copied field by field (so that a large field
+// that is left out is never copied).
+template <class M>
+void CopyAllBut(const M& from, std::initializer_list<absl::string_view> skip, M* to) {
+  google::protobuf::FieldMask mask;
+  const google::protobuf::Descriptor* d = M::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const std::string& name = d->field(i)->name();
+    if (std::find(skip.begin(), skip.end(), name) == skip.end()) mask.add_paths(name);
+  }
+  google::protobuf::util::FieldMaskUtil::MergeMessageTo(
+      from, mask, google::protobuf::util::FieldMaskUtil::MergeOptions(), to);
+}
+
+bool IsInline(const v1::Tensor& t) { return t.handle().empty() && t.region().empty(); }
+
+// The request without its inputs' inline bytes: their lengths become storage_bytes.
+v1::ComputeRequest HeaderOf(const v1::ComputeRequest& request) {
+  v1::ComputeRequest h;
+  CopyAllBut(request, {"inputs"}, &h);
+  for (const v1::Tensor& t : request.inputs()) {
+    v1::Tensor* m = h.add_inputs();
+    CopyAllBut(t, {"data"}, m);
+    if (IsInline(t)) m->set_storage_bytes(static_cast<int64_t>(t.data().size()));
+  }
+  return h;
+}
+
+grpc::ByteBuffer Serialized(const google::protobuf::MessageLite& m) {
+  const std::string bytes = m.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+template <class M>
+absl::Status Parse(grpc::ByteBuffer& buffer, M* m) {
+  grpc::Status s = grpc::SerializationTraits<M>::Deserialize(&buffer, m);
+  if (!s.ok()) return absl::InternalError(absl::StrCat("unreadable reply: ", s.error_message()));
+  return absl::OkStatus();
+}
+
+// Takes a TensorStreamMessage stream: the header, then chunks of the storage's bytes
+// [begin, begin + length), each copied straight from the received slices to where it belongs.
+class TensorReceiver {
+ public:
+  // Into `dst` (length bytes, for storage byte `begin` onwards)...
+  TensorReceiver(std::byte* dst, int64_t begin, int64_t length)
+      : dst_(dst), begin_(begin), length_(length) {}
+  // ...or into the header's own data, sized by it: a whole tensor, whose bytes follow unless
+  // the header names a resident tensor (a ComputeStream output kept resident), or always
+  // (`download`).
+  TensorReceiver(bool download, const Client::Progress& progress)
+      : download_(download), progress_(progress) {}
+
+  absl::Status operator()(grpc::ByteBuffer& buffer) {
+    wire::ChunkRef chunk;
+    if (wire::ParseChunk(buffer, &chunk)) {
+      return Take(chunk.offset(), chunk.size(), [&chunk](std::byte* d) { chunk.CopyTo(d); });
+    }
+    v1::TensorStreamMessage m;
+    if (auto s = Parse(buffer, &m); !s.ok()) return s;
+    if (m.has_chunk()) {  // A chunk in another valid encoding.
+      const std::string& data = m.chunk().data();
+      return Take(m.chunk().offset(), static_cast<int64_t>(data.size()),
+                  [&data](std::byte* d) { std::memcpy(d, data.data(), data.size()); });
+    }
+    if (!m.has_header() || have_header_) {
+      return absl::InternalError("server sent an unexpected message in a tensor stream");
+    }
+    header_ = std::move(*m.mutable_header());
+    have_header_ = true;
+    if (dst_ == nullptr && (download_ || header_.handle().empty())) {
+      // The whole storage follows.
+      length_ = header_.storage_bytes();
+      header_.mutable_data()->resize(static_cast<size_t>(length_));
+      dst_ = reinterpret_cast<std::byte*>(header_.mutable_data()->data());
+    }
+    return absl::OkStatus();
+  }
+
+  // Every byte arrived.
+  absl::Status Check() const {
+    if (!have_header_) return absl::InternalError("server sent no header");
+    if (got_ != length_) {
+      return absl::InternalError(
+          absl::StrCat("server sent ", got_, " of ", length_, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+  v1::Tensor& header() { return header_; }
+
+ private:
+  template <class Copy>
+  absl::Status Take(int64_t offset, int64_t n, Copy copy) {
+    if (!have_header_ || dst_ == nullptr) {
+      return absl::InternalError("server sent a chunk before the header");
+    }
+    if (offset < begin_ || n > length_ - (offset - begin_)) {
+      return absl::InternalError(absl::StrCat("server sent a chunk for bytes [", offset, ", +",
+                                              n, ") outside [", begin_, ", +", length_, ")"));
+    }
+    copy(dst_ + (offset - begin_));
+    got_ += n;
+    if (progress_) progress_(got_, length_);
+    return absl::OkStatus();
+  }
+
+  std::byte* dst_ = nullptr;
+  int64_t begin_ = 0;
+  int64_t length_ = 0;
+  int64_t got_ = 0;
+  bool download_ = false;
+  bool have_header_ = false;
+  v1::Tensor header_;
+  Client::Progress progress_;
+};
 
 }  // namespace
 
 absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
                                                    int64_t chunk_bytes) {
   if (!setup_error_.ok()) return setup_error_;
+  const int64_t chunk = chunk_bytes > 0 ? chunk_bytes : options_.chunk_bytes;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
-  auto stream = stub_->ComputeStream(&ctx);
-  v1::ComputeStreamRequest header;
-  v1::ComputeRequest* h = header.mutable_header();
-  *h = request;
-  for (v1::Tensor& t : *h->mutable_inputs()) {
-    if (t.handle().empty()) {
-      t.set_storage_bytes(static_cast<int64_t>(t.data().size()));
-      t.clear_data();
+  const v1::ComputeStreamRequest header = [&] {
+    v1::ComputeStreamRequest m;
+    *m.mutable_header() = HeaderOf(request);
+    return m;
+  }();
+  bool sent_header = false;
+  int input = 0;
+  int64_t at = 0;
+  auto next = [&](grpc::ByteBuffer* out) {
+    if (!sent_header) {
+      sent_header = true;
+      *out = Serialized(header);
+      return true;
     }
-  }
-  bool ok = stream->Write(header);
-  for (int i = 0; ok && i < request.inputs_size(); ++i) {
-    const std::string& data = request.inputs(i).data();
-    if (!request.inputs(i).handle().empty()) continue;
-    for (size_t at = 0; ok && at < data.size(); at += static_cast<size_t>(chunk_bytes)) {
-      v1::ComputeStreamRequest m;
-      v1::DataChunk* c = m.mutable_chunk();
-      c->set_tensor(i);
-      c->set_offset(static_cast<int64_t>(at));
-      c->set_data(data.substr(at, static_cast<size_t>(chunk_bytes)));
-      ok = stream->Write(m);
+    for (; input < request.inputs_size(); ++input, at = 0) {
+      const v1::Tensor& t = request.inputs(input);
+      const auto size = static_cast<int64_t>(t.data().size());
+      if (!IsInline(t) || at >= size) continue;
+      const int64_t n = std::min(chunk, size - at);
+      *out = wire::ChunkMessage(input, at, t.data().data() + at, static_cast<size_t>(n));
+      at += n;
+      return true;
     }
-  }
-  stream->WritesDone();
-  auto out = ReadTensorStream(*stream);
-  if (grpc::Status s = stream->Finish(); !s.ok()) return FromGrpc(s);
-  return out;
+    return false;
+  };
+  TensorReceiver receiver(false, nullptr);
+  auto s = RunChunkedCall(*generic_, ctx, kComputeStreamMethod, next,
+                          [&receiver](grpc::ByteBuffer& b) { return receiver(b); });
+  if (!s.ok()) return s;
+  if (auto c = receiver.Check(); !c.ok()) return c;
+  return std::move(receiver.header());
+}
+
+absl::Status Client::SendUpload(grpc::GenericStub& stub, const v1::UploadRequest& header,
+                                const std::byte* data, int64_t begin, int64_t end,
+                                v1::UploadResponse* response, const Progress& progress) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  bool sent_header = false;
+  int64_t at = begin;
+  auto next = [&](grpc::ByteBuffer* out) {
+    if (!sent_header) {
+      sent_header = true;
+      *out = Serialized(header);
+      return true;
+    }
+    if (at >= end) return false;
+    const int64_t n = std::min(options_.chunk_bytes, end - at);
+    *out = wire::ChunkMessage(0, at, data + at, static_cast<size_t>(n));
+    at += n;
+    if (progress) progress(at - begin, end - begin);
+    return true;
+  };
+  return RunChunkedCall(stub, ctx, kUploadMethod, next, [response](grpc::ByteBuffer& b) {
+    return Parse(b, response);
+  });
 }
 
 absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int64_t ttl_seconds,
                                                   int64_t chunk_bytes, const Progress& progress) {
   if (!setup_error_.ok()) return setup_error_;
-  grpc::ClientContext ctx;
-  SetDeadline(ctx);
-  v1::UploadResponse resp;
-  auto stream = stub_->Upload(&ctx, &resp);
   v1::UploadRequest header;
   v1::Tensor* t = header.mutable_header()->mutable_tensor();
-  *t = tensor;
-  t->clear_data();
+  CopyAllBut(tensor, {"data"}, t);
   t->set_storage_bytes(static_cast<int64_t>(tensor.data().size()));
   header.mutable_header()->set_ttl_seconds(ttl_seconds);
-  bool ok = stream->Write(header);
-  const std::string& data = tensor.data();
-  for (size_t at = 0; ok && at < data.size(); at += static_cast<size_t>(chunk_bytes)) {
-    v1::UploadRequest m;
-    m.mutable_chunk()->set_offset(static_cast<int64_t>(at));
-    m.mutable_chunk()->set_data(data.substr(at, static_cast<size_t>(chunk_bytes)));
-    ok = stream->Write(m);
-    if (progress) {
-      progress(std::min<int64_t>(at + chunk_bytes, data.size()), static_cast<int64_t>(data.size()));
-    }
-  }
-  stream->WritesDone();
-  if (grpc::Status s = stream->Finish(); !s.ok()) return FromGrpc(s);
+  ClientOptions saved = options_;
+  if (chunk_bytes > 0) options_.chunk_bytes = chunk_bytes;
+  v1::UploadResponse resp;
+  auto s = SendUpload(*generic_, header, reinterpret_cast<const std::byte*>(tensor.data().data()),
+                      0, static_cast<int64_t>(tensor.data().size()), &resp, progress);
+  options_.chunk_bytes = saved.chunk_bytes;
+  if (!s.ok()) return s;
   return resp;
 }
 
@@ -217,9 +362,147 @@ absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle, const Pro
   SetDeadline(ctx);
   v1::DownloadRequest req;
   req.set_handle(handle);
-  auto reader = stub_->Download(&ctx, req);
-  auto out = ReadTensorStream(*reader, progress);
-  if (grpc::Status s = reader->Finish(); !s.ok()) return FromGrpc(s);
+  req.set_chunk_bytes(options_.chunk_bytes);
+  bool sent = false;
+  auto next = [&](grpc::ByteBuffer* out) {
+    if (sent) return false;
+    sent = true;
+    *out = Serialized(req);
+    return true;
+  };
+  TensorReceiver receiver(true, progress);
+  auto s = RunChunkedCall(*generic_, ctx, kDownloadMethod, next,
+                          [&receiver](grpc::ByteBuffer& b) { return receiver(b); });
+  if (!s.ok()) return s;
+  if (auto c = receiver.Check(); !c.ok()) return c;
+  return std::move(receiver.header());
+}
+
+absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& request,
+                                                 int connections) {
+  if (!setup_error_.ok()) return setup_error_;
+  const int p = std::max(1, connections);
+  std::vector<grpc::GenericStub*> lanes = Lanes(p);
+  // Whatever this call made resident goes when it ends, however it ends.
+  std::vector<std::string> made;
+  struct Cleanup {
+    Client* c;
+    std::vector<std::string>* handles;
+    ~Cleanup() {
+      if (!handles->empty()) (void)c->Release(*handles);
+    }
+  } cleanup{this, &made};
+  const int64_t ttl =
+      std::max<int64_t>(60, absl::ToInt64Seconds(options_.timeout) + 60);
+
+  // 1. A resident tensor reserved for each inline input (a header, no bytes yet).
+  v1::ComputeRequest compute = HeaderOf(request);
+  std::vector<int> inline_inputs;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const v1::Tensor& t = request.inputs(i);
+    if (!IsInline(t)) continue;
+    const auto size = static_cast<int64_t>(t.data().size());
+    v1::UploadRequest reserve;
+    v1::Tensor* flat = reserve.mutable_header()->mutable_tensor();
+    flat->set_dtype(t.dtype());
+    const int64_t item = ItemBytes(t.dtype());
+    flat->add_shape(item > 0 ? size / item : size);
+    flat->set_storage_bytes(size);
+    reserve.mutable_header()->set_ttl_seconds(ttl);
+    v1::UploadResponse r;
+    if (auto s = SendUpload(*generic_, reserve, nullptr, 0, 0, &r); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("input ", i, ": ", s.message()));
+    }
+    made.push_back(r.tensor().handle());
+    v1::Tensor* in = compute.mutable_inputs(i);
+    in->set_handle(r.tensor().handle());
+    in->clear_storage_bytes();
+    inline_inputs.push_back(i);
+  }
+
+  // Runs fn(k) on every lane at once; the first error.
+  auto parallel = [&](auto fn) {
+    std::vector<absl::Status> results(p);
+    std::vector<std::thread> threads;
+    for (int k = 1; k < p; ++k) threads.emplace_back([&, k] { results[k] = fn(k); });
+    results[0] = fn(0);
+    for (auto& th : threads) th.join();
+    for (const absl::Status& s : results) {
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  auto part = [p](int64_t size, int k) {
+    const int64_t each = (size + p - 1) / p;
+    const int64_t begin = std::min(size, k * each);
+    return std::pair{begin, std::min(size, begin + each)};
+  };
+
+  // 2. Every lane uploads its part of every input.
+  if (auto s = parallel([&](int k) {
+        for (size_t j = 0; j < inline_inputs.size(); ++j) {
+          const std::string& data = request.inputs(inline_inputs[j]).data();
+          auto [begin, end] = part(static_cast<int64_t>(data.size()), k);
+          if (begin >= end) continue;
+          v1::UploadRequest h;
+          h.mutable_header()->set_handle(made[j]);
+          h.mutable_header()->set_offset(begin);
+          v1::UploadResponse r;
+          auto s = SendUpload(*lanes[k], h, reinterpret_cast<const std::byte*>(data.data()),
+                              begin, end, &r);
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      });
+      !s.ok()) {
+    return s;
+  }
+
+  // 3. One Compute on the resident inputs, its output kept resident.
+  const bool keep = request.keep_output_resident();
+  compute.set_keep_output_resident(true);
+  if (!keep && compute.resident_ttl_seconds() == 0) compute.set_resident_ttl_seconds(ttl);
+  v1::ComputeResponse resp;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    if (grpc::Status s = stub_->Compute(&ctx, compute, &resp); !s.ok()) return FromGrpc(s);
+  }
+  if (keep) return std::move(*resp.mutable_output());
+  made.push_back(resp.output().handle());
+
+  // 4. Every lane downloads its part of the output into place.
+  v1::Tensor out;
+  CopyAllBut(resp.output(), {"handle", "storage_bytes", "data"}, &out);
+  const int64_t out_bytes = resp.output().storage_bytes();
+  out.mutable_data()->resize(static_cast<size_t>(out_bytes));
+  auto* dst = reinterpret_cast<std::byte*>(out.mutable_data()->data());
+  if (auto s = parallel([&](int k) {
+        auto [begin, end] = part(out_bytes, k);
+        if (begin >= end) return absl::OkStatus();
+        grpc::ClientContext ctx;
+        SetDeadline(ctx);
+        v1::DownloadRequest req;
+        req.set_handle(resp.output().handle());
+        req.set_offset(begin);
+        req.set_length(end - begin);
+        req.set_chunk_bytes(options_.chunk_bytes);
+        bool sent = false;
+        auto next = [&](grpc::ByteBuffer* m) {
+          if (sent) return false;
+          sent = true;
+          *m = Serialized(req);
+          return true;
+        };
+        TensorReceiver receiver(dst + begin, begin, end - begin);
+        auto s = RunChunkedCall(*lanes[k], ctx, kDownloadMethod, next,
+                                [&receiver](grpc::ByteBuffer& b) { return receiver(b); });
+        if (!s.ok()) return s;
+        return receiver.Check();
+      });
+      !s.ok()) {
+    return s;
+  }
   return out;
 }
 

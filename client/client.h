@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
 
@@ -33,6 +34,14 @@ struct ClientOptions {
   std::string tls_server_name;
   // Bearer token sent with every call ("authorization: Bearer <token>").
   std::string token;
+  // Large tensors: a Compute whose inline inputs add up to at least `spread_bytes` travels
+  // over `connections` connections at once (each uploads its part of every input into a
+  // resident tensor, one Compute runs on them, each downloads its part of the output). 1 keeps
+  // every request on one connection.
+  int connections = 8;
+  int64_t spread_bytes = int64_t{32} << 20;
+  // Chunk size of streamed data.
+  int64_t chunk_bytes = int64_t{1} << 20;
 };
 
 class Client;
@@ -72,16 +81,20 @@ class Client {
   // Serving status of `service` ("" for the whole server): "SERVING", "NOT_SERVING", ...
   absl::StatusOr<std::string> Health(const std::string& service = "");
   absl::StatusOr<v1::ListOpsResponse> ListOps();
-  // Runs one op. A request larger than half the message limit goes through ComputeStream in
-  // chunks, transparently.
+  // Runs one op. Large inline inputs are spread over several connections (see
+  // ClientOptions::connections); a request larger than half the message limit otherwise goes
+  // through ComputeStream in chunks. Either way, transparently.
   absl::StatusOr<v1::Tensor> Compute(const v1::ComputeRequest& request);
   absl::StatusOr<v1::Tensor> Compute(absl::string_view op, std::vector<v1::Tensor> inputs,
                                      std::vector<std::pair<std::string, v1::Attribute>> attrs = {});
-  // Compute for tensors of any size: every input with inline data goes in chunks of
-  // `chunk_bytes` after the header, and the output comes back the same way (assembled here),
-  // or as a handle when request.keep_output_resident() is set.
+  // Compute for tensors of any size over one stream: every input with inline data goes in
+  // chunks of `chunk_bytes` (0: the options') after the header, and the output comes back the
+  // same way (assembled here), or as a handle when request.keep_output_resident() is set.
   absl::StatusOr<v1::Tensor> ComputeStreamed(const v1::ComputeRequest& request,
-                                             int64_t chunk_bytes = int64_t{1} << 20);
+                                             int64_t chunk_bytes = 0);
+  // The same result through `connections` connections at once: the inline inputs uploaded in
+  // parts in parallel, one Compute on them, the output downloaded in parts in parallel.
+  absl::StatusOr<v1::Tensor> ComputeSpread(const v1::ComputeRequest& request, int connections);
   // Called as bytes go or arrive: (bytes so far, total).
   using Progress = std::function<void(int64_t, int64_t)>;
   // Stores `tensor` (its data sent in chunks) on the server; the reply's tensor has the handle.
@@ -105,6 +118,12 @@ class Client {
 
  private:
   friend class SharedRegion;
+  // The generic stubs of `n` connections of their own (made on first use).
+  std::vector<grpc::GenericStub*> Lanes(int n);
+  // Sends [begin, end) of `data` (a tensor's storage) after `header`, in chunks, on `stub`.
+  absl::Status SendUpload(grpc::GenericStub& stub, const v1::UploadRequest& header,
+                          const std::byte* data, int64_t begin, int64_t end,
+                          v1::UploadResponse* response, const Progress& progress = nullptr);
   // Sends a memfd over the server's region socket (connected on first use); the ticket.
   absl::StatusOr<std::string> SendRegionFd(int fd);
   int region_socket_ = -1;
@@ -115,7 +134,13 @@ class Client {
   absl::Status setup_error_;
 
   ClientOptions options_;
+  std::string target_;
+  std::shared_ptr<grpc::ChannelCredentials> creds_;
+  grpc::ChannelArguments args_;
   std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<grpc::GenericStub> generic_;
+  std::mutex lanes_mu_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> lanes_;
   std::unique_ptr<v1::TensorService::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };

@@ -147,6 +147,69 @@ TEST_F(StreamingTest, StreamedComputeMatchesUnary) {
   server_->ExpectMemoryBackTo(0);
 }
 
+// Compute spread over several connections (parts uploaded in parallel, one Compute, parts
+// downloaded in parallel) gives what one unary call gives, on strided, offset and broadcast
+// views, odd sizes and odd chunks, and leaves nothing resident behind.
+TEST_F(StreamingTest, ComputeSpreadOverConnectionsMatchesUnary) {
+  const uint64_t seed = std::random_device()();
+  client::ClientOptions o;
+  o.connections = 3;
+  o.spread_bytes = 1;  // Every request with inline bytes.
+  o.chunk_bytes = 4099;
+  Client spread(server_->target(), o);
+  for (int64_t rows : {1, 5, 301}) {
+    const int64_t cols = 1027;
+    // a: the transpose of a [cols, rows + 1] storage, starting one element in.
+    auto storage = RandomFloats(cols * (rows + 1) + 1, seed + rows);
+    v1::Tensor a = Floats({rows, cols}, storage);
+    a.add_strides(1);
+    a.add_strides(rows + 1);
+    a.set_offset(1);
+    auto b = RandomFloats(cols, seed + rows + 7);
+    v1::ComputeRequest req = AddRequest(a, Floats({cols}, b));
+    auto unary = client().Compute(req);
+    ASSERT_TRUE(unary.ok()) << unary.status();
+    auto got = spread.Compute(req);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->data(), unary->data()) << rows << " rows";
+    EXPECT_TRUE(got->handle().empty());
+    ASSERT_EQ(got->shape_size(), 2);
+    const std::vector<float> out = Values(*got);
+    for (int64_t i = 0; i < rows; i += std::max<int64_t>(1, rows / 7)) {
+      for (int64_t j = 0; j < cols; j += 13) {
+        ASSERT_EQ(out[i * cols + j], storage[1 + i + j * (rows + 1)] + b[j]) << i << "," << j;
+      }
+    }
+  }
+  // Kept resident: a handle, whose bytes are the same.
+  auto x = RandomFloats(100003, seed);
+  v1::ComputeRequest keep = AddRequest(Floats({100003}, x), Floats({}, {0.5f}));
+  keep.set_keep_output_resident(true);
+  auto kept = spread.Compute(keep);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_FALSE(kept->handle().empty());
+  auto down = spread.Download(kept->handle());
+  ASSERT_TRUE(down.ok()) << down.status();
+  const std::vector<float> k = Values(*down);
+  ASSERT_EQ(k.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(k[i], x[i] + 0.5f) << i;
+  ASSERT_TRUE(spread.Release({kept->handle()}).ok());
+
+  // A bad request is refused with the reason, and what the spread reserved is released.
+  auto bad = spread.Compute(AddRequest(Floats({3, 4}, RandomFloats(12, 1)),
+                                       Floats({5}, RandomFloats(5, 2))));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  v1::Tensor short_storage = Floats({10}, RandomFloats(9, 3));
+  auto bad_view = spread.Compute("neg", {short_storage});
+  EXPECT_EQ(bad_view.status().code(), absl::StatusCode::kInvalidArgument) << bad_view.status();
+  EXPECT_NE(bad_view.status().message().find("input 0"), std::string::npos) << bad_view.status();
+  auto info = client().ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->resident_tensors(), 0);
+  server_->ExpectMemoryBackTo(0);
+  server_->ExpectHealthy();
+}
+
 TEST_F(StreamingTest, ResidentTensorsAreViewsWithoutCopies) {
   // A 3x4 matrix uploaded once, then used whole and as its transpose.
   std::vector<float> m(12);
