@@ -289,6 +289,12 @@ double OneStream(v1::TensorService::Stub& stub, const v1::ComputeRequest& req, i
   return Seconds(std::chrono::steady_clock::now() - t0);
 }
 
+// False, with the reason on stderr, for a failed step.
+bool Check(const grpc::Status& s, const char* step) {
+  if (!s.ok()) std::fprintf(stderr, "%s: %s\n", step, s.error_message().c_str());
+  return s.ok();
+}
+
 // The tensor spread over several connections: parts uploaded in parallel into reserved
 // resident tensors, one Compute on the handles (output kept resident), parts downloaded in
 // parallel, then released.
@@ -310,7 +316,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
     meta->set_storage_bytes(static_cast<int64_t>(t.data().size()));
     w->Write(h);
     w->WritesDone();
-    if (!w->Finish().ok()) good = false;
+    if (!Check(w->Finish(), "reserve")) good = false;
     handles.push_back(r.tensor().handle());
   }
   auto parallel = [&](auto fn) {
@@ -339,7 +345,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
         g = w->Write(m);
       }
       w->WritesDone();
-      if (!w->Finish().ok()) good = false;
+      if (!Check(w->Finish(), "reserve")) good = false;
     }
   });
   v1::ComputeRequest creq;
@@ -350,7 +356,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
   {
     grpc::ClientContext ctx;
     Deadline(ctx);
-    if (!stubs[0]->Compute(&ctx, creq, &cresp).ok()) good = false;
+    if (!Check(stubs[0]->Compute(&ctx, creq, &cresp), "compute")) good = false;
   }
   const int64_t out_bytes = cresp.output().storage_bytes();
   std::atomic<int64_t> got{0};
@@ -371,7 +377,7 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
     while (r->Read(&m)) {
       if (m.has_chunk()) got += static_cast<int64_t>(m.chunk().data().size());
     }
-    if (!r->Finish().ok()) good = false;
+    if (!Check(r->Finish(), "download")) good = false;
   });
   {
     grpc::ClientContext ctx;
@@ -380,7 +386,11 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
     for (const std::string& h : handles) rel.add_handles(h);
     rel.add_handles(cresp.output().handle());
     v1::ReleaseResponse rr;
-    if (!stubs[0]->Release(&ctx, rel, &rr).ok()) good = false;
+    if (!Check(stubs[0]->Release(&ctx, rel, &rr), "release")) good = false;
+  }
+  if (got != out_bytes) {
+    std::fprintf(stderr, "download: %lld of %lld bytes\n", static_cast<long long>(got.load()),
+                 static_cast<long long>(out_bytes));
   }
   *ok = good && got == out_bytes;
   return Seconds(std::chrono::steady_clock::now() - t0);

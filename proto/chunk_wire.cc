@@ -82,7 +82,10 @@ class Reader {
 
 }  // namespace
 
-grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, const void* data, size_t n) {
+namespace {
+
+// The framing before a chunk's n data bytes; returns its length.
+size_t ChunkHead(int32_t tensor, int64_t offset, size_t n, uint8_t head[48]) {
   // Outer tag and length, then DataChunk's fields (zero values are not written, as protobuf
   // does not write them), the data's tag and length; then the data itself.
   uint8_t inner[32];
@@ -96,20 +99,32 @@ grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, const void* data, 
     k += PutVarint(inner + k, static_cast<uint64_t>(offset));
   }
   const size_t data_field = n == 0 ? 0 : 1 + VarintSize(n) + n;
-  uint8_t head[48];
   size_t h = 0;
   head[h++] = kChunkTag;
   h += PutVarint(head + h, k + data_field);
   std::memcpy(head + h, inner, k);
   h += k;
-  if (n == 0) {
+  if (n > 0) {
+    head[h++] = kDataTag;
+    h += PutVarint(head + h, n);
+  }
+  return h;
+}
+
+}  // namespace
+
+grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, const void* data, size_t n) {
+  return ChunkMessage(tensor, offset, grpc::Slice(data, n, grpc::Slice::STATIC_SLICE));
+}
+
+grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, grpc::Slice data) {
+  uint8_t head[48];
+  const size_t h = ChunkHead(tensor, offset, data.size(), head);
+  if (data.size() == 0) {
     grpc::Slice only(head, h);
     return grpc::ByteBuffer(&only, 1);
   }
-  head[h++] = kDataTag;
-  h += PutVarint(head + h, n);
-  grpc::Slice slices[2] = {grpc::Slice(head, h),
-                           grpc::Slice(data, n, grpc::Slice::STATIC_SLICE)};
+  grpc::Slice slices[2] = {grpc::Slice(head, h), std::move(data)};
   return grpc::ByteBuffer(slices, 2);
 }
 

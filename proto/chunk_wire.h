@@ -20,6 +20,8 @@ namespace tc::wire {
 // A chunk message over [data, data + n). The bytes are not copied: they must stay valid and
 // unchanged until the call that sends the message has finished.
 grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, const void* data, size_t n);
+// A chunk message over `data`, which the message keeps a reference to.
+grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, grpc::Slice data);
 
 // A received chunk: where its bytes belong, and the slices they are in.
 class ChunkRef {

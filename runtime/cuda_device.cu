@@ -456,6 +456,53 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::WritePieces(Lane& lane, Storage& dst, int64_t offset,
+                                     const std::vector<HostPiece>& pieces) {
+  int64_t n = 0;
+  for (const HostPiece& p : pieces) n += p.bytes;
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("write past the end of the storage");
+  }
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(s.mu);
+  const int64_t chunk = impl_->staging_bytes;
+  int& b = s.next;
+  // The pieces are packed into one staging buffer after another; each full buffer (and the
+  // last one) goes to the device as one copy.
+  int64_t filled = 0;
+  int64_t done = 0;
+  auto flush = [&]() -> absl::Status {
+    TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset + done, s.pinned[b],
+                                  static_cast<size_t>(filled), cudaMemcpyHostToDevice, s.stream),
+                  "cudaMemcpyAsync to device");
+    TC_CUDA_CHECK(cudaEventRecord(s.done[b], s.stream), "cudaEventRecord");
+    done += filled;
+    filled = 0;
+    b ^= 1;
+    return absl::OkStatus();
+  };
+  for (const HostPiece& p : pieces) {
+    const auto* from = static_cast<const std::byte*>(p.data);
+    for (int64_t at = 0; at < p.bytes;) {
+      if (filled == 0) {
+        // The buffer's previous copy must have left it before it is filled again.
+        TC_CUDA_CHECK(cudaEventSynchronize(s.done[b]), "cudaEventSynchronize");
+      }
+      const int64_t len = std::min(chunk - filled, p.bytes - at);
+      std::memcpy(static_cast<std::byte*>(s.pinned[b]) + filled, from + at,
+                  static_cast<size_t>(len));
+      filled += len;
+      at += len;
+      if (filled == chunk) {
+        if (auto st = flush(); !st.ok()) return st;
+      }
+    }
+  }
+  if (filled > 0) return flush();
+  return absl::OkStatus();
+}
+
 std::shared_ptr<void> CudaDevice::PinHost(void* p, int64_t n, bool read_only) {
   if (cudaSetDevice(impl_->index) != cudaSuccess) return nullptr;
   // Portable: pinned for every device's context, so one pin serves them all.

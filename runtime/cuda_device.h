@@ -27,6 +27,8 @@ class CudaDevice final : public Device {
   absl::Status Sync(Lane& lane) override;
   std::shared_ptr<void> PinHost(void* p, int64_t n, bool read_only) override;
   absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view handle) override;
+  absl::Status WritePieces(Lane& lane, Storage& dst, int64_t offset,
+                           const std::vector<HostPiece>& pieces) override;
   absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
                            int64_t n) override;
   int64_t max_read_back() const override;

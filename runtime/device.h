@@ -119,6 +119,20 @@ class Device {
   // waits for them).
   virtual absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
                              int64_t n) = 0;
+  // Host pieces laid end to end from `offset` (a message's bytes as gRPC received them, in
+  // slices): as Write of their concatenation, without making it.
+  struct HostPiece {
+    const void* data;
+    int64_t bytes;
+  };
+  virtual absl::Status WritePieces(Lane& lane, Storage& dst, int64_t offset,
+                                   const std::vector<HostPiece>& pieces) {
+    for (const HostPiece& p : pieces) {
+      if (auto s = Write(lane, dst, offset, p.data, p.bytes); !s.ok()) return s;
+      offset += p.bytes;
+    }
+    return absl::OkStatus();
+  }
   // Storage -> host, in lane order: returns once the bytes are in `dst`.
   virtual absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                             int64_t n) = 0;

@@ -67,7 +67,12 @@ class Lifecycle {
 
 absl::Status ShuttingDown();
 
-class TensorServiceImpl final : public v1::TensorService::CallbackService {
+// Upload and Download take raw messages (their chunks skip protobuf's copies, see
+// proto/chunk_wire.h); every other method takes protobuf messages.
+using TensorServiceBase = v1::TensorService::WithRawCallbackMethod_Upload<
+    v1::TensorService::WithRawCallbackMethod_Download<v1::TensorService::CallbackService>>;
+
+class TensorServiceImpl final : public TensorServiceBase {
  public:
   // `regions` may be null: shared-memory regions are then off.
   TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
@@ -79,10 +84,10 @@ class TensorServiceImpl final : public v1::TensorService::CallbackService {
                                     v1::ComputeResponse* response) override;
   grpc::ServerBidiReactor<v1::ComputeStreamRequest, v1::TensorStreamMessage>* ComputeStream(
       grpc::CallbackServerContext* ctx) override;
-  grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* ctx,
-                                                     v1::UploadResponse* response) override;
-  grpc::ServerWriteReactor<v1::TensorStreamMessage>* Download(
-      grpc::CallbackServerContext* ctx, const v1::DownloadRequest* request) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* ctx,
+                                                    grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
                                     const v1::ReleaseRequest* request,
                                     v1::ReleaseResponse* response) override;

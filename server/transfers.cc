@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "proto/chunk_wire.h"
 #include "server/codec.h"
 #include "server/reactor.h"
 #include "server/service.h"
@@ -10,12 +11,23 @@
 namespace tc::server {
 namespace {
 
-// A header (a new tensor, or a part of an existing one's storage), then chunks in order.
-class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::UploadRequest>> {
+// Parses a whole message with protobuf.
+template <class M>
+absl::Status ParseMessage(grpc::ByteBuffer& buffer, M* m, const char* what) {
+  if (!grpc::SerializationTraits<M>::Deserialize(&buffer, m).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed ", what, " message"));
+  }
+  return absl::OkStatus();
+}
+
+// A header (a new tensor, or a part of an existing one's storage), then chunks in order. Raw
+// messages: a chunk goes from the slices gRPC received it in to the device (chunk_wire.h);
+// anything else is parsed with protobuf.
+class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::ByteBuffer>> {
  public:
   UploadReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
-                v1::UploadResponse* response)
-      : PooledReactor(ctx, env, "Upload"), response_(response) {
+                grpc::ByteBuffer* response)
+      : PooledReactor(ctx, env, "Upload"), raw_response_(response) {
     if (Authorized()) StartRead(&in_);
   }
   ~UploadReactor() override {
@@ -29,24 +41,37 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
  private:
   void HandleRead(bool ok) {
     std::lock_guard<std::mutex> order(order_mu_);
-    v1::UploadRequest msg;
+    grpc::ByteBuffer raw;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       if (ok) {
-        msg.Swap(&in_);
+        raw.Swap(&in_);
         StartRead(&in_);
       }
     }
     absl::Status s;
+    wire::ChunkRef chunk;
     if (!ok) {
       s = EndOfInput();
-    } else if (msg.has_header()) {
-      s = Header(msg.header());
-    } else if (msg.has_chunk()) {
-      s = Chunk(msg.chunk());
+    } else if (wire::ParseChunk(raw, &chunk)) {
+      std::vector<runtime::Device::HostPiece> pieces;
+      chunk.ForEachPiece([&pieces](const uint8_t* p, size_t n) {
+        pieces.push_back({p, static_cast<int64_t>(n)});
+      });
+      s = Chunk(chunk.offset(), pieces);
     } else {
-      s = absl::InvalidArgumentError("a message with neither header nor chunk");
+      v1::UploadRequest msg;
+      s = ParseMessage(raw, &msg, "UploadRequest");
+      if (!s.ok()) {
+      } else if (msg.has_header()) {
+        s = Header(msg.header());
+      } else if (msg.has_chunk()) {
+        const std::string& d = msg.chunk().data();
+        s = Chunk(msg.chunk().offset(), {{d.data(), static_cast<int64_t>(d.size())}});
+      } else {
+        s = absl::InvalidArgumentError("a message with neither header nor chunk");
+      }
     }
     if (!s.ok() || !ok) FinishOnce(s);
   }
@@ -103,43 +128,49 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
     return absl::OkStatus();
   }
 
-  absl::Status Chunk(const v1::DataChunk& c) {
+  // A chunk's bytes, at storage byte `offset`, in pieces.
+  absl::Status Chunk(int64_t offset, const std::vector<runtime::Device::HostPiece>& pieces) {
     if (storage_ == nullptr) {
       return absl::InvalidArgumentError("a chunk came before the header; send the header first");
     }
-    if (c.offset() != start_ + got_) {
+    if (offset != start_ + got_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "chunk at byte ", c.offset(), " but the next expected byte is ", start_ + got_,
+          "chunk at byte ", offset, " but the next expected byte is ", start_ + got_,
           "; send chunks in order, without gaps"));
     }
-    const auto len = static_cast<int64_t>(c.data().size());
-    if (len > storage_->bytes() - c.offset()) {
+    int64_t len = 0;
+    for (const auto& p : pieces) len += p.bytes;
+    if (len > storage_->bytes() - offset) {
       return absl::InvalidArgumentError(absl::StrCat("chunk of ", len, " bytes at byte ",
-                                                     c.offset(), " overruns the tensor's ",
+                                                     offset, " overruns the tensor's ",
                                                      storage_->bytes(), " bytes"));
     }
     const DType dtype = part_of_ != nullptr ? part_of_->view.dtype : view_.dtype;
     if (dtype == DType::kBool) {
-      if (auto s = CheckBoolBytes(c.data().data(), len, "tensor", c.offset()); !s.ok()) return s;
+      int64_t at = offset;
+      for (const auto& p : pieces) {
+        if (auto s = CheckBoolBytes(p.data, p.bytes, "tensor", at); !s.ok()) return s;
+        at += p.bytes;
+      }
     }
     received_ += len;
     got_ += len;
-    return storage_->device().Write(*lane_, *storage_, c.offset(), c.data().data(), len);
+    return storage_->device().WritePieces(*lane_, *storage_, offset, pieces);
   }
 
   absl::Status EndOfInput() {
     if (storage_ == nullptr) return absl::InvalidArgumentError("the stream ended before its header");
     // Every byte on the device before anyone can use the tensor.
     if (auto s = storage_->device().Sync(*lane_); !s.ok()) return s;
-    response_->set_bytes_received(got_);
+    response_.set_bytes_received(got_);
     if (part_of_ != nullptr) {
       // Done writing: readable as soon as the client hears so.
       part_of_->writers.fetch_sub(1);
       writing_ = false;
-      SetTensorMeta(part_of_->view, response_->mutable_tensor());
-      response_->mutable_tensor()->set_handle(part_of_->handle);
-      response_->set_expires_unix_seconds(absl::ToUnixSeconds(part_of_->expires));
-      return absl::OkStatus();
+      SetTensorMeta(part_of_->view, response_.mutable_tensor());
+      response_.mutable_tensor()->set_handle(part_of_->handle);
+      response_.set_expires_unix_seconds(absl::ToUnixSeconds(part_of_->expires));
+      return Respond();
     }
     // Whole, or only reserved (its parts to come on other streams).
     if (got_ != 0 && got_ != view_.storage_bytes) {
@@ -148,14 +179,25 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
     }
     auto r = env_.resident->Add(owner_, storage_, view_, ttl_);
     if (!r.ok()) return r.status();
-    SetTensorMeta((*r)->view, response_->mutable_tensor());
-    response_->mutable_tensor()->set_handle((*r)->handle);
-    response_->set_expires_unix_seconds(absl::ToUnixSeconds((*r)->expires));
+    SetTensorMeta((*r)->view, response_.mutable_tensor());
+    response_.mutable_tensor()->set_handle((*r)->handle);
+    response_.set_expires_unix_seconds(absl::ToUnixSeconds((*r)->expires));
+    return Respond();
+  }
+
+  // The response, serialized where gRPC sends it from.
+  absl::Status Respond() {
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::UploadResponse>::Serialize(response_, raw_response_, &own)
+             .ok()) {
+      return absl::InternalError("cannot serialize the response");
+    }
     return absl::OkStatus();
   }
 
-  v1::UploadResponse* response_;
-  v1::UploadRequest in_;
+  grpc::ByteBuffer* raw_response_;
+  v1::UploadResponse response_;
+  grpc::ByteBuffer in_;
   std::mutex order_mu_;
   runtime::StoragePtr storage_;
   std::unique_ptr<runtime::Lane> lane_;
@@ -167,18 +209,25 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<v1::Upl
   int64_t got_ = 0;
 };
 
-class DownloadReactor final
-    : public PooledReactor<grpc::ServerWriteReactor<v1::TensorStreamMessage>> {
+// The header, then the range's bytes in chunks: each read from the device straight into the
+// slice that the message sends (chunk_wire.h), not into a protobuf string copied again.
+class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
   DownloadReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
-                  const v1::DownloadRequest* request)
+                  const grpc::ByteBuffer* request)
       : PooledReactor(ctx, env, "Download") {
     if (Authorized()) Post([this, request] { Begin(*request); });
   }
-  void OnWriteDone(bool ok) override { WriteDone<v1::TensorStreamMessage>(ok); }
+  void OnWriteDone(bool ok) override { WriteDone<grpc::ByteBuffer>(ok); }
 
  private:
-  void Begin(const v1::DownloadRequest& request) {
+  void Begin(const grpc::ByteBuffer& raw) {
+    grpc::ByteBuffer copy(raw);
+    v1::DownloadRequest request;
+    if (auto s = ParseMessage(copy, &request, "DownloadRequest"); !s.ok()) {
+      FinishOnce(s);
+      return;
+    }
     auto r = env_.resident->Find(owner_, request.handle());
     if (!r.ok()) {
       FinishOnce(r.status());
@@ -209,22 +258,27 @@ class DownloadReactor final
                                                     : env_.options.chunk_bytes;
     lane_ = tensor_->storage->device().AcquireLane();
     const int64_t chunks = (length + chunk - 1) / chunk;
-    StartSending<v1::TensorStreamMessage>(
-        1 + chunks, [this, begin, length, chunk](int64_t k, v1::TensorStreamMessage* m) {
+    StartSending<grpc::ByteBuffer>(
+        1 + chunks, [this, begin, length, chunk](int64_t k, grpc::ByteBuffer* m) {
           if (k == 0) {
-            SetTensorMeta(tensor_->view, m->mutable_header());
-            m->mutable_header()->set_handle(tensor_->handle);
+            v1::TensorStreamMessage h;
+            SetTensorMeta(tensor_->view, h.mutable_header());
+            h.mutable_header()->set_handle(tensor_->handle);
+            bool own = false;
+            if (!grpc::SerializationTraits<v1::TensorStreamMessage>::Serialize(h, m, &own).ok()) {
+              return absl::InternalError("cannot serialize the header");
+            }
             return absl::OkStatus();
           }
           const int64_t at = (k - 1) * chunk;
           const int64_t len = std::min(chunk, length - at);
-          v1::DataChunk* c = m->mutable_chunk();
-          c->set_offset(begin + at);
-          std::string* data = c->mutable_data();
-          data->resize(static_cast<size_t>(len));
+          grpc::Slice data(static_cast<size_t>(len));
           sent_ += len;
-          return tensor_->storage->device().Read(*lane_, *tensor_->storage, begin + at,
-                                                 data->data(), len);
+          auto s = tensor_->storage->device().Read(*lane_, *tensor_->storage, begin + at,
+                                                   const_cast<uint8_t*>(data.begin()), len);
+          if (!s.ok()) return s;
+          *m = wire::ChunkMessage(0, begin + at, std::move(data));
+          return absl::OkStatus();
         });
   }
 
@@ -234,13 +288,13 @@ class DownloadReactor final
 
 }  // namespace
 
-grpc::ServerReadReactor<v1::UploadRequest>* TensorServiceImpl::Upload(
-    grpc::CallbackServerContext* ctx, v1::UploadResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* TensorServiceImpl::Upload(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
   return new UploadReactor(ctx, env_, response);
 }
 
-grpc::ServerWriteReactor<v1::TensorStreamMessage>* TensorServiceImpl::Download(
-    grpc::CallbackServerContext* ctx, const v1::DownloadRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorServiceImpl::Download(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
   return new DownloadReactor(ctx, env_, request);
 }
 

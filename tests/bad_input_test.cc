@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "client/chunked_call.h"
 #include "client/client.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -252,6 +254,27 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
                    },
                    // gRPC's own answer when a request message does not parse.
                    C::kUnimplemented, ""});
+  // Upload and Download read raw messages: bytes that are not one get a clear status.
+  for (const char* method : {"Upload", "Download"}) {
+    cases.push_back({absl::StrCat("bytes that are not a protobuf message, to ", method),
+                     [this, method] {
+                       grpc::GenericStub generic(channel_);
+                       grpc::ClientContext ctx;
+                       bool sent = false;
+                       return client::RunChunkedCall(
+                           generic, ctx, absl::StrCat("/tensorcompute.v1.TensorService/", method),
+                           [&sent](grpc::ByteBuffer* out) {
+                             if (sent) return false;
+                             sent = true;
+                             const char garbage[] = "\xff\xff\xff\xff\x0f not a message";
+                             grpc::Slice slice(garbage, sizeof(garbage));
+                             *out = grpc::ByteBuffer(&slice, 1);
+                             return true;
+                           },
+                           [](grpc::ByteBuffer&) { return absl::OkStatus(); });
+                     },
+                     C::kInvalidArgument, "malformed"});
+  }
   // Streams.
   cases.push_back(Stream("stream without a header", "ended before its header", {}));
   cases.push_back(Stream("chunk before the header", "before the header", {Chunk(0, 0, 16)}));
