@@ -37,9 +37,13 @@ MemoryReleaser::MemoryReleaser(std::function<bool()> busy, int64_t cushion_bytes
     : busy_(std::move(busy)), cushion_(cushion_bytes) {
   thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
+    int idle_seconds = 0;
     while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; })) {
       lock.unlock();
-      ReleaseOnce(busy_(), cushion_);
+      // A client that calls again and again leaves gaps between its calls: only a server
+      // idle at two checks in a row counts as idle.
+      idle_seconds = busy_() ? 0 : idle_seconds + 1;
+      ReleaseOnce(idle_seconds < 2, cushion_);
       lock.lock();
     }
   });

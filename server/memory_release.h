@@ -2,8 +2,9 @@
 //
 // Large tensors arrive as many chunk-sized buffers, and a request's storage is freed when it
 // ends: an allocator that kept nothing would fault fresh pages in for every chunk, one that
-// kept everything would leave the process at its peak after a burst. So while calls are in
-// flight, free memory beyond `cushion_bytes` goes back; once none is, all of it does.
+// kept everything would leave the process at its peak after a burst. So while calls come,
+// free memory beyond `cushion_bytes` goes back; once none has been in flight at two checks
+// in a row, all of it does.
 #pragma once
 
 #include <condition_variable>
