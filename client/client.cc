@@ -115,23 +115,73 @@ absl::StatusOr<v1::ListOpsResponse> Client::ListOps() {
 }
 
 absl::StatusOr<v1::Tensor> Client::Compute(const v1::ComputeRequest& request) {
+  Bytes bytes;
+  for (const v1::Tensor& t : request.inputs()) {
+    bytes.push_back({t.data().data(), static_cast<int64_t>(t.data().size())});
+  }
+  return Dispatch(request, bytes, &request, nullptr);
+}
+
+absl::StatusOr<v1::Tensor> Client::ComputeFrom(const v1::ComputeRequest& request,
+                                               const std::vector<ExternalBytes>& bytes,
+                                               const OutputAllocator& allocate) {
+  if (static_cast<int>(bytes.size()) != request.inputs_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(bytes.size(), " byte ranges for ",
+                                                   request.inputs_size(), " inputs"));
+  }
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    if (!request.inputs(i).data().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", i, " has data; its bytes are to come from outside"));
+    }
+  }
+  return Dispatch(request, bytes, nullptr, allocate);
+}
+
+absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
+                                            const Bytes& bytes, const v1::ComputeRequest* unary,
+                                            const OutputAllocator& allocate) {
   int64_t inline_bytes = 0;
-  for (const v1::Tensor& t : request.inputs()) inline_bytes += t.data().size();
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const v1::Tensor& t = request.inputs(i);
+    if (t.handle().empty() && t.region().empty()) inline_bytes += bytes[i].size;
+  }
   // Large: over several connections at once (an output bound for a region needs no transfer).
   if (options_.connections > 1 && inline_bytes >= options_.spread_bytes &&
       request.output_region().empty()) {
-    return ComputeSpread(request, options_.connections);
+    return SpreadImpl(request, bytes, options_.connections, allocate);
   }
   // Too large for one message: the same request in chunks.
-  if (static_cast<int64_t>(request.ByteSizeLong()) > options_.max_message_bytes / 2) {
-    return ComputeStreamed(request);
+  if (static_cast<int64_t>(request.ByteSizeLong()) + (unary == nullptr ? inline_bytes : 0) >
+      options_.max_message_bytes / 2) {
+    return StreamedImpl(request, bytes, 0, allocate);
   }
   if (!setup_error_.ok()) return setup_error_;
+  v1::ComputeRequest assembled;
+  if (unary == nullptr) {
+    // Small: the bytes copied into one message.
+    assembled = request;
+    for (int i = 0; i < assembled.inputs_size(); ++i) {
+      v1::Tensor* t = assembled.mutable_inputs(i);
+      if (t->handle().empty() && t->region().empty() && bytes[i].size > 0) {
+        t->set_data(bytes[i].data, static_cast<size_t>(bytes[i].size));
+      }
+    }
+    unary = &assembled;
+  }
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::ComputeResponse resp;
-  if (grpc::Status s = stub_->Compute(&ctx, request, &resp); !s.ok()) return FromGrpc(s);
-  return std::move(*resp.mutable_output());
+  if (grpc::Status s = stub_->Compute(&ctx, *unary, &resp); !s.ok()) return FromGrpc(s);
+  v1::Tensor* out = resp.mutable_output();
+  if (allocate && !out->data().empty()) {
+    std::byte* dst = allocate(static_cast<int64_t>(out->data().size()));
+    if (dst == nullptr) return absl::ResourceExhaustedError("no memory for the output");
+    std::memcpy(dst, out->data().data(), out->data().size());
+    out->set_storage_bytes(static_cast<int64_t>(out->data().size()));
+    out->clear_data();
+  }
+  return std::move(*out);
 }
 
 absl::StatusOr<v1::Tensor> Client::Compute(
@@ -172,13 +222,15 @@ void CopyAllBut(const M& from, std::initializer_list<absl::string_view> skip, M*
 bool IsInline(const v1::Tensor& t) { return t.handle().empty() && t.region().empty(); }
 
 // The request without its inputs' inline bytes: their lengths become storage_bytes.
-v1::ComputeRequest HeaderOf(const v1::ComputeRequest& request) {
+v1::ComputeRequest HeaderOf(const v1::ComputeRequest& request,
+                            const std::vector<Client::ExternalBytes>& bytes) {
   v1::ComputeRequest h;
   CopyAllBut(request, {"inputs"}, &h);
-  for (const v1::Tensor& t : request.inputs()) {
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const v1::Tensor& t = request.inputs(i);
     v1::Tensor* m = h.add_inputs();
     CopyAllBut(t, {"data"}, m);
-    if (IsInline(t)) m->set_storage_bytes(static_cast<int64_t>(t.data().size()));
+    if (IsInline(t)) m->set_storage_bytes(bytes[i].size);
   }
   return h;
 }
@@ -206,8 +258,9 @@ class TensorReceiver {
   // ...or into the header's own data, sized by it: a whole tensor, whose bytes follow unless
   // the header names a resident tensor (a ComputeStream output kept resident), or always
   // (`download`).
-  TensorReceiver(bool download, const Client::Progress& progress)
-      : download_(download), progress_(progress) {}
+  TensorReceiver(bool download, const Client::Progress& progress,
+                 const Client::OutputAllocator* allocate = nullptr)
+      : download_(download), progress_(progress), allocate_(allocate) {}
 
   absl::Status operator()(grpc::ByteBuffer& buffer) {
     wire::ChunkRef chunk;
@@ -229,8 +282,13 @@ class TensorReceiver {
     if (dst_ == nullptr && (download_ || header_.handle().empty())) {
       // The whole storage follows.
       length_ = header_.storage_bytes();
-      header_.mutable_data()->resize(static_cast<size_t>(length_));
-      dst_ = reinterpret_cast<std::byte*>(header_.mutable_data()->data());
+      if (allocate_ != nullptr && *allocate_) {
+        dst_ = (*allocate_)(length_);
+        if (dst_ == nullptr) return absl::ResourceExhaustedError("no memory for the output");
+      } else {
+        header_.mutable_data()->resize(static_cast<size_t>(length_));
+        dst_ = reinterpret_cast<std::byte*>(header_.mutable_data()->data());
+      }
     }
     return absl::OkStatus();
   }
@@ -270,19 +328,30 @@ class TensorReceiver {
   bool have_header_ = false;
   v1::Tensor header_;
   Client::Progress progress_;
+  const Client::OutputAllocator* allocate_;
 };
 
 }  // namespace
 
 absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
                                                    int64_t chunk_bytes) {
+  Bytes bytes;
+  for (const v1::Tensor& t : request.inputs()) {
+    bytes.push_back({t.data().data(), static_cast<int64_t>(t.data().size())});
+  }
+  return StreamedImpl(request, bytes, chunk_bytes, nullptr);
+}
+
+absl::StatusOr<v1::Tensor> Client::StreamedImpl(const v1::ComputeRequest& request,
+                                                const Bytes& bytes, int64_t chunk_bytes,
+                                                const OutputAllocator& allocate) {
   if (!setup_error_.ok()) return setup_error_;
   const int64_t chunk = chunk_bytes > 0 ? chunk_bytes : options_.chunk_bytes;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   const v1::ComputeStreamRequest header = [&] {
     v1::ComputeStreamRequest m;
-    *m.mutable_header() = HeaderOf(request);
+    *m.mutable_header() = HeaderOf(request, bytes);
     return m;
   }();
   bool sent_header = false;
@@ -296,16 +365,17 @@ absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& req
     }
     for (; input < request.inputs_size(); ++input, at = 0) {
       const v1::Tensor& t = request.inputs(input);
-      const auto size = static_cast<int64_t>(t.data().size());
+      const int64_t size = bytes[input].size;
       if (!IsInline(t) || at >= size) continue;
       const int64_t n = std::min(chunk, size - at);
-      *out = wire::ChunkMessage(input, at, t.data().data() + at, static_cast<size_t>(n));
+      *out = wire::ChunkMessage(input, at, static_cast<const char*>(bytes[input].data) + at,
+                                static_cast<size_t>(n));
       at += n;
       return true;
     }
     return false;
   };
-  TensorReceiver receiver(false, nullptr);
+  TensorReceiver receiver(false, nullptr, &allocate);
   auto s = RunChunkedCall(*generic_, ctx, kComputeStreamMethod, next,
                           [&receiver](grpc::ByteBuffer& b) { return receiver(b); });
   if (!s.ok()) return s;
@@ -380,6 +450,16 @@ absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle, const Pro
 
 absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& request,
                                                  int connections) {
+  Bytes bytes;
+  for (const v1::Tensor& t : request.inputs()) {
+    bytes.push_back({t.data().data(), static_cast<int64_t>(t.data().size())});
+  }
+  return SpreadImpl(request, bytes, connections, nullptr);
+}
+
+absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
+                                              const Bytes& bytes, int connections,
+                                              const OutputAllocator& allocate) {
   if (!setup_error_.ok()) return setup_error_;
   const int p = std::max(1, connections);
   std::vector<grpc::GenericStub*> lanes = Lanes(p);
@@ -396,12 +476,12 @@ absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& reque
       std::max<int64_t>(60, absl::ToInt64Seconds(options_.timeout) + 60);
 
   // 1. A resident tensor reserved for each inline input (a header, no bytes yet).
-  v1::ComputeRequest compute = HeaderOf(request);
+  v1::ComputeRequest compute = HeaderOf(request, bytes);
   std::vector<int> inline_inputs;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const v1::Tensor& t = request.inputs(i);
     if (!IsInline(t)) continue;
-    const auto size = static_cast<int64_t>(t.data().size());
+    const int64_t size = bytes[i].size;
     v1::UploadRequest reserve;
     v1::Tensor* flat = reserve.mutable_header()->mutable_tensor();
     flat->set_dtype(t.dtype());
@@ -441,15 +521,15 @@ absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& reque
   // 2. Every lane uploads its part of every input.
   if (auto s = parallel([&](int k) {
         for (size_t j = 0; j < inline_inputs.size(); ++j) {
-          const std::string& data = request.inputs(inline_inputs[j]).data();
-          auto [begin, end] = part(static_cast<int64_t>(data.size()), k);
+          const ExternalBytes& data = bytes[inline_inputs[j]];
+          auto [begin, end] = part(data.size, k);
           if (begin >= end) continue;
           v1::UploadRequest h;
           h.mutable_header()->set_handle(made[j]);
           h.mutable_header()->set_offset(begin);
           v1::UploadResponse r;
-          auto s = SendUpload(*lanes[k], h, reinterpret_cast<const std::byte*>(data.data()),
-                              begin, end, &r);
+          auto s = SendUpload(*lanes[k], h, static_cast<const std::byte*>(data.data), begin,
+                              end, &r);
           if (!s.ok()) return s;
         }
         return absl::OkStatus();
@@ -475,8 +555,15 @@ absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& reque
   v1::Tensor out;
   CopyAllBut(resp.output(), {"handle", "storage_bytes", "data"}, &out);
   const int64_t out_bytes = resp.output().storage_bytes();
-  out.mutable_data()->resize(static_cast<size_t>(out_bytes));
-  auto* dst = reinterpret_cast<std::byte*>(out.mutable_data()->data());
+  std::byte* dst;
+  if (allocate) {
+    dst = allocate(out_bytes);
+    if (dst == nullptr) return absl::ResourceExhaustedError("no memory for the output");
+    out.set_storage_bytes(out_bytes);
+  } else {
+    out.mutable_data()->resize(static_cast<size_t>(out_bytes));
+    dst = reinterpret_cast<std::byte*>(out.mutable_data()->data());
+  }
   if (auto s = parallel([&](int k) {
         auto [begin, end] = part(out_bytes, k);
         if (begin >= end) return absl::OkStatus();

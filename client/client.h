@@ -85,6 +85,22 @@ class Client {
   // ClientOptions::connections); a request larger than half the message limit otherwise goes
   // through ComputeStream in chunks. Either way, transparently.
   absl::StatusOr<v1::Tensor> Compute(const v1::ComputeRequest& request);
+  // Inline bytes that live in the caller's memory rather than in a Tensor's data field.
+  struct ExternalBytes {
+    const void* data = nullptr;
+    int64_t size = 0;
+  };
+  // Where an output's bytes go: memory for `bytes` bytes (null: RESOURCE_EXHAUSTED).
+  using OutputAllocator = std::function<std::byte*(int64_t bytes)>;
+  // Compute for inputs whose bytes are not copied into the request: input i's storage is
+  // bytes[i] (its data field left empty; entries for handles and regions are ignored). The
+  // memory must stay unchanged until the call returns. Large ones are spread or streamed as
+  // in Compute, straight from that memory. With `allocate`, the output's storage bytes are
+  // written into the memory it returns (the returned Tensor then has no data); a large
+  // output is written there by several threads at once, untouched before.
+  absl::StatusOr<v1::Tensor> ComputeFrom(const v1::ComputeRequest& request,
+                                         const std::vector<ExternalBytes>& bytes,
+                                         const OutputAllocator& allocate = nullptr);
   absl::StatusOr<v1::Tensor> Compute(absl::string_view op, std::vector<v1::Tensor> inputs,
                                      std::vector<std::pair<std::string, v1::Attribute>> attrs = {});
   // Compute for tensors of any size over one stream: every input with inline data goes in
@@ -118,6 +134,14 @@ class Client {
 
  private:
   friend class SharedRegion;
+  using Bytes = std::vector<ExternalBytes>;
+  absl::StatusOr<v1::Tensor> Dispatch(const v1::ComputeRequest& request, const Bytes& bytes,
+                                      const v1::ComputeRequest* unary,
+                                      const OutputAllocator& allocate);
+  absl::StatusOr<v1::Tensor> StreamedImpl(const v1::ComputeRequest& request, const Bytes& bytes,
+                                          int64_t chunk_bytes, const OutputAllocator& allocate);
+  absl::StatusOr<v1::Tensor> SpreadImpl(const v1::ComputeRequest& request, const Bytes& bytes,
+                                        int connections, const OutputAllocator& allocate);
   // The generic stubs of `n` connections of their own (made on first use).
   std::vector<grpc::GenericStub*> Lanes(int n);
   // Sends [begin, end) of `data` (a tensor's storage) after `header`, in chunks, on `stub`.

@@ -1,0 +1,131 @@
+// libtensorcompute_native: the C++ client behind a C interface, for languages that load
+// shared libraries (the Python client does, through ctypes). Large tensors then move from
+// the caller's memory over several connections on the library's own threads, outside the
+// caller's interpreter.
+//
+// Every function is safe to call from several threads at once on one client. Errors: a call
+// returns null (or a negative number) and writes the gRPC status code and a message into
+// `code` / `error` (error_len bytes, NUL-terminated).
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+
+namespace {
+
+namespace v1 = ::tensorcompute::v1;
+
+void SetError(const absl::Status& s, int* code, char* error, size_t error_len) {
+  if (code != nullptr) *code = static_cast<int>(s.code());
+  if (error != nullptr && error_len > 0) {
+    const std::string m(s.message());
+    const size_t n = std::min(m.size(), error_len - 1);
+    std::memcpy(error, m.data(), n);
+    error[n] = '\0';
+  }
+}
+
+}  // namespace
+
+struct tcn_client {
+  std::unique_ptr<tc::client::Client> client;
+};
+
+struct tcn_result {
+  v1::Tensor tensor;  // Without data: the metadata the caller reads.
+  std::string meta;   // `tensor` serialized.
+  // The output's bytes: mapped here, untouched until the transfer threads write them (no
+  // zeroing pass first), in huge pages where the system offers them.
+  std::byte* data = nullptr;
+  size_t bytes = 0;
+  size_t mapped = 0;
+  ~tcn_result() {
+    if (mapped > 0) munmap(data, mapped);
+  }
+};
+
+extern "C" {
+
+// A client of `target`. Strings may be null or empty; numbers <= 0 keep the defaults.
+tcn_client* tcn_open(const char* target, const char* token, const char* tls_ca_file,
+                     const char* tls_cert_file, const char* tls_key_file,
+                     const char* tls_server_name, double timeout_seconds,
+                     int64_t max_message_bytes, int connections, int64_t spread_bytes,
+                     int64_t chunk_bytes) {
+  tc::client::ClientOptions o;
+  auto str = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
+  o.token = str(token);
+  o.tls_ca_file = str(tls_ca_file);
+  o.tls_cert_file = str(tls_cert_file);
+  o.tls_key_file = str(tls_key_file);
+  o.tls_server_name = str(tls_server_name);
+  if (timeout_seconds > 0) o.timeout = absl::Seconds(timeout_seconds);
+  if (max_message_bytes > 0) {
+    o.max_message_bytes = static_cast<int>(std::min<int64_t>(max_message_bytes, INT32_MAX));
+  }
+  if (connections > 0) o.connections = connections;
+  if (spread_bytes > 0) o.spread_bytes = spread_bytes;
+  if (chunk_bytes > 0) o.chunk_bytes = chunk_bytes;
+  auto* c = new tcn_client;
+  c->client = std::make_unique<tc::client::Client>(str(target), o);
+  return c;
+}
+
+void tcn_close(tcn_client* c) { delete c; }
+
+// Runs a serialized ComputeRequest whose inline inputs carry no data: input i's bytes are
+// [data[i], data[i] + sizes[i]) (ignored for handles and regions), unchanged until this
+// returns. The result (free it with tcn_result_free) holds the output.
+tcn_result* tcn_compute(tcn_client* c, const void* request, size_t request_len,
+                        const void* const* data, const int64_t* sizes, int n, int* code,
+                        char* error, size_t error_len) {
+  v1::ComputeRequest req;
+  if (!req.ParseFromArray(request, static_cast<int>(request_len))) {
+    SetError(absl::InvalidArgumentError("the request does not parse as a ComputeRequest"), code,
+             error, error_len);
+    return nullptr;
+  }
+  std::vector<tc::client::Client::ExternalBytes> bytes(static_cast<size_t>(std::max(0, n)));
+  for (int i = 0; i < n; ++i) bytes[i] = {data[i], sizes[i]};
+  auto r = std::make_unique<tcn_result>();
+  auto out = c->client->ComputeFrom(req, bytes, [&r](int64_t n) -> std::byte* {
+    if (n <= 0) return reinterpret_cast<std::byte*>(&r->bytes);  // Nothing to write.
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t mapped = (static_cast<size_t>(n) + kHuge - 1) & ~(kHuge - 1);
+    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    (void)madvise(p, mapped, MADV_HUGEPAGE);
+    r->data = static_cast<std::byte*>(p);
+    r->bytes = static_cast<size_t>(n);
+    r->mapped = mapped;
+    return r->data;
+  });
+  if (!out.ok()) {
+    SetError(out.status(), code, error, error_len);
+    return nullptr;
+  }
+  r->tensor = std::move(*out);
+  r->meta = r->tensor.SerializeAsString();
+  return r.release();
+}
+
+// The output Tensor without its data, serialized; its length.
+size_t tcn_result_meta(const tcn_result* r, const char** meta) {
+  *meta = r->meta.data();
+  return r->meta.size();
+}
+
+// The output's storage bytes (as the Tensor's strides and offset describe them); its length.
+size_t tcn_result_data(tcn_result* r, char** data) {
+  *data = reinterpret_cast<char*>(r->data);
+  return r->bytes;
+}
+
+void tcn_result_free(tcn_result* r) { delete r; }
+
+}  // extern "C"
