@@ -3,7 +3,10 @@
 timed from the call until the result is in the caller's array, in the modes a Python user
 meets:
 
-- socket: plain NumPy arrays over gRPC (shared_memory=False), unary or ComputeStream;
+- socket: plain NumPy arrays over gRPC (shared_memory=False) through grpcio alone
+  (native=False), unary or ComputeStream;
+- native: the same over gRPC through libtensorcompute_native (the C++ client library,
+  native=True; TENSORCOMPUTE_NATIVE_LIB names it), spread over --connections connections;
 - shared memory, copy: plain NumPy arrays, copied by the client into a scratch region, the
   result copied out into a new array (what Client.compute does by itself on the same host);
 - shared memory: inputs in shared arrays (Client.shared_array), result into a shared array
@@ -58,7 +61,8 @@ def main():
                          "loopback TCP")
     ap.add_argument("--mib", default="64,256")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--modes", default="socket,shared memory copy,shared memory,cuda ipc")
+    ap.add_argument("--modes", default="socket,native,shared memory copy,shared memory,cuda ipc")
+    ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--json")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
@@ -77,8 +81,13 @@ def main():
     rows = []
     registration = {}
     try:
-        socket_client = tcc.Client(target, shared_memory=False, max_message_bytes=1 << 30,
-                                   timeout=600)
+        socket_client = tcc.Client(target, shared_memory=False, native=False,
+                                   max_message_bytes=1 << 30, timeout=600)
+        native_client = None
+        if "native" in args.modes.split(","):
+            native_client = tcc.Client(target, shared_memory=False, native=True,
+                                       connections=args.connections,
+                                       max_message_bytes=1 << 30, timeout=600)
         shm_client = tcc.Client(local, shared_memory=True, max_message_bytes=1 << 30,
                                 timeout=600)
         info = shm_client.server_info()
@@ -92,7 +101,10 @@ def main():
             expect = a + b
             runs = {}
             if "socket" in modes:
-                runs["socket (gRPC)"] = lambda: socket_client.compute("add", a, b)
+                runs["socket, grpcio"] = lambda: socket_client.compute("add", a, b)
+            if native_client is not None:
+                runs[f"socket, native library, {args.connections} connections"] = (
+                    lambda: native_client.compute("add", a, b))
             if "shared memory copy" in modes:
                 runs["shared memory, copy in and out"] = lambda: shm_client.compute("add", a, b)
             if "shared memory" in modes:

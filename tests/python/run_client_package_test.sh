@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs client/python with pip into a fresh virtual environment (seeing Debian's grpcio,
 # protobuf, numpy and torch; nothing downloaded) and runs its tests against the server: the
-# socket path, shared-memory regions, and CUDA IPC (skipped without a GPU).
+# socket path (grpcio, and the native library given as the second argument), shared-memory
+# regions, and CUDA IPC (skipped without a GPU).
 set -euo pipefail
 server=$1
+native=${2:-}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 venv=$(mktemp -d /tmp/tc-venv-XXXXXX)
 trap 'rm -rf "$venv"' EXIT
@@ -18,3 +20,7 @@ for t in test_client_package.py test_regions.py test_cuda_ipc.py; do
   # 77: skipped (test_cuda_ipc.py where PyTorch sees no GPU).
   [[ $rc -eq 0 || $rc -eq 77 ]] || exit $rc
 done
+if [[ -n "$native" ]]; then
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$repo/tests/python" \
+    "$venv/bin/python" test_native.py --server "$server" --native "$native"
+fi

@@ -2,6 +2,7 @@
 import concurrent.futures
 import ctypes
 import os
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Iterable, Optional
 import grpc
 import numpy as np
 
+from . import native as _native_mod
 from . import shm
 from .v1 import tensor_service_pb2 as pb
 from .v1 import tensor_service_pb2_grpc as pb_grpc
@@ -38,7 +40,9 @@ def _torch():
 
 def _as_numpy(x):
     """(array, wire dtype) for a NumPy array, a PyTorch tensor or anything np.asarray takes."""
-    torch = _torch()
+    # A torch tensor comes from a process that imported torch: never import it here (it
+    # takes a second or more).
+    torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         t = x.detach()
         if t.device.type != "cpu":
@@ -198,6 +202,14 @@ def _copy(dst: np.ndarray, src: np.ndarray):
         f.result()
 
 
+def _contiguous_strides(shape):
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(1, n)
+    return tuple(reversed(out))
+
+
 def _align(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
 
@@ -207,14 +219,22 @@ class Client:
                  max_message_bytes: int = 256 << 20, chunk_bytes: int = 1 << 20,
                  credentials: Optional[grpc.ChannelCredentials] = None,
                  token: Optional[str] = None, shared_memory: Optional[bool] = None,
-                 shared_memory_threshold: int = 256 << 10):
+                 shared_memory_threshold: int = 256 << 10, native: Optional[bool] = None,
+                 connections: int = 8, native_threshold: int = 1 << 20,
+                 spread_bytes: int = 32 << 20):
         """`credentials`: grpc.ssl_channel_credentials(...) for TLS (and client certificates);
         `token`: a bearer token sent with every call.
 
         `shared_memory`: None (the default) uses shared-memory regions where the server is on
         this host (a unix: target, localhost or a loopback address) and offers them; True
         requires them; False never uses them. With regions, requests whose inputs span at
-        least `shared_memory_threshold` bytes send no tensor bytes over the socket."""
+        least `shared_memory_threshold` bytes send no tensor bytes over the socket.
+
+        `native`: where bytes do cross the socket, requests of at least `native_threshold`
+        bytes go through libtensorcompute_native (the C++ client library, see native.py) when
+        it is found: from the arrays' memory, spread over `connections` connections when they
+        reach `spread_bytes`, outside the interpreter lock. None (the default) uses it when found (not with
+        `credentials`, which it cannot take); True requires it; False never uses it."""
         options = [("grpc.max_receive_message_length", max_message_bytes),
                    ("grpc.max_send_message_length", max_message_bytes)]
         self.channel = (grpc.secure_channel(target, credentials, options) if credentials
@@ -230,8 +250,19 @@ class Client:
         self._shm_state = None
         self._shm_error = None
         self._shm_lock = threading.Lock()
+        self.native = native
+        self.connections = connections
+        self.native_threshold = native_threshold
+        self.spread_bytes = spread_bytes
+        self._token = token
+        self._tls = credentials is not None
+        self._native_state = None
+        self._native_lock = threading.Lock()
 
     def close(self):
+        if self._native_state is not None:
+            self._native_state.close()
+            self._native_state = None
         if self._shm_state is not None:
             self._shm_state.close()
         self.channel.close()
@@ -259,6 +290,33 @@ class Client:
             if self._shm_state is None:
                 raise RuntimeError(f"no shared-memory regions: {self._shm_error}")
             return self._shm_state
+
+    def _native(self) -> Optional[_native_mod.NativeClient]:
+        """The native transport, or None where it is off or not found."""
+        if self.native is False:
+            return None
+        with self._native_lock:
+            if self._native_state is None:
+                why = None
+                if self._tls:
+                    why = "TLS credentials are grpcio objects the native library cannot take"
+                elif _native_mod.load() is None:
+                    why = _native_mod.error()
+                if why is not None:
+                    if self.native:
+                        raise RuntimeError(f"no native transport: {why}")
+                    self.native = False
+                    return None
+                self._native_state = _native_mod.NativeClient(
+                    self.target, self.timeout, self.max_message_bytes, self.chunk_bytes,
+                    self._token, self.connections, self.spread_bytes)
+            return self._native_state
+
+    def native_available(self) -> bool:
+        try:
+            return self._native() is not None
+        except RuntimeError:
+            return False
 
     def shared_memory_available(self) -> bool:
         if self.shared_memory is False:
@@ -417,6 +475,14 @@ class Client:
                 result = np.empty(src.shape, src.dtype)
                 _copy(result, src)
             return _to_torch(result, t.dtype) if as_torch else result
+        native = self._native() if stream is not True else None
+        if native is not None:
+            spans = [None if isinstance(x, (Resident, pb.Tensor)) else _span(x) for x in inputs]
+            size = sum(sp.hi - sp.lo for sp in spans if sp is not None)
+            size += sum(len(x.data) for x in inputs if isinstance(x, pb.Tensor))
+            if size >= self.native_threshold or self.native:
+                return self._compute_native(native, op, inputs, spans, attrs, output_dtype,
+                                            keep_resident, as_torch)
         request = pb.ComputeRequest(op=op, inputs=[self._input(x) for x in inputs],
                                     attributes=attrs, keep_output_resident=keep_resident)
         if output_dtype is not None:
@@ -431,6 +497,50 @@ class Client:
         if keep_resident:
             return Resident(out)
         return from_tensor(out, as_torch=as_torch)
+
+    def _compute_native(self, native, op, inputs, spans, attrs, output_dtype, keep_resident,
+                        as_torch):
+        """`op` through the native library: each array's bytes are read where they lie."""
+        tensors, where, keep = [], [], []
+        for x, sp in zip(inputs, spans):
+            if isinstance(x, Resident):
+                tensors.append(pb.Tensor(handle=x.handle))
+                where.append((0, 0))
+            elif isinstance(x, pb.Tensor):
+                t = pb.Tensor()
+                t.CopyFrom(x)
+                data = t.data
+                t.ClearField("data")
+                tensors.append(t)
+                keep.append(data)
+                where.append((ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0,
+                              len(data)))
+            else:
+                tensors.append(sp.meta(storage_bytes=sp.hi - sp.lo))
+                where.append((sp.lo, sp.hi - sp.lo))
+        request = pb.ComputeRequest(op=op, inputs=tensors, attributes=attrs,
+                                    keep_output_resident=keep_resident)
+        if output_dtype is not None:
+            request.output_dtype = getattr(pb, output_dtype)
+        t, raw = native.compute(request, where)
+        del keep
+        if keep_resident:
+            return Resident(t)
+        dt = _WIRE_TO_NUMPY[t.dtype]
+        shape = tuple(t.shape)
+        numel = int(np.prod(shape, dtype=np.int64))
+        if raw is None or numel == 0:
+            arr = np.empty(shape, dt)
+        else:
+            flat = raw.view(dt)
+            contiguous = list(t.strides) in ([], list(_contiguous_strides(shape)))
+            if contiguous and t.offset == 0:
+                arr = flat[:numel].reshape(shape)  # The library's memory, no copy.
+            else:
+                arr = np.array(np.lib.stride_tricks.as_strided(
+                    flat[t.offset:], shape=shape,
+                    strides=tuple(st * dt.itemsize for st in t.strides)))
+        return _to_torch(arr, t.dtype) if as_torch else arr
 
     def _cuda_input(self, state, t) -> pb.Tensor:
         """A torch.cuda tensor as a view of its allocation, shared through CUDA IPC."""

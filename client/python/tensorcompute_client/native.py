@@ -1,0 +1,139 @@
+"""The native transport: libtensorcompute_native (the C++ client library behind a C interface)
+loaded through ctypes. Large tensors then travel from the arrays' own memory over several
+connections at once, on the library's threads, without the interpreter lock; results land in
+memory that becomes the returned array without a copy.
+
+The library is looked for in $TENSORCOMPUTE_NATIVE_LIB, beside this package, then on the
+system's library path (`cmake --build build --target tensorcompute_native` builds it as
+build/client/libtensorcompute_native.so). Without it the client uses grpcio alone."""
+import ctypes
+import ctypes.util
+import os
+import threading
+import weakref
+from typing import List, Optional, Sequence, Tuple
+
+import grpc
+import numpy as np
+
+from .v1 import tensor_service_pb2 as pb
+
+_lock = threading.Lock()
+_lib = None
+_load_error: Optional[str] = None
+
+# gRPC status codes by number, for the errors the library reports.
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def _candidates() -> List[str]:
+    out = []
+    env = os.environ.get("TENSORCOMPUTE_NATIVE_LIB")
+    if env:
+        out.append(env)
+    out.append(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "libtensorcompute_native.so"))
+    found = ctypes.util.find_library("tensorcompute_native")
+    if found:
+        out.append(found)
+    return out
+
+
+def load():
+    """The library, or None (see error())."""
+    global _lib, _load_error
+    with _lock:
+        if _lib is not None or _load_error is not None:
+            return _lib
+        errors = []
+        for path in _candidates():
+            if os.path.sep in path and not os.path.exists(path):
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                errors.append(f"{path}: {e}")
+                continue
+            c = ctypes
+            lib.tcn_open.restype = c.c_void_p
+            lib.tcn_open.argtypes = [c.c_char_p] * 6 + [c.c_double, c.c_int64, c.c_int,
+                                                        c.c_int64, c.c_int64]
+            lib.tcn_close.argtypes = [c.c_void_p]
+            lib.tcn_compute.restype = c.c_void_p
+            lib.tcn_compute.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t,
+                                        c.POINTER(c.c_void_p), c.POINTER(c.c_int64), c.c_int,
+                                        c.POINTER(c.c_int), c.c_char_p, c.c_size_t]
+            lib.tcn_result_meta.restype = c.c_size_t
+            lib.tcn_result_meta.argtypes = [c.c_void_p, c.POINTER(c.c_void_p)]
+            lib.tcn_result_data.restype = c.c_size_t
+            lib.tcn_result_data.argtypes = [c.c_void_p, c.POINTER(c.c_void_p)]
+            lib.tcn_result_free.argtypes = [c.c_void_p]
+            _lib = lib
+            return _lib
+        _load_error = "; ".join(errors) or "libtensorcompute_native.so not found"
+        return None
+
+
+def error() -> Optional[str]:
+    return _load_error
+
+
+class NativeError(grpc.RpcError):
+    """A failed call through the native library, shaped like grpcio's errors."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(f"{code.name}: {details}")
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class NativeClient:
+    def __init__(self, target: str, timeout: float, max_message_bytes: int, chunk_bytes: int,
+                 token: Optional[str], connections: int, spread_bytes: int):
+        self._lib = load()
+        if self._lib is None:
+            raise RuntimeError(f"no native library: {error()}")
+        enc = lambda s: s.encode() if s else None  # noqa: E731
+        self._handle = self._lib.tcn_open(enc(target), enc(token), None, None, None, None,
+                                          float(timeout), int(max_message_bytes),
+                                          int(connections), int(spread_bytes), int(chunk_bytes))
+        self._finalizer = weakref.finalize(self, self._lib.tcn_close, self._handle)
+
+    def close(self):
+        self._finalizer()
+
+    def compute(self, request: pb.ComputeRequest,
+                inputs: Sequence[Tuple[int, int]]) -> Tuple[pb.Tensor, Optional[np.ndarray]]:
+        """Runs `request`, whose inline inputs carry no data: input i's bytes are at address
+        inputs[i][0], inputs[i][1] long. The output's metadata, and its storage bytes as a
+        uint8 array over the library's memory (None when there are none)."""
+        lib = self._lib
+        n = len(inputs)
+        ptrs = (ctypes.c_void_p * max(1, n))(*[p for p, _ in inputs])
+        sizes = (ctypes.c_int64 * max(1, n))(*[s for _, s in inputs])
+        body = request.SerializeToString()
+        code = ctypes.c_int(0)
+        err = ctypes.create_string_buffer(2048)
+        res = lib.tcn_compute(self._handle, body, len(body), ptrs, sizes, n,
+                              ctypes.byref(code), err, len(err))
+        if not res:
+            raise NativeError(_CODES.get(code.value, grpc.StatusCode.UNKNOWN),
+                              err.value.decode(errors="replace"))
+        meta_ptr = ctypes.c_void_p()
+        meta_len = lib.tcn_result_meta(res, ctypes.byref(meta_ptr))
+        tensor = pb.Tensor.FromString(ctypes.string_at(meta_ptr.value, meta_len))
+        data_ptr = ctypes.c_void_p()
+        size = lib.tcn_result_data(res, ctypes.byref(data_ptr))
+        if size == 0:
+            lib.tcn_result_free(res)
+            return tensor, None
+        # The result's memory becomes the array's: freed when the last view of it goes.
+        buf = (ctypes.c_uint8 * size).from_address(data_ptr.value)
+        weakref.finalize(buf, lib.tcn_result_free, res)
+        return tensor, np.frombuffer(buf, dtype=np.uint8)
