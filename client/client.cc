@@ -555,41 +555,53 @@ absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
   v1::Tensor out;
   CopyAllBut(resp.output(), {"handle", "storage_bytes", "data"}, &out);
   const int64_t out_bytes = resp.output().storage_bytes();
-  std::byte* dst;
+  auto download_into = [&](std::byte* dst) {
+    return parallel([&](int k) {
+      auto [begin, end] = part(out_bytes, k);
+      if (begin >= end) return absl::OkStatus();
+      grpc::ClientContext ctx;
+      SetDeadline(ctx);
+      v1::DownloadRequest req;
+      req.set_handle(resp.output().handle());
+      req.set_offset(begin);
+      req.set_length(end - begin);
+      req.set_chunk_bytes(options_.chunk_bytes);
+      bool sent = false;
+      auto next = [&](grpc::ByteBuffer* m) {
+        if (sent) return false;
+        sent = true;
+        *m = Serialized(req);
+        return true;
+      };
+      TensorReceiver receiver(dst + begin, begin, end - begin);
+      auto s = RunChunkedCall(*lanes[k], ctx, kDownloadMethod, next,
+                              [&receiver](grpc::ByteBuffer& b) { return receiver(b); });
+      if (!s.ok()) return s;
+      return receiver.Check();
+    });
+  };
+  absl::Status downloaded;
   if (allocate) {
-    dst = allocate(out_bytes);
+    std::byte* dst = allocate(out_bytes);
     if (dst == nullptr) return absl::ResourceExhaustedError("no memory for the output");
     out.set_storage_bytes(out_bytes);
+    downloaded = download_into(dst);
   } else {
+#if defined(__cpp_lib_string_resize_and_overwrite)
+    // The downloads write the string's bytes themselves, each its own part, in parallel:
+    // no zeroing pass over the whole output first.
+    out.mutable_data()->resize_and_overwrite(static_cast<size_t>(out_bytes),
+                                             [&](char* p, size_t n) {
+                                               downloaded = download_into(
+                                                   reinterpret_cast<std::byte*>(p));
+                                               return downloaded.ok() ? n : 0;
+                                             });
+#else
     out.mutable_data()->resize(static_cast<size_t>(out_bytes));
-    dst = reinterpret_cast<std::byte*>(out.mutable_data()->data());
+    downloaded = download_into(reinterpret_cast<std::byte*>(out.mutable_data()->data()));
+#endif
   }
-  if (auto s = parallel([&](int k) {
-        auto [begin, end] = part(out_bytes, k);
-        if (begin >= end) return absl::OkStatus();
-        grpc::ClientContext ctx;
-        SetDeadline(ctx);
-        v1::DownloadRequest req;
-        req.set_handle(resp.output().handle());
-        req.set_offset(begin);
-        req.set_length(end - begin);
-        req.set_chunk_bytes(options_.chunk_bytes);
-        bool sent = false;
-        auto next = [&](grpc::ByteBuffer* m) {
-          if (sent) return false;
-          sent = true;
-          *m = Serialized(req);
-          return true;
-        };
-        TensorReceiver receiver(dst + begin, begin, end - begin);
-        auto s = RunChunkedCall(*lanes[k], ctx, kDownloadMethod, next,
-                                [&receiver](grpc::ByteBuffer& b) { return receiver(b); });
-        if (!s.ok()) return s;
-        return receiver.Check();
-      });
-      !s.ok()) {
-    return s;
-  }
+  if (!downloaded.ok()) return downloaded;
   return out;
 }
 
