@@ -115,11 +115,16 @@ absl::StatusOr<v1::ListOpsResponse> Client::ListOps() {
 }
 
 absl::StatusOr<v1::Tensor> Client::Compute(const v1::ComputeRequest& request) {
+  return Dispatch(request, DataOf(request), &request, nullptr);
+}
+
+// Each input's own data field, as the bytes to send.
+std::vector<Client::ExternalBytes> Client::DataOf(const v1::ComputeRequest& request) {
   Bytes bytes;
   for (const v1::Tensor& t : request.inputs()) {
     bytes.push_back({t.data().data(), static_cast<int64_t>(t.data().size())});
   }
-  return Dispatch(request, bytes, &request, nullptr);
+  return bytes;
 }
 
 absl::StatusOr<v1::Tensor> Client::ComputeFrom(const v1::ComputeRequest& request,
@@ -335,11 +340,7 @@ class TensorReceiver {
 
 absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
                                                    int64_t chunk_bytes) {
-  Bytes bytes;
-  for (const v1::Tensor& t : request.inputs()) {
-    bytes.push_back({t.data().data(), static_cast<int64_t>(t.data().size())});
-  }
-  return StreamedImpl(request, bytes, chunk_bytes, nullptr);
+  return StreamedImpl(request, DataOf(request), chunk_bytes, nullptr);
 }
 
 absl::StatusOr<v1::Tensor> Client::StreamedImpl(const v1::ComputeRequest& request,
@@ -448,13 +449,114 @@ absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle, const Pro
   return std::move(receiver.header());
 }
 
+namespace {
+
+// Runs fn(k) for k = 0..p-1 at once (k = 0 on this thread); the first error.
+template <class Fn>
+absl::Status OnEveryLane(int p, Fn fn) {
+  std::vector<absl::Status> results(p);
+  std::vector<std::thread> threads;
+  for (int k = 1; k < p; ++k) threads.emplace_back([&, k] { results[k] = fn(k); });
+  results[0] = fn(0);
+  for (auto& th : threads) th.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Lane k's byte range [begin, end) of `size` bytes split over p lanes.
+std::pair<int64_t, int64_t> PartOf(int64_t size, int p, int k) {
+  const int64_t each = (size + p - 1) / p;
+  const int64_t begin = std::min(size, k * each);
+  return {begin, std::min(size, begin + each)};
+}
+
+}  // namespace
+
+absl::Status Client::UploadParts(const std::vector<std::string>& handles, const Bytes& bytes,
+                                 int p) {
+  std::vector<grpc::GenericStub*> lanes = Lanes(p);
+  return OnEveryLane(p, [&](int k) {
+    for (size_t j = 0; j < handles.size(); ++j) {
+      auto [begin, end] = PartOf(bytes[j].size, p, k);
+      if (begin >= end) continue;
+      v1::UploadRequest h;
+      h.mutable_header()->set_handle(handles[j]);
+      h.mutable_header()->set_offset(begin);
+      v1::UploadResponse r;
+      auto s = SendUpload(*lanes[k], h, static_cast<const std::byte*>(bytes[j].data), begin, end,
+                          &r);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Client::DownloadParts(const std::string& handle, int64_t bytes, std::byte* dst,
+                                   int p) {
+  std::vector<grpc::GenericStub*> lanes = Lanes(p);
+  return OnEveryLane(p, [&](int k) {
+    auto [begin, end] = PartOf(bytes, p, k);
+    if (begin >= end) return absl::OkStatus();
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    v1::DownloadRequest req;
+    req.set_handle(handle);
+    req.set_offset(begin);
+    req.set_length(end - begin);
+    req.set_chunk_bytes(options_.chunk_bytes);
+    bool sent = false;
+    auto next = [&](grpc::ByteBuffer* m) {
+      if (sent) return false;
+      sent = true;
+      *m = Serialized(req);
+      return true;
+    };
+    TensorReceiver receiver(dst + begin, begin, end - begin);
+    auto s = RunChunkedCall(*lanes[k], ctx, kDownloadMethod, next,
+                            [&receiver](grpc::ByteBuffer& b) { return receiver(b); });
+    if (!s.ok()) return s;
+    return receiver.Check();
+  });
+}
+
+absl::StatusOr<v1::UploadResponse> Client::UploadFrom(const v1::Tensor& tensor,
+                                                      ExternalBytes bytes, int64_t ttl_seconds) {
+  if (!setup_error_.ok()) return setup_error_;
+  v1::UploadRequest header;
+  v1::Tensor* t = header.mutable_header()->mutable_tensor();
+  CopyAllBut(tensor, {"data"}, t);
+  t->set_storage_bytes(bytes.size);
+  header.mutable_header()->set_ttl_seconds(ttl_seconds);
+  const auto* data = static_cast<const std::byte*>(bytes.data);
+  v1::UploadResponse resp;
+  if (options_.connections <= 1 || bytes.size < options_.spread_bytes) {
+    if (auto s = SendUpload(*generic_, header, data, 0, bytes.size, &resp); !s.ok()) return s;
+    return resp;
+  }
+  // Reserved (the header alone), then its parts over every connection.
+  if (auto s = SendUpload(*generic_, header, nullptr, 0, 0, &resp); !s.ok()) return s;
+  if (auto s = UploadParts({resp.tensor().handle()}, {bytes}, options_.connections); !s.ok()) {
+    (void)Release({resp.tensor().handle()});
+    return s;
+  }
+  resp.set_bytes_received(bytes.size);
+  return resp;
+}
+
+absl::Status Client::DownloadInto(const std::string& handle, int64_t storage_bytes,
+                                  std::byte* dst) {
+  if (!setup_error_.ok()) return setup_error_;
+  const int p = options_.connections > 1 && storage_bytes >= options_.spread_bytes
+                    ? options_.connections
+                    : 1;
+  return DownloadParts(handle, storage_bytes, dst, p);
+}
+
 absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& request,
                                                  int connections) {
-  Bytes bytes;
-  for (const v1::Tensor& t : request.inputs()) {
-    bytes.push_back({t.data().data(), static_cast<int64_t>(t.data().size())});
-  }
-  return SpreadImpl(request, bytes, connections, nullptr);
+  return SpreadImpl(request, DataOf(request), connections, nullptr);
 }
 
 absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
@@ -462,7 +564,6 @@ absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
                                               const OutputAllocator& allocate) {
   if (!setup_error_.ok()) return setup_error_;
   const int p = std::max(1, connections);
-  std::vector<grpc::GenericStub*> lanes = Lanes(p);
   // Whatever this call made resident goes when it ends, however it ends.
   std::vector<std::string> made;
   struct Cleanup {
@@ -500,42 +601,11 @@ absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
     inline_inputs.push_back(i);
   }
 
-  // Runs fn(k) on every lane at once; the first error.
-  auto parallel = [&](auto fn) {
-    std::vector<absl::Status> results(p);
-    std::vector<std::thread> threads;
-    for (int k = 1; k < p; ++k) threads.emplace_back([&, k] { results[k] = fn(k); });
-    results[0] = fn(0);
-    for (auto& th : threads) th.join();
-    for (const absl::Status& s : results) {
-      if (!s.ok()) return s;
-    }
-    return absl::OkStatus();
-  };
-  auto part = [p](int64_t size, int k) {
-    const int64_t each = (size + p - 1) / p;
-    const int64_t begin = std::min(size, k * each);
-    return std::pair{begin, std::min(size, begin + each)};
-  };
-
   // 2. Every lane uploads its part of every input.
-  if (auto s = parallel([&](int k) {
-        for (size_t j = 0; j < inline_inputs.size(); ++j) {
-          const ExternalBytes& data = bytes[inline_inputs[j]];
-          auto [begin, end] = part(data.size, k);
-          if (begin >= end) continue;
-          v1::UploadRequest h;
-          h.mutable_header()->set_handle(made[j]);
-          h.mutable_header()->set_offset(begin);
-          v1::UploadResponse r;
-          auto s = SendUpload(*lanes[k], h, static_cast<const std::byte*>(data.data), begin,
-                              end, &r);
-          if (!s.ok()) return s;
-        }
-        return absl::OkStatus();
-      });
-      !s.ok()) {
-    return s;
+  {
+    Bytes parts;
+    for (int i : inline_inputs) parts.push_back(bytes[i]);
+    if (auto s = UploadParts(made, parts, p); !s.ok()) return s;
   }
 
   // 3. One Compute on the resident inputs, its output kept resident.
@@ -556,29 +626,7 @@ absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
   CopyAllBut(resp.output(), {"handle", "storage_bytes", "data"}, &out);
   const int64_t out_bytes = resp.output().storage_bytes();
   auto download_into = [&](std::byte* dst) {
-    return parallel([&](int k) {
-      auto [begin, end] = part(out_bytes, k);
-      if (begin >= end) return absl::OkStatus();
-      grpc::ClientContext ctx;
-      SetDeadline(ctx);
-      v1::DownloadRequest req;
-      req.set_handle(resp.output().handle());
-      req.set_offset(begin);
-      req.set_length(end - begin);
-      req.set_chunk_bytes(options_.chunk_bytes);
-      bool sent = false;
-      auto next = [&](grpc::ByteBuffer* m) {
-        if (sent) return false;
-        sent = true;
-        *m = Serialized(req);
-        return true;
-      };
-      TensorReceiver receiver(dst + begin, begin, end - begin);
-      auto s = RunChunkedCall(*lanes[k], ctx, kDownloadMethod, next,
-                              [&receiver](grpc::ByteBuffer& b) { return receiver(b); });
-      if (!s.ok()) return s;
-      return receiver.Check();
-    });
+    return DownloadParts(resp.output().handle(), out_bytes, dst, p);
   };
   absl::Status downloaded;
   if (allocate) {

@@ -74,6 +74,11 @@ class SharedRegion {
 
 class Client {
  public:
+  // Inline bytes that live in the caller's memory rather than in a Tensor's data field.
+  struct ExternalBytes {
+    const void* data = nullptr;
+    int64_t size = 0;
+  };
   // `target`: "host:port", or any gRPC target such as "dns:///name:port". A TLS file that
   // cannot be read leaves the client failing every call with its reason.
   explicit Client(const std::string& target, ClientOptions options = {});
@@ -85,11 +90,6 @@ class Client {
   // ClientOptions::connections); a request larger than half the message limit otherwise goes
   // through ComputeStream in chunks. Either way, transparently.
   absl::StatusOr<v1::Tensor> Compute(const v1::ComputeRequest& request);
-  // Inline bytes that live in the caller's memory rather than in a Tensor's data field.
-  struct ExternalBytes {
-    const void* data = nullptr;
-    int64_t size = 0;
-  };
   // Where an output's bytes go: memory for `bytes` bytes (null: RESOURCE_EXHAUSTED).
   using OutputAllocator = std::function<std::byte*(int64_t bytes)>;
   // Compute for inputs whose bytes are not copied into the request: input i's storage is
@@ -117,6 +117,13 @@ class Client {
   absl::StatusOr<v1::UploadResponse> Upload(const v1::Tensor& tensor, int64_t ttl_seconds = 0,
                                             int64_t chunk_bytes = int64_t{1} << 20,
                                             const Progress& progress = nullptr);
+  // Upload of a tensor whose storage is `bytes` in the caller's memory (its data field
+  // ignored), spread over the connections from ClientOptions::spread_bytes.
+  absl::StatusOr<v1::UploadResponse> UploadFrom(const v1::Tensor& tensor, ExternalBytes bytes,
+                                                int64_t ttl_seconds = 0);
+  // A resident tensor's storage bytes [0, storage_bytes) into `dst`, spread over the
+  // connections from ClientOptions::spread_bytes.
+  absl::Status DownloadInto(const std::string& handle, int64_t storage_bytes, std::byte* dst);
   // A resident tensor's metadata and bytes.
   absl::StatusOr<v1::Tensor> Download(const std::string& handle,
                                       const Progress& progress = nullptr);
@@ -135,6 +142,7 @@ class Client {
  private:
   friend class SharedRegion;
   using Bytes = std::vector<ExternalBytes>;
+  static Bytes DataOf(const v1::ComputeRequest& request);
   absl::StatusOr<v1::Tensor> Dispatch(const v1::ComputeRequest& request, const Bytes& bytes,
                                       const v1::ComputeRequest* unary,
                                       const OutputAllocator& allocate);
@@ -142,6 +150,10 @@ class Client {
                                           int64_t chunk_bytes, const OutputAllocator& allocate);
   absl::StatusOr<v1::Tensor> SpreadImpl(const v1::ComputeRequest& request, const Bytes& bytes,
                                         int connections, const OutputAllocator& allocate);
+  // Every lane uploads its part of each of bytes[j] into resident tensor handles[j].
+  absl::Status UploadParts(const std::vector<std::string>& handles, const Bytes& bytes, int p);
+  // Every lane downloads its part of a resident tensor's first `bytes` bytes into dst.
+  absl::Status DownloadParts(const std::string& handle, int64_t bytes, std::byte* dst, int p);
   // The generic stubs of `n` connections of their own (made on first use).
   std::vector<grpc::GenericStub*> Lanes(int n);
   // Sends [begin, end) of `data` (a tensor's storage) after `header`, in chunks, on `stub`.

@@ -47,6 +47,17 @@ struct tcn_result {
   ~tcn_result() {
     if (mapped > 0) munmap(data, mapped);
   }
+  bool Map(int64_t n) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t size = (static_cast<size_t>(n) + kHuge - 1) & ~(kHuge - 1);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    (void)madvise(p, size, MADV_HUGEPAGE);
+    data = static_cast<std::byte*>(p);
+    bytes = static_cast<size_t>(n);
+    mapped = size;
+    return true;
+  }
 };
 
 extern "C" {
@@ -95,15 +106,7 @@ tcn_result* tcn_compute(tcn_client* c, const void* request, size_t request_len,
   auto r = std::make_unique<tcn_result>();
   auto out = c->client->ComputeFrom(req, bytes, [&r](int64_t n) -> std::byte* {
     if (n <= 0) return reinterpret_cast<std::byte*>(&r->bytes);  // Nothing to write.
-    constexpr size_t kHuge = size_t{2} << 20;
-    const size_t mapped = (static_cast<size_t>(n) + kHuge - 1) & ~(kHuge - 1);
-    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return nullptr;
-    (void)madvise(p, mapped, MADV_HUGEPAGE);
-    r->data = static_cast<std::byte*>(p);
-    r->bytes = static_cast<size_t>(n);
-    r->mapped = mapped;
-    return r->data;
+    return r->Map(n) ? r->data : nullptr;
   });
   if (!out.ok()) {
     SetError(out.status(), code, error, error_len);
@@ -111,6 +114,45 @@ tcn_result* tcn_compute(tcn_client* c, const void* request, size_t request_len,
   }
   r->tensor = std::move(*out);
   r->meta = r->tensor.SerializeAsString();
+  return r.release();
+}
+
+// Stores a tensor on the server: `tensor` is a serialized Tensor (its data ignored) whose
+// storage is [data, data + size), unchanged until this returns. The result's metadata is the
+// serialized UploadResponse (the handle in its tensor); it has no data.
+tcn_result* tcn_upload(tcn_client* c, const void* tensor, size_t tensor_len, const void* data,
+                       int64_t size, int64_t ttl_seconds, int* code, char* error,
+                       size_t error_len) {
+  v1::Tensor meta;
+  if (!meta.ParseFromArray(tensor, static_cast<int>(tensor_len))) {
+    SetError(absl::InvalidArgumentError("the tensor does not parse as a Tensor"), code, error,
+             error_len);
+    return nullptr;
+  }
+  auto resp = c->client->UploadFrom(meta, {data, size}, ttl_seconds);
+  if (!resp.ok()) {
+    SetError(resp.status(), code, error, error_len);
+    return nullptr;
+  }
+  auto* r = new tcn_result;
+  r->meta = resp->SerializeAsString();
+  return r;
+}
+
+// A resident tensor's first `storage_bytes` bytes (its whole storage, as its metadata says).
+tcn_result* tcn_download(tcn_client* c, const char* handle, int64_t storage_bytes, int* code,
+                         char* error, size_t error_len) {
+  auto r = std::make_unique<tcn_result>();
+  if (storage_bytes > 0) {
+    if (!r->Map(storage_bytes)) {
+      SetError(absl::ResourceExhaustedError("no memory for the tensor"), code, error, error_len);
+      return nullptr;
+    }
+    if (auto s = c->client->DownloadInto(handle, storage_bytes, r->data); !s.ok()) {
+      SetError(s, code, error, error_len);
+      return nullptr;
+    }
+  }
   return r.release();
 }
 

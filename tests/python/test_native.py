@@ -118,6 +118,25 @@ class NativeTest(unittest.TestCase):
                                               x * np.float32(3) + x)
                 client.release(kept)
 
+    def test_upload_and_download(self):
+        base = self.rng.standard_normal((513, 1031)).astype(np.float32)
+        views = {"contiguous": base, "transpose": base.T, "negative steps": base[::-2, ::-1],
+                 "bool": base > 0, "empty": base[:0]}
+        for name, client in self.clients().items():
+            for view, x in views.items():
+                with self.subTest(client=name, view=view):
+                    r = client.upload(x)
+                    self.assertEqual(r.shape, x.shape)
+                    back = client.download(r)
+                    self.assertEqual(back.dtype, x.dtype)
+                    np.testing.assert_array_equal(back, x)
+                    try:
+                        if x.size and x.dtype != np.bool_:
+                            np.testing.assert_array_equal(client.compute("neg", r), -x)
+                    finally:
+                        client.release(r)
+        self.assertEqual(self.spread.server_info().resident_tensors, 0)
+
     def test_concurrent_callers(self):
         errors = []
 

@@ -202,6 +202,26 @@ def _copy(dst: np.ndarray, src: np.ndarray):
         f.result()
 
 
+def _array_over(t: pb.Tensor, raw: Optional[np.ndarray], as_torch: bool):
+    """The array `t` describes over its storage bytes `raw` (the native library's memory):
+    that memory itself when the layout is C-contiguous from its start, else a copy."""
+    dt = _WIRE_TO_NUMPY[t.dtype]
+    shape = tuple(t.shape)
+    numel = int(np.prod(shape, dtype=np.int64))
+    if raw is None or numel == 0:
+        arr = np.empty(shape, dt)
+    else:
+        flat = raw[:raw.size - raw.size % dt.itemsize].view(dt)
+        contiguous = list(t.strides) in ([], list(_contiguous_strides(shape)))
+        if contiguous and t.offset == 0:
+            arr = flat[:numel].reshape(shape)  # The library's memory, no copy.
+        else:
+            arr = np.array(np.lib.stride_tricks.as_strided(
+                flat[t.offset:], shape=shape,
+                strides=tuple(st * dt.itemsize for st in t.strides)))
+    return _to_torch(arr, t.dtype) if as_torch else arr
+
+
 def _contiguous_strides(shape):
     out, step = [], 1
     for n in reversed(shape):
@@ -550,21 +570,7 @@ class Client:
         del keep
         if keep_resident:
             return Resident(t)
-        dt = _WIRE_TO_NUMPY[t.dtype]
-        shape = tuple(t.shape)
-        numel = int(np.prod(shape, dtype=np.int64))
-        if raw is None or numel == 0:
-            arr = np.empty(shape, dt)
-        else:
-            flat = raw.view(dt)
-            contiguous = list(t.strides) in ([], list(_contiguous_strides(shape)))
-            if contiguous and t.offset == 0:
-                arr = flat[:numel].reshape(shape)  # The library's memory, no copy.
-            else:
-                arr = np.array(np.lib.stride_tricks.as_strided(
-                    flat[t.offset:], shape=shape,
-                    strides=tuple(st * dt.itemsize for st in t.strides)))
-        return _to_torch(arr, t.dtype) if as_torch else arr
+        return _array_over(t, raw, as_torch)
 
     def _cuda_input(self, state, t) -> pb.Tensor:
         """A torch.cuda tensor as a view of its allocation, shared through CUDA IPC."""
@@ -636,6 +642,14 @@ class Client:
         return _assemble(self.stub.ComputeStream(messages(), timeout=self.timeout, metadata=self.metadata))
 
     def upload(self, x, ttl_seconds: int = 0) -> Resident:
+        native = self._native()
+        if native is not None and not isinstance(x, pb.Tensor):
+            sp = _span(x)
+            if sp.hi - sp.lo >= self.native_threshold or self.native:
+                # Read where it lies, over several connections when large.
+                resp = native.upload(sp.meta(storage_bytes=sp.hi - sp.lo), sp.lo,
+                                     sp.hi - sp.lo, ttl_seconds)
+                return Resident(resp.tensor)
         t = to_tensor(x)
         data = t.data
         meta = pb.Tensor()
@@ -652,6 +666,12 @@ class Client:
         return Resident(self.stub.Upload(messages(), timeout=self.timeout, metadata=self.metadata).tensor)
 
     def download(self, resident: Resident, as_torch: bool = False):
+        native = self._native()
+        size = resident.tensor.storage_bytes
+        if native is not None and (size >= self.native_threshold or self.native):
+            # Into memory that becomes the array, over several connections when large.
+            return _array_over(resident.tensor, native.download(resident.handle, size),
+                               as_torch)
         stream = self.stub.Download(pb.DownloadRequest(handle=resident.handle,
                                                        chunk_bytes=self.chunk_bytes),
                                     timeout=self.timeout, metadata=self.metadata)

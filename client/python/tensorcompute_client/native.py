@@ -63,6 +63,12 @@ def load():
             lib.tcn_compute.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t,
                                         c.POINTER(c.c_void_p), c.POINTER(c.c_int64), c.c_int,
                                         c.POINTER(c.c_int), c.c_char_p, c.c_size_t]
+            lib.tcn_upload.restype = c.c_void_p
+            lib.tcn_upload.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t, c.c_void_p, c.c_int64,
+                                       c.c_int64, c.POINTER(c.c_int), c.c_char_p, c.c_size_t]
+            lib.tcn_download.restype = c.c_void_p
+            lib.tcn_download.argtypes = [c.c_void_p, c.c_char_p, c.c_int64, c.POINTER(c.c_int),
+                                         c.c_char_p, c.c_size_t]
             lib.tcn_result_meta.restype = c.c_size_t
             lib.tcn_result_meta.argtypes = [c.c_void_p, c.POINTER(c.c_void_p)]
             lib.tcn_result_data.restype = c.c_size_t
@@ -108,32 +114,54 @@ class NativeClient:
     def close(self):
         self._finalizer()
 
+    def _call(self, fn, *args):
+        """Calls a tcn_* function that returns a result; raises NativeError on failure."""
+        code = ctypes.c_int(0)
+        err = ctypes.create_string_buffer(2048)
+        res = fn(self._handle, *args, ctypes.byref(code), err, len(err))
+        if not res:
+            raise NativeError(_CODES.get(code.value, grpc.StatusCode.UNKNOWN),
+                              err.value.decode(errors="replace"))
+        return res
+
+    def _take(self, res) -> Tuple[bytes, Optional[np.ndarray]]:
+        """A result's metadata bytes, and its data as a uint8 array over the library's memory
+        (freed when the last view of it goes), or None."""
+        lib = self._lib
+        meta_ptr = ctypes.c_void_p()
+        meta_len = lib.tcn_result_meta(res, ctypes.byref(meta_ptr))
+        meta = ctypes.string_at(meta_ptr.value, meta_len) if meta_len else b""
+        data_ptr = ctypes.c_void_p()
+        size = lib.tcn_result_data(res, ctypes.byref(data_ptr))
+        if size == 0:
+            lib.tcn_result_free(res)
+            return meta, None
+        buf = (ctypes.c_uint8 * size).from_address(data_ptr.value)
+        weakref.finalize(buf, lib.tcn_result_free, res)
+        return meta, np.frombuffer(buf, dtype=np.uint8)
+
+    def upload(self, tensor: pb.Tensor, address: int, size: int,
+               ttl_seconds: int) -> pb.UploadResponse:
+        """Stores the tensor whose storage is `size` bytes at `address` (tensor's metadata)."""
+        body = tensor.SerializeToString()
+        res = self._call(self._lib.tcn_upload, body, len(body), address, size, ttl_seconds)
+        meta, _ = self._take(res)
+        return pb.UploadResponse.FromString(meta)
+
+    def download(self, handle: str, storage_bytes: int) -> Optional[np.ndarray]:
+        """A resident tensor's storage bytes, as a uint8 array over the library's memory."""
+        res = self._call(self._lib.tcn_download, handle.encode(), storage_bytes)
+        return self._take(res)[1]
+
     def compute(self, request: pb.ComputeRequest,
                 inputs: Sequence[Tuple[int, int]]) -> Tuple[pb.Tensor, Optional[np.ndarray]]:
         """Runs `request`, whose inline inputs carry no data: input i's bytes are at address
         inputs[i][0], inputs[i][1] long. The output's metadata, and its storage bytes as a
         uint8 array over the library's memory (None when there are none)."""
-        lib = self._lib
         n = len(inputs)
         ptrs = (ctypes.c_void_p * max(1, n))(*[p for p, _ in inputs])
         sizes = (ctypes.c_int64 * max(1, n))(*[s for _, s in inputs])
         body = request.SerializeToString()
-        code = ctypes.c_int(0)
-        err = ctypes.create_string_buffer(2048)
-        res = lib.tcn_compute(self._handle, body, len(body), ptrs, sizes, n,
-                              ctypes.byref(code), err, len(err))
-        if not res:
-            raise NativeError(_CODES.get(code.value, grpc.StatusCode.UNKNOWN),
-                              err.value.decode(errors="replace"))
-        meta_ptr = ctypes.c_void_p()
-        meta_len = lib.tcn_result_meta(res, ctypes.byref(meta_ptr))
-        tensor = pb.Tensor.FromString(ctypes.string_at(meta_ptr.value, meta_len))
-        data_ptr = ctypes.c_void_p()
-        size = lib.tcn_result_data(res, ctypes.byref(data_ptr))
-        if size == 0:
-            lib.tcn_result_free(res)
-            return tensor, None
-        # The result's memory becomes the array's: freed when the last view of it goes.
-        buf = (ctypes.c_uint8 * size).from_address(data_ptr.value)
-        weakref.finalize(buf, lib.tcn_result_free, res)
-        return tensor, np.frombuffer(buf, dtype=np.uint8)
+        res = self._call(self._lib.tcn_compute, body, len(body), ptrs, sizes, n)
+        meta, data = self._take(res)
+        return pb.Tensor.FromString(meta), data
