@@ -386,7 +386,9 @@ absl::StatusOr<v1::Tensor> Client::StreamedImpl(const v1::ComputeRequest& reques
 
 absl::Status Client::SendUpload(grpc::GenericStub& stub, const v1::UploadRequest& header,
                                 const std::byte* data, int64_t begin, int64_t end,
-                                v1::UploadResponse* response, const Progress& progress) {
+                                v1::UploadResponse* response, int64_t chunk_bytes,
+                                const Progress& progress) {
+  const int64_t chunk = chunk_bytes > 0 ? chunk_bytes : options_.chunk_bytes;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   bool sent_header = false;
@@ -398,7 +400,7 @@ absl::Status Client::SendUpload(grpc::GenericStub& stub, const v1::UploadRequest
       return true;
     }
     if (at >= end) return false;
-    const int64_t n = std::min(options_.chunk_bytes, end - at);
+    const int64_t n = std::min(chunk, end - at);
     *out = wire::ChunkMessage(0, at, data + at, static_cast<size_t>(n));
     at += n;
     if (progress) progress(at - begin, end - begin);
@@ -417,12 +419,10 @@ absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int6
   CopyAllBut(tensor, {"data"}, t);
   t->set_storage_bytes(static_cast<int64_t>(tensor.data().size()));
   header.mutable_header()->set_ttl_seconds(ttl_seconds);
-  ClientOptions saved = options_;
-  if (chunk_bytes > 0) options_.chunk_bytes = chunk_bytes;
   v1::UploadResponse resp;
   auto s = SendUpload(*generic_, header, reinterpret_cast<const std::byte*>(tensor.data().data()),
-                      0, static_cast<int64_t>(tensor.data().size()), &resp, progress);
-  options_.chunk_bytes = saved.chunk_bytes;
+                      0, static_cast<int64_t>(tensor.data().size()), &resp, chunk_bytes,
+                      progress);
   if (!s.ok()) return s;
   return resp;
 }
@@ -768,8 +768,7 @@ SharedRegion::~SharedRegion() {
 
 v1::Tensor SharedRegion::Input(v1::DType dtype, const std::vector<int64_t>& shape,
                                int64_t offset) const {
-  static constexpr int kItem[] = {0, 1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
-  int64_t n = dtype > 0 && dtype < static_cast<int>(std::size(kItem)) ? kItem[dtype] : 0;
+  int64_t n = ItemBytes(dtype);
   for (int64_t d : shape) n *= d;
   v1::Tensor t;
   t.set_dtype(dtype);

@@ -156,10 +156,12 @@ class Client {
   absl::Status DownloadParts(const std::string& handle, int64_t bytes, std::byte* dst, int p);
   // The generic stubs of `n` connections of their own (made on first use).
   std::vector<grpc::GenericStub*> Lanes(int n);
-  // Sends [begin, end) of `data` (a tensor's storage) after `header`, in chunks, on `stub`.
+  // Sends [begin, end) of `data` (a tensor's storage) after `header`, in chunks of
+  // `chunk_bytes` (0: the options'), on `stub`.
   absl::Status SendUpload(grpc::GenericStub& stub, const v1::UploadRequest& header,
                           const std::byte* data, int64_t begin, int64_t end,
-                          v1::UploadResponse* response, const Progress& progress = nullptr);
+                          v1::UploadResponse* response, int64_t chunk_bytes = 0,
+                          const Progress& progress = nullptr);
   // Sends a memfd over the server's region socket (connected on first use); the ticket.
   absl::StatusOr<std::string> SendRegionFd(int fd);
   int region_socket_ = -1;

@@ -202,6 +202,21 @@ def _copy(dst: np.ndarray, src: np.ndarray):
         f.result()
 
 
+def _take_data(t: pb.Tensor) -> bytes:
+    """Clears `t`'s inline data and returns it (for the native library, which takes the bytes
+    by address; keep them referenced until the call returns)."""
+    data = t.data
+    t.ClearField("data")
+    return data
+
+
+def _address(data: bytes) -> int:
+    """Where a bytes object's contents lie (0 when empty)."""
+    if not data:
+        return 0
+    return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value
+
+
 def _array_over(t: pb.Tensor, raw: Optional[np.ndarray], as_torch: bool):
     """The array `t` describes over its storage bytes `raw` (the native library's memory):
     that memory itself when the layout is C-contiguous from its start, else a copy."""
@@ -528,16 +543,8 @@ class Client:
                                      metadata=self.metadata).output
         req = pb.ComputeRequest()
         req.CopyFrom(request)
-        keep, where = [], []
-        for t in req.inputs:
-            if t.data:
-                data = t.data
-                t.ClearField("data")
-                keep.append(data)
-                where.append((ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value, len(data)))
-            else:
-                where.append((0, 0))
-        meta, raw = native.compute(req, where)
+        keep = [_take_data(t) for t in req.inputs]  # The bytes stay alive through the call.
+        meta, raw = native.compute(req, [(_address(d), len(d)) for d in keep])
         if raw is not None:
             meta.data = raw.tobytes()
         return meta
@@ -553,12 +560,10 @@ class Client:
             elif isinstance(x, pb.Tensor):
                 t = pb.Tensor()
                 t.CopyFrom(x)
-                data = t.data
-                t.ClearField("data")
+                data = _take_data(t)
                 tensors.append(t)
                 keep.append(data)
-                where.append((ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0,
-                              len(data)))
+                where.append((_address(data), len(data)))
             else:
                 tensors.append(sp.meta(storage_bytes=sp.hi - sp.lo))
                 where.append((sp.lo, sp.hi - sp.lo))
