@@ -21,8 +21,7 @@
 
 #include "kernels/cpu/half_rows.h"
 #include "kernels/cpu/thread_pool.h"
-#include "kernels/cpu/vector_math.h"
-#include "kernels/ops/binary.h"
+#include "kernels/ops/op_spec.h"
 #include "kernels/planner.h"
 #include "kernels/scalar_types.h"
 
@@ -126,8 +125,8 @@ void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::in
 }
 template <typename F, typename R, typename C>
 void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 2>) {
-  if constexpr (std::is_same_v<F, PowOp> && std::is_same_v<C, float>) {
-    PowRow(in[0], in[1], out, m);  // vectorized; the functor would call powf per element
+  if constexpr (kHasHostFloatRow<F> && std::is_same_v<C, float> && std::is_same_v<R, float>) {
+    F::HostFloatRow(in[0], in[1], out, m);
     return;
   }
   const C* __restrict a = in[0];

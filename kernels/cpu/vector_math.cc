@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/ops/binary.h"
+
 // GCC only: clang builds (the sanitizer build) got wrong results through these declarations,
 // and take the scalar loop instead.
 #if defined(__x86_64__) && defined(__GLIBC__) && !defined(__clang__)
@@ -68,3 +70,11 @@ void PowRow(const float* a, const float* b, float* out, int64_t n) {
 }
 
 }  // namespace tc::cpu
+
+namespace tc {
+
+void PowOp::HostFloatRow(const float* a, const float* b, float* out, int64_t n) {
+  cpu::PowRow(a, b, out, n);
+}
+
+}  // namespace tc

@@ -45,15 +45,6 @@ namespace tc::cuda {
 
 inline constexpr int kThreads = 256;
 
-// Float ops whose row kernel runs faster with four 16-byte packs per thread than with two
-// (H100, 2^26 float32 elements, back-to-back launches: pow 271.4 -> 268.1 us, sigmoid
-// 186.8 -> 181.5, erf 183.3 -> 181.3). Others measured stayed with two: exp, log, sin and
-// relu ran 0.2-0.8% slower with four, tanh 0.3% faster (within run-to-run spread), atan2 6%
-// slower.
-template <typename F>
-inline constexpr bool kLongMath =
-    std::is_same_v<F, PowOp> || std::is_same_v<F, SigmoidOp> || std::is_same_v<F, ErfOp>;
-
 template <typename F, typename C, size_t... I>
 auto ResultOf(std::index_sequence<I...>)
     -> decltype(std::declval<const F&>()((static_cast<void>(I), std::declval<C>())...));

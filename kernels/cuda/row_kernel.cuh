@@ -11,32 +11,11 @@
 
 #include "kernels/cuda/memory_access.cuh"
 #include "kernels/cuda/rows.cuh"
-#include "kernels/ops/op_list.h"
+#include "kernels/dtype.h"
+#include "kernels/ops/op_spec.h"
+#include "kernels/scalar_types.h"
 
 namespace tc::cuda {
-
-// Ops that act on every byte of a 32-bit word independently, for storage type S: bitwise
-// and/or/xor on integers and bools, logical and/or/xor on bools (their bytes are 0 or 1;
-// the server refuses other bool bytes). The row kernel applies them to whole words.
-template <typename F, typename S>
-struct Wordwise {
-  static constexpr bool kOn = false;
-};
-#define TC_WORDWISE(Op, Types, expr)                                            \
-  template <typename S>                                                         \
-  struct Wordwise<Op, S> {                                                      \
-    static constexpr bool kOn = (Types & DTypeBit(DTypeOf<S>())) != 0;          \
-    static __device__ __forceinline__ uint32_t Apply(const Op&, uint32_t a, uint32_t b) { \
-      return expr;                                                              \
-    }                                                                           \
-  };
-TC_WORDWISE(BitwiseAndOp, kIntegralBoolTypes, a & b)
-TC_WORDWISE(BitwiseOrOp, kIntegralBoolTypes, a | b)
-TC_WORDWISE(BitwiseXorOp, kIntegralBoolTypes, a ^ b)
-TC_WORDWISE(LogicalAndOp, DTypeBit(DType::kBool), a & b)
-TC_WORDWISE(LogicalOrOp, DTypeBit(DType::kBool), a | b)
-TC_WORDWISE(LogicalXorOp, DTypeBit(DType::kBool), a ^ b)
-#undef TC_WORDWISE
 
 // Same-dtype rows: every input of storage type S, each dense along the row (kVector) or
 // repeated (kBroadcast), the output of its own type dense along the row; every row start
@@ -50,7 +29,9 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   // Word ops take their operands as raw 16-byte words: a pack of bytes would be taken apart
   // and put together again byte by byte.
-  constexpr bool kWords = N == 2 && Wordwise<F, S>::kOn && sizeof(Out) == sizeof(S);
+  using Word = Wordwise<F>;
+  constexpr bool kWords =
+      N == 2 && (Word::kTypes & DTypeBit(DTypeOf<S>())) != 0 && sizeof(Out) == sizeof(S);
   using Unit = std::conditional_t<kWords, uint4, Pack<S, V>>;
   static_assert(sizeof(Unit) == sizeof(Pack<S, V>));
   const int64_t packs = a.cols / V;
@@ -87,9 +68,10 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
         if (!full && p >= packs) break;
         if constexpr (kWords) {
           const uint4 x = q[0][u], y = q[1][u];
+          static_cast<void>(f);  // Word::Op carries no state
+          const typename Word::Op w{};
           reinterpret_cast<uint4*>(row[0])[p] =
-              make_uint4(Wordwise<F, S>::Apply(f, x.x, y.x), Wordwise<F, S>::Apply(f, x.y, y.y),
-                         Wordwise<F, S>::Apply(f, x.z, y.z), Wordwise<F, S>::Apply(f, x.w, y.w));
+              make_uint4(w(x.x, y.x), w(x.y, y.y), w(x.z, y.z), w(x.w, y.w));
         } else {
           // Taken out of q first: computing straight from q[k][u] held 38 registers instead of
           // 32 for a float16 multiply (six blocks per SM instead of eight, 1.3% slower).

@@ -135,6 +135,9 @@ struct PowOp {
   static constexpr int kArity = 2;
   static OpSpec Spec();
   static PowOp Make(const MakeArgs&) { return {}; }
+  // libmvec's vectorized powf (kernels/cpu/vector_math.cc): the scalar call per element is
+  // the CPU's bottleneck.
+  static void HostFloatRow(const float* a, const float* b, float* out, int64_t n);
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsInt<T>) {
@@ -144,6 +147,9 @@ struct PowOp {
     }
   }
 };
+
+template <>
+inline constexpr bool kLongMath<PowOp> = true;
 
 // NaN-propagating, like PyTorch's maximum/minimum.
 struct MaximumOp {
@@ -219,6 +225,11 @@ struct BitwiseAndOp {
     }
   }
 };
+template <>
+struct Wordwise<BitwiseAndOp> {
+  static constexpr uint32_t kTypes = kIntegralBoolTypes;
+  using Op = BitwiseAndOp;
+};
 
 struct BitwiseOrOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
@@ -236,6 +247,11 @@ struct BitwiseOrOp {
     }
   }
 };
+template <>
+struct Wordwise<BitwiseOrOp> {
+  static constexpr uint32_t kTypes = kIntegralBoolTypes;
+  using Op = BitwiseOrOp;
+};
 
 struct BitwiseXorOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
@@ -252,6 +268,11 @@ struct BitwiseXorOp {
       return a;
     }
   }
+};
+template <>
+struct Wordwise<BitwiseXorOp> {
+  static constexpr uint32_t kTypes = kIntegralBoolTypes;
+  using Op = BitwiseXorOp;
 };
 
 // Shifts by a negative amount or by the type's width or more give 0 (left) or the sign fill

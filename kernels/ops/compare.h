@@ -28,4 +28,21 @@ TC_COMPARE_OP(LogicalOrOp, (a != T(0)) || (b != T(0)))
 TC_COMPARE_OP(LogicalXorOp, (a != T(0)) != (b != T(0)))
 #undef TC_COMPARE_OP
 
+// On bools, the logical ops are the bitwise ones.
+template <>
+struct Wordwise<LogicalAndOp> {
+  static constexpr uint32_t kTypes = DTypeBit(DType::kBool);
+  using Op = BitwiseAndOp;
+};
+template <>
+struct Wordwise<LogicalOrOp> {
+  static constexpr uint32_t kTypes = DTypeBit(DType::kBool);
+  using Op = BitwiseOrOp;
+};
+template <>
+struct Wordwise<LogicalXorOp> {
+  static constexpr uint32_t kTypes = DTypeBit(DType::kBool);
+  using Op = BitwiseXorOp;
+};
+
 }  // namespace tc

@@ -44,6 +44,10 @@ TC_UNARY_OP(SquareOp, kNumericTypes, T, { return math::WrapMul(a, a); })
 TC_UNARY_OP(SinOp, kFloatTypes, T, { return std::sin(a); })
 TC_UNARY_OP(CosOp, kFloatTypes, T, { return std::cos(a); })
 TC_UNARY_OP(ErfOp, kFloatTypes, T, { return std::erf(a); })
+template <>
+inline constexpr bool kLongMath<SigmoidOp> = true;
+template <>
+inline constexpr bool kLongMath<ErfOp> = true;
 // Integers are already whole: floor, ceil, round and trunc return them unchanged.
 TC_UNARY_OP(FloorOp, kNumericTypes, T, {
   if constexpr (kIsFloatType<T>) return std::floor(a); else return a;
