@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
   int* dev_error = nullptr;
   CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
   CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
-  const cuda::LaunchEnv env{prop.multiProcessorCount, stream, dev_error};
+  const cuda::LaunchEnv env{prop.multiProcessorCount, stream, dev_error, nullptr};
 
   cudaEvent_t start, stop;
   CHECK_CUDA(cudaEventCreate(&start));

@@ -1,6 +1,7 @@
 #include "kernels/engine.h"
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +105,22 @@ absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name) {
       absl::StrCat("unknown op '", name, "' (ops: ", absl::StrJoin(names, ", "), ")"));
 }
 
+void OperandBases(const Plan& plan, std::byte* out, absl::Span<const std::byte* const> inputs,
+                  char** base) {
+  base[0] = reinterpret_cast<char*>(out) + plan.offsets[0];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    base[i + 1] = const_cast<char*>(reinterpret_cast<const char*>(inputs[i])) + plan.offsets[i + 1];
+  }
+}
+
+void OperandBases(const Plan& plan, std::byte* out, absl::Span<const TensorView> inputs,
+                  char** base) {
+  const std::byte* data[kMaxOperands - 1] = {};
+  for (size_t i = 0; i < inputs.size() && i < std::size(data); ++i) data[i] = inputs[i].data;
+  OperandBases(plan, out, absl::MakeConstSpan(data, std::min(inputs.size(), std::size(data))),
+               base);
+}
+
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const TensorView> inputs,
                                      const AttrMap& attrs, const OutputOptions& output) {
   PreparedOp p;
@@ -182,7 +199,7 @@ absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const Te
   if (!out_shape.ok()) return out_shape.status();
   auto out_strides = OutputStrides(*out_shape, output, inputs);
   if (!out_strides.ok()) return out_strides.status();
-  auto plan = PlanElementwise(inputs, compute, out, *out_strides);
+  auto plan = PlanElementwise(inputs, compute, out, *out_strides, spec.rule == TypeRule::kToBool);
   if (!plan.ok()) return plan.status();
   p.plan = *std::move(plan);
   return p;

@@ -49,6 +49,14 @@ absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name);
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view op, absl::Span<const TensorView> inputs,
                                      const AttrMap& attrs, const OutputOptions& output = {});
 
+// The pointers a launcher takes: base[0] at the output's element (0, ..., 0) in `out`,
+// base[k] at input k-1's in its storage (`inputs[k-1]`, or the data of the view it was planned
+// from); inputs are only read, but every operand goes through one pointer type.
+void OperandBases(const Plan& plan, std::byte* out, absl::Span<const std::byte* const> inputs,
+                  char** base);
+void OperandBases(const Plan& plan, std::byte* out, absl::Span<const TensorView> inputs,
+                  char** base);
+
 class Backend {
  public:
   virtual ~Backend() = default;

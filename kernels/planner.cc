@@ -26,6 +26,20 @@ absl::string_view PathName(Path p) {
   return "unknown";
 }
 
+absl::string_view KernelName(Kernel k) {
+  switch (k) {
+    case Kernel::kTiles:
+      return "tiles";
+    case Kernel::kRows:
+      return "rows";
+    case Kernel::kCastRows:
+      return "cast_rows";
+    case Kernel::kGeneral:
+      return "general";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<DimVector> BroadcastShapes(absl::Span<const DimVector* const> shapes) {
   size_t rank = 0;
   for (const DimVector* s : shapes) rank = std::max(rank, s->size());
@@ -121,6 +135,76 @@ Path ChoosePath(const Plan& p) {
   return Path::kStrided;
 }
 
+// Staged inputs of a tile: dense along dim 1 and not along dim 0 (nor repeated along it).
+// The tile kernel keeps at most two tiles in shared memory, and a tile's offsets in 32 bits.
+bool ChooseTiles(Plan& p, bool same_types) {
+  const int64_t item = ItemSize(p.compute_dtype);
+  if (!same_types || p.ndim < 2 || p.ndim > 3 || p.strides[0][0] != ItemSize(p.dtypes[0]) ||
+      p.sizes[0] < 16 || p.sizes[1] < 16) {
+    return false;
+  }
+  // Tiles of 32 or 64 along dim 0, at most 2^31 - 1 of them.
+  if (p.sizes[0] / 32 >= INT32_MAX) return false;
+  int staged = 0;
+  int8_t index[kMaxOperands] = {-1, -1, -1, -1};
+  for (int k = 1; k < p.num_operands; ++k) {
+    if (p.strides[k][1] == item && p.strides[k][0] != item && p.strides[k][0] != 0) {
+      if (staged == 2) return false;
+      index[k] = static_cast<int8_t>(staged++);
+    }
+  }
+  if (staged == 0) return false;
+  for (int k = 0; k < p.num_operands; ++k) {
+    for (int d = 0; d < 2; ++d) {
+      const int64_t s = p.strides[k][d];
+      if (s <= -(int64_t{1} << 23) || s >= (int64_t{1} << 23)) return false;
+    }
+  }
+  std::copy(index, index + kMaxOperands, p.staged);
+  p.num_staged = staged;
+  return true;
+}
+
+// Row geometry, for plans of up to three dims; kRows where every operand allows it.
+bool ChooseRows(Plan& p, bool same_types) {
+  if (p.ndim > 3) return false;
+  RowGeometry& r = p.rows;
+  r.cols = p.sizes[0];
+  r.inner_rows = p.ndim >= 2 ? p.sizes[1] : 1;
+  r.count = r.inner_rows * (p.ndim == 3 ? p.sizes[2] : 1);
+  const int64_t item = ItemSize(p.compute_dtype);
+  r.vector_elems = static_cast<int>(16 / item);
+  r.cast_elems = item == 8 ? 4 : 8;
+  bool fast = same_types && r.cols % r.vector_elems == 0;
+  for (int k = 0; k < p.num_operands; ++k) {
+    const int64_t step = p.strides[k][0];
+    const int64_t row_stride = p.ndim >= 2 ? p.strides[k][1] : 0;
+    const int64_t outer_stride = p.ndim == 3 ? p.strides[k][2] : 0;
+    r.repeated[k] = k > 0 && (step == 0 || r.cols == 1);
+    r.dense[k] = !r.repeated[k] && step == ItemSize(p.dtypes[k]);
+    int align = 16;
+    while (align > 1 && (row_stride % align != 0 || outer_stride % align != 0)) align /= 2;
+    r.stride_align[k] = static_cast<int8_t>(align);
+    const int64_t want = std::min<int64_t>(16, ItemSize(p.dtypes[k]) * r.vector_elems);
+    fast = fast && (r.repeated[k] || (r.dense[k] && align >= want));
+  }
+  p.kernel = fast ? Kernel::kRows : Kernel::kCastRows;
+  return true;
+}
+
+void ChooseKernel(Plan& p, bool bool_result) {
+  // The kernels that keep values in the compute type's own storage need every input of that
+  // dtype and the output of the functor's own result type.
+  const DType own_out = bool_result ? DType::kBool : p.compute_dtype;
+  bool same_types = p.dtypes[0] == own_out;
+  for (int k = 1; k < p.num_operands; ++k) same_types = same_types && p.dtypes[k] == p.compute_dtype;
+  if (ChooseTiles(p, same_types)) {
+    p.kernel = Kernel::kTiles;
+  } else if (!ChooseRows(p, same_types)) {
+    p.kernel = Kernel::kGeneral;
+  }
+}
+
 }  // namespace
 
 std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit) {
@@ -173,7 +257,8 @@ std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit) {
 }
 
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
-                                     DType out_dtype, const DimVector& out_strides_in) {
+                                     DType out_dtype, const DimVector& out_strides_in,
+                                     bool bool_result) {
   if (inputs.empty() || inputs.size() + 1 > static_cast<size_t>(kMaxOperands)) {
     return absl::InvalidArgumentError(
         absl::StrCat("element-wise ops take 1 to ", kMaxOperands - 1, " inputs, got ",
@@ -219,6 +304,7 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
     // storage, so they are not used at all.
     plan.ndim = 1;
     plan.path = Path::kContiguous;
+    plan.kernel = Kernel::kGeneral;  // never run: nothing to walk
     return plan;
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -282,6 +368,7 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   }
 
   plan.path = ChoosePath(plan);
+  ChooseKernel(plan, bool_result);
   return plan;
 }
 

@@ -36,6 +36,49 @@ enum class Path : uint8_t {
 
 absl::string_view PathName(Path p);
 
+// The loop family a backend runs a plan with, chosen here, once, from the plan's geometry and
+// dtypes. Backends switch on it and check only what a plan cannot know: where the pointers
+// they are given point (a kRows plan whose operands do not start on a 16-byte boundary runs
+// as kCastRows). The CPU runs kRows, kCastRows and kGeneral through one row loop.
+enum class Kernel : uint8_t {
+  // Two dims (and a batch dim) where some input is dense along dim 1 and the output along dim
+  // 0 (a transposed input or output): inputs staged through tiles (Plan::staged) so that both
+  // sides are walked along their dense dim. Every operand of the op's own types.
+  kTiles,
+  // Up to three dims as rows (Plan::rows), the output and every input dense along a row or
+  // repeated (a scalar, a broadcast column), rows starting where 16-byte vectors can; every
+  // operand of the op's own types.
+  kRows,
+  // The same rows with any operand dtypes (converted while loading and storing) and any step
+  // along a row.
+  kCastRows,
+  // Any rank, strides and dtypes.
+  kGeneral,
+};
+
+absl::string_view KernelName(Kernel k);
+
+// kRows and kCastRows: rows of `cols` elements along dim 0, `inner_rows` of them along dim 1,
+// `count` rows in all (dims 1 and 2).
+struct RowGeometry {
+  int64_t cols = 1;
+  int64_t inner_rows = 1;
+  int64_t count = 1;
+  // Per operand: one element for a whole row (an input with step 0 along the row, or rows of
+  // one element)...
+  bool repeated[kMaxOperands] = {};
+  // ...or dense along the row (step of one element)...
+  bool dense[kMaxOperands] = {};
+  // ...whose rows start apart by a multiple of this (a power of two, at most 16): a dense
+  // operand takes vector accesses up to this wide where its first element is aligned as well.
+  int8_t stride_align[kMaxOperands] = {};
+  // Elements per vector access: 16 bytes of the compute type in kRows; in kCastRows, the run
+  // of elements one thread converts (8, or 4 for 8-byte types), in one access per operand
+  // where it is dense and aligned for it.
+  int vector_elems = 1;
+  int cast_elems = 1;
+};
+
 struct Plan {
   // What the client sees: the broadcast output shape, its strides in elements (offset 0), and
   // the bytes of storage they span.
@@ -58,17 +101,27 @@ struct Plan {
   // Byte offset from an operand's storage base to its element (0, ..., 0).
   int64_t offsets[kMaxOperands] = {};
   Path path = Path::kStrided;
+
+  // How backends walk it.
+  Kernel kernel = Kernel::kGeneral;
+  RowGeometry rows;
+  // kTiles: the index of operand k's tile in shared memory, -1 for operands read in place.
+  int8_t staged[kMaxOperands] = {-1, -1, -1, -1};
+  int num_staged = 0;
 };
 
 // Broadcasts `inputs` (already validated with ValidateView) against each other, NumPy style,
 // and plans an output of `out_dtype` computed in `compute_dtype`, with `out_strides` (in
-// elements, non-overlapping, non-negative; C-contiguous when empty).
+// elements, non-overlapping, non-negative; C-contiguous when empty). `bool_result`: the op's
+// functor returns bool (comparisons), so its own output type is bool, not the compute type.
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
-                                     DType out_dtype, const DimVector& out_strides = {});
+                                     DType out_dtype, const DimVector& out_strides = {},
+                                     bool bool_result = false);
 
 // Splits a plan into pieces whose every operand offset, relative to the piece's own base
 // offset, and element count fit in `limit` (2^31 - 1 for 32-bit index math on the GPU).
-// Pieces cover the plan's elements exactly once; a plan that fits comes back whole.
+// Pieces cover the plan's elements exactly once; a plan that fits comes back whole. Pieces
+// keep the plan's kernel (the general kernel's pieces are what this is for).
 std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit = INT32_MAX);
 
 // NumPy broadcast of several shapes, with a message naming the dims that clash.

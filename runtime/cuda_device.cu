@@ -640,18 +640,14 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
     const int slot_index = AcquireSlot(s);
     Slot& slot = s.slots[slot_index];
     char* base[kMaxOperands] = {};
-    base[0] = reinterpret_cast<char*>(out) + op.plan.offsets[0];
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      base[i + 1] = const_cast<char*>(reinterpret_cast<const char*>(inputs[i].data)) +
-                    op.plan.offsets[i + 1];
-    }
+    OperandBases(op.plan, out, inputs, base);
     auto issue = [&]() -> absl::Status {
       // Requests sharing the stream must not interleave their flag resets and launches.
       std::lock_guard<std::mutex> lock(s.mu);
       // The flag is reset, set by the kernel and copied out in stream order.
       TC_CUDA_CHECK(cudaMemsetAsync(s.dev_error, 0, sizeof(int), s.stream),
                               "cudaMemsetAsync");
-      const cuda::LaunchEnv env{impl_->multiprocessors, s.stream, s.dev_error};
+      const cuda::LaunchEnv env{impl_->multiprocessors, s.stream, s.dev_error, nullptr};
       if (InjectFaultNow()) InjectedFault<<<1, 1, 0, s.stream>>>();
       if (auto st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
       TC_CUDA_CHECK(cudaMemcpyAsync(slot.host_error, s.dev_error, sizeof(int),
@@ -705,17 +701,18 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
   Slot& slot = s.slots[slot_index];
   // The slot's own device block: free like the slot, since its last run has been reported.
   std::byte* dev = slot.block;
-  char* base[kMaxOperands] = {};
-  base[0] = reinterpret_cast<char*>(dev + out_at) + plan.offsets[0];
+  const std::byte* dev_inputs[kMaxOperands - 1] = {};
   int64_t at = 0;
   for (size_t i = 0; i < host_inputs.size(); ++i) {
     // The slot's buffer is free: its last run has been reported. The upload out of it comes
     // before the read-back into it on the stream.
     std::memcpy(slot.read_back + at, host_inputs[i].data,
                 static_cast<size_t>(host_inputs[i].storage_bytes));
-    base[i + 1] = reinterpret_cast<char*>(dev + at) + plan.offsets[i + 1];
+    dev_inputs[i] = dev + at;
     at += Align256(host_inputs[i].storage_bytes);
   }
+  char* base[kMaxOperands] = {};
+  OperandBases(plan, dev + out_at, absl::MakeConstSpan(dev_inputs, host_inputs.size()), base);
   std::memset(slot.read_back + flag_at, 0, sizeof(int));
   const bool gaps = plan.out_storage_bytes != plan.numel * ItemSize(plan.out_dtype);
   auto issue = [&]() -> absl::Status {
@@ -733,7 +730,7 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
                               "cudaMemsetAsync");
     }
     const cuda::LaunchEnv env{impl_->multiprocessors, s.stream,
-                              reinterpret_cast<int*>(dev + flag_at)};
+                              reinterpret_cast<int*>(dev + flag_at), nullptr};
     if (InjectFaultNow()) InjectedFault<<<1, 1, 0, s.stream>>>();
     if (auto st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
     TC_CUDA_CHECK(cudaMemcpyAsync(slot.read_back + flag_at, dev + flag_at,

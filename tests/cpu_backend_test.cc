@@ -1,5 +1,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/launch_env.h"
+#include "tests/kernel_cases.h"
 #include "tests/conformance.h"
 #include "tests/random_tensors.h"
 
@@ -77,6 +79,26 @@ TEST(CpuBackend, EmptyAndScalar) {
   EXPECT_EQ(op2->plan.numel, 0);
   EXPECT_EQ(op2->plan.out_shape, (DimVector{0, 3}));
   EXPECT_TRUE(backend.Run(*op2, with_empty, nullptr).ok());
+}
+
+// Each plan runs as the kernel family the planner named: the tile loop for kTiles, the row
+// loop for every other family; with the result computed independently.
+TEST(CpuBackend, RunsTheKernelThePlanNames) {
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  ThreadPool pool(2);
+  for (const testing::KernelCase& c : testing::KernelCases(rng)) {
+    auto op = c.Prepare();
+    ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
+    std::vector<std::byte> out(static_cast<size_t>(op->plan.out_storage_bytes));
+    char* base[kMaxOperands];
+    OperandBases(op->plan, out.data(), c.Views(), base);
+    Kernel ran = Kernel::kGeneral;
+    ASSERT_TRUE(cpu::LaunchOp(*op, base, cpu::LaunchEnv{&pool, &ran}).ok()) << c.name;
+    const Kernel want = op->plan.kernel == Kernel::kTiles ? Kernel::kTiles : Kernel::kRows;
+    EXPECT_EQ(KernelName(ran), KernelName(want)) << c.name << " (seed " << seed << ")";
+    EXPECT_EQ(testing::CheckKernelCase(c, *op, out), "") << c.name << " (seed " << seed << ")";
+  }
 }
 
 }  // namespace

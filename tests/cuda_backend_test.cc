@@ -1,14 +1,19 @@
 // The CUDA backend against the reference and the CPU backend. Skips where no GPU is visible.
+#include <cuda_runtime.h>
+
 #include <cstring>
+#include <random>
 #include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cuda/launch_env.h"
 #include "runtime/cuda_device.h"
 #include "runtime/device_backend.h"
 #include "tests/conformance.h"
 #include "tests/device_checks.h"
+#include "tests/kernel_cases.h"
 #include "tests/random_tensors.h"
 
 namespace tc {
@@ -171,6 +176,72 @@ TEST_F(CudaBackendTest, MoreThanTwoToThe31Elements) {
     EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), n), 0) << "rank " << ndim;
   }
   EXPECT_EQ(device_->memory_in_use(), 0);
+}
+
+// Device copies of a case's inputs, run through cuda::LaunchOp as the runtime does; says which
+// kernel family ran. `shift` moves every input (and the output) that many bytes past an
+// allocation's aligned start.
+struct DeviceRun {
+  absl::Status status;
+  Kernel ran = Kernel::kGeneral;
+  std::vector<std::byte> out;
+};
+
+DeviceRun RunOnDevice(const PreparedOp& op, const std::vector<TensorView>& inputs, int64_t shift = 0) {
+  DeviceRun r;
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  std::vector<void*> owned;
+  const auto alloc = [&owned](int64_t bytes) {
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, static_cast<size_t>(bytes) + 64), cudaSuccess);
+    owned.push_back(p);
+    return static_cast<std::byte*>(p);
+  };
+  std::vector<const std::byte*> data;
+  for (const TensorView& v : inputs) {
+    std::byte* d = alloc(v.storage_bytes) + shift;
+    cudaMemcpy(d, v.data, static_cast<size_t>(v.storage_bytes), cudaMemcpyHostToDevice);
+    data.push_back(d);
+  }
+  const size_t out_bytes = static_cast<size_t>(op.plan.out_storage_bytes);
+  std::byte* out = alloc(op.plan.out_storage_bytes) + shift;
+  cudaMemset(out, 0, out_bytes);
+  int* error = reinterpret_cast<int*>(alloc(sizeof(int)));
+  cudaMemset(error, 0, sizeof(int));
+  char* base[kMaxOperands];
+  OperandBases(op.plan, out, data, base);
+  r.status = cuda::LaunchOp(op, base, cuda::LaunchEnv{sms, nullptr, error, &r.ran});
+  r.out.resize(out_bytes);
+  EXPECT_EQ(cudaMemcpy(r.out.data(), out, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (void* p : owned) cudaFree(p);
+  return r;
+}
+
+// Each plan runs as the kernel family the planner named (engine_test pins which); results
+// computed independently.
+TEST_F(CudaBackendTest, RunsTheKernelThePlanNames) {
+  const uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (const testing::KernelCase& c : testing::KernelCases(rng)) {
+    auto op = c.Prepare();
+    ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
+    const DeviceRun r = RunOnDevice(*op, c.Views());
+    ASSERT_TRUE(r.status.ok()) << c.name << ": " << r.status;
+    EXPECT_EQ(KernelName(r.ran), KernelName(op->plan.kernel)) << c.name;
+    EXPECT_EQ(testing::CheckKernelCase(c, *op, r.out), "") << c.name << " (seed " << seed << ")";
+  }
+  // What only the launch knows: rows whose first elements are not 16-byte aligned take the
+  // casting row kernel, which moves them element by element.
+  for (const testing::KernelCase& c : testing::KernelCases(rng)) {
+    auto op = c.Prepare();
+    ASSERT_TRUE(op.ok());
+    if (op->plan.kernel != Kernel::kRows) continue;
+    const DeviceRun r = RunOnDevice(*op, c.Views(), /*shift=*/4);
+    ASSERT_TRUE(r.status.ok()) << c.name << ": " << r.status;
+    EXPECT_EQ(KernelName(r.ran), KernelName(Kernel::kCastRows)) << c.name << ", shifted by 4 bytes";
+    EXPECT_EQ(testing::CheckKernelCase(c, *op, r.out), "") << c.name << ", shifted (seed " << seed << ")";
+  }
 }
 
 std::unique_ptr<runtime::Device> MakeCuda(const runtime::DeviceOptions& options) {

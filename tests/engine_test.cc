@@ -13,6 +13,7 @@
 #include "kernels/engine.h"
 #include "kernels/planner.h"
 #include "kernels/tensor_view.h"
+#include "tests/kernel_cases.h"
 
 namespace tc {
 namespace {
@@ -275,6 +276,56 @@ TEST(HalfRows, MatchScalarConversionForEveryHalfAndManyFloats) {
     }
   }
   std::printf("F16C rows: %s\n", cpu::HalfRowsUseF16C() ? "yes" : "no (portable)");
+}
+
+// The one place that pins which path and kernel family the planner chooses for each layout
+// class; the backends' tests check that the family they ran is the one named here.
+TEST(Planner, ChoosesPathAndKernelPerLayout) {
+  std::mt19937_64 rng(7);
+  for (const testing::KernelCase& c : testing::KernelCases(rng)) {
+    auto op = c.Prepare();
+    ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
+    EXPECT_EQ(PathName(op->plan.path), PathName(c.path)) << c.name;
+    EXPECT_EQ(KernelName(op->plan.kernel), KernelName(c.kernel)) << c.name;
+  }
+}
+
+TEST(Planner, RowAndTileGeometry) {
+  std::mt19937_64 rng(8);
+  for (const testing::KernelCase& c : testing::KernelCases(rng)) {
+    auto op = c.Prepare();
+    ASSERT_TRUE(op.ok()) << c.name;
+    const Plan& p = op->plan;
+    if (p.kernel == Kernel::kTiles) {
+      // Staged inputs are dense along dim 1 and not along dim 0; one or two of them.
+      EXPECT_GE(p.num_staged, 1) << c.name;
+      EXPECT_LE(p.num_staged, 2) << c.name;
+      EXPECT_EQ(p.staged[0], -1) << c.name;
+      for (int k = 1; k < p.num_operands; ++k) {
+        if (p.staged[k] < 0) continue;
+        EXPECT_EQ(p.strides[k][1], ItemSize(p.dtypes[k])) << c.name;
+        EXPECT_NE(p.strides[k][0], ItemSize(p.dtypes[k])) << c.name;
+      }
+    }
+    if (p.kernel == Kernel::kRows || p.kernel == Kernel::kCastRows) {
+      int64_t rows = 1;
+      for (int d = 1; d < p.ndim; ++d) rows *= p.sizes[d];
+      EXPECT_EQ(p.rows.cols, p.sizes[0]) << c.name;
+      EXPECT_EQ(p.rows.count, rows) << c.name;
+      EXPECT_EQ(p.rows.cols * p.rows.count, p.numel) << c.name;
+      EXPECT_EQ(p.rows.vector_elems * ItemSize(p.compute_dtype), 16) << c.name;
+      EXPECT_FALSE(p.rows.repeated[0]) << c.name;
+    }
+  }
+  // A column broadcast: the column is one element per row; rows start 4 bytes apart in it.
+  const TensorView in[] = {Contiguous({64, 128}), Contiguous({64, 1})};
+  auto op = PrepareOp("add", in, {});
+  ASSERT_TRUE(op.ok());
+  EXPECT_TRUE(op->plan.rows.repeated[2]);
+  EXPECT_EQ(op->plan.rows.stride_align[2], 4);
+  EXPECT_TRUE(op->plan.rows.dense[1]);
+  EXPECT_EQ(op->plan.rows.stride_align[1], 16);
+  EXPECT_EQ(op->plan.rows.inner_rows, 64);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/launch_env.h"
 #include "kernels/cpu/loops.h"
 #include "kernels/engine.h"
 #include "kernels/ops/op_list.h"
@@ -12,7 +13,7 @@
 namespace tc::cpu {
 
 template <typename F>
-absl::Status Launch(const PreparedOp& op, char* const* base, ThreadPool& pool) {
+absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env) {
   F f = F::Make(MakeArgs{op.attrs, op.result_type});
   int error = 0;
   if constexpr (kHasErrorFlag<F>) f.error = &error;
@@ -20,7 +21,8 @@ absl::Status Launch(const PreparedOp& op, char* const* base, ThreadPool& pool) {
   VisitDType(op.plan.compute_dtype, [&](auto tag) {
     using S = typename decltype(tag)::type;
     if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {
-      Elementwise<S, F::kArity>(op.plan, base, f, pool);
+      const Kernel kernel = Elementwise<S, F::kArity>(op.plan, base, f, *env.pool);
+      if (env.ran != nullptr) *env.ran = kernel;
       ran = true;
     }
   });
@@ -38,4 +40,4 @@ absl::Status Launch(const PreparedOp& op, char* const* base, ThreadPool& pool) {
 }  // namespace tc::cpu
 
 #define TC_CPU_INSTANTIATE(F) \
-  template absl::Status tc::cpu::Launch<tc::F>(const PreparedOp&, char* const*, ThreadPool&);
+  template absl::Status tc::cpu::Launch<tc::F>(const PreparedOp&, char* const*, const LaunchEnv&);

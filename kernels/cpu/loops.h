@@ -4,8 +4,10 @@
 //   converted into a small buffer first (casting while loading, never through a temporary
 //   tensor); the functor runs over plain arrays, which the compiler vectorizes; the result is
 //   written in place or converted while storing.
-// Permuted layouts (a transposed operand) are walked in 64 x 64 tiles so that both the
-// operand read across its rows and the one read along them stay in cache.
+// Plans the planner gave the tile kernel (Kernel::kTiles: a transposed operand) are walked in
+// kTile0 x kTile1 tiles, the staged operands copied into a buffer along their own dense dim,
+// so that both the operand read across its rows and the one read along them stay in cache.
+// Every other kernel family (kRows, kCastRows, kGeneral) runs as rows.
 #pragma once
 
 #include <algorithm>
@@ -228,13 +230,13 @@ void Row(const F& f, char* const* ptrs, const int64_t* strides, const DType* dty
 }
 
 // Applies f to every element of the plan, computing in OpMath<S>; `base[k]` points at operand
-// k's element (0, ..., 0).
+// k's element (0, ..., 0). Returns the kernel family it ran: kTiles, or kRows for the row loop.
 template <typename S, int N, typename F>
-void Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& pool) {
-  if (plan.numel == 0) return;
+Kernel Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& pool) {
+  const bool tiles = plan.kernel == Kernel::kTiles;
+  if (plan.numel == 0) return tiles ? Kernel::kTiles : Kernel::kRows;
   const int nops = N + 1;
-  const bool stream = plan.path != Path::kPermuted &&
-                      plan.numel * ItemSize(plan.out_dtype) >= kStreamBytes;
+  const bool stream = !tiles && plan.numel * ItemSize(plan.out_dtype) >= kStreamBytes;
   int64_t row_strides[kMaxOperands];
   for (int k = 0; k < nops; ++k) row_strides[k] = plan.strides[k][0];
 
@@ -246,15 +248,12 @@ void Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& po
     }
   };
 
-  if (plan.path == Path::kPermuted && plan.ndim >= 2) {
-    // Inputs that move faster along dim 1 than along dim 0 (a transposed operand) are staged:
-    // each tile of them is copied into a small buffer along their own fast dim, so both the
-    // copy and the rows that read the buffer walk memory in order.
+  if (tiles) {
+    // Staged inputs (dense along dim 1, not along dim 0): each tile of them is copied into a
+    // small buffer along their own dense dim, so both the copy and the rows that read the
+    // buffer walk memory in order.
     bool staged[kMaxOperands] = {};
-    for (int k = 1; k < nops; ++k) {
-      const int64_t a0 = std::abs(plan.strides[k][0]), a1 = std::abs(plan.strides[k][1]);
-      staged[k] = a1 != 0 && a1 < a0;
-    }
+    for (int k = 1; k < nops; ++k) staged[k] = plan.staged[k] >= 0;
     const int64_t s0 = plan.sizes[0], s1 = plan.sizes[1];
     const int64_t t0 = (s0 + kTile0 - 1) / kTile0, t1 = (s1 + kTile1 - 1) / kTile1;
     const int64_t outer = plan.numel / (s0 * s1);
@@ -296,7 +295,7 @@ void Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& po
         }
       }
     });
-    return;
+    return Kernel::kTiles;
   }
 
   pool.ParallelFor(plan.numel, kGrain, [&](int64_t begin, int64_t end) {
@@ -320,6 +319,7 @@ void Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& po
     }
     if (stream) StreamFence();
   });
+  return Kernel::kRows;
 }
 
 }  // namespace tc::cpu

@@ -1,7 +1,8 @@
-// CUDA kernels for any op of the catalog, and the launcher that picks one. Instantiated per op
-// group in ops_*.cu so that the groups compile in parallel.
+// CUDA kernels for any op of the catalog, and the launcher that runs the one the plan chose.
+// Instantiated per op group in ops_*.cu so that the groups compile in parallel.
 //
-// Four kernels per op and compute type, tried in this order:
+// Four kernels per op and compute type; the planner chooses one for each plan (Plan::kernel)
+// and the launcher runs it, checking only the alignment of the pointers it is given:
 // - tiles: two dims (and a batch dim) where an input is dense along the dim the output is
 //   not (transposed input or output, channels-first against channels-last), every operand
 //   of the op's own types; read and written coalesced through shared-memory tiles;
@@ -56,124 +57,109 @@ inline absl::Status CheckLaunch() {
   return absl::OkStatus();
 }
 
+// kTiles: T x T tiles (T = 64, 32 for 8-byte types), one block each, the batch dim in z.
 template <typename S, int N, typename F>
-absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
-  using C = OpMath<S>;
-  using R = decltype(ResultOf<F, C>(std::make_index_sequence<N>{}));
-  constexpr DType kS = DTypeOf<S>();
-  using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
-  constexpr DType kOut = DTypeOf<Out>();
-  bool same_types = plan.dtypes[0] == kOut;
-  for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == kS;
-
-  // Transposed operands: through shared-memory tiles.
-  if (same_types && plan.ndim >= 2 && plan.ndim <= 3 &&
-      plan.strides[0][0] == static_cast<int64_t>(sizeof(Out)) && plan.sizes[0] >= 16 &&
-      plan.sizes[1] >= 16) {
-    TileArgs<N + 1> ta{};
-    int staged = 0;
-    bool other_ok = true;
-    ta.size[0] = plan.sizes[0];
-    ta.size[1] = plan.sizes[1];
-    ta.size[2] = plan.ndim == 3 ? plan.sizes[2] : 1;
-    for (int k = 0; k <= N; ++k) {
-      ta.base[k] = base[k];
-      for (int d = 0; d < 3; ++d) ta.stride[k][d] = d < plan.ndim ? plan.strides[k][d] : 0;
-      ta.staged[k] = -1;
-      if (k > 0 && plan.strides[k][1] == static_cast<int64_t>(sizeof(S)) &&
-          plan.strides[k][0] != static_cast<int64_t>(sizeof(S)) && plan.strides[k][0] != 0) {
-        if (staged < 2) {
-          ta.staged[k] = static_cast<int8_t>(staged++);
-        } else {
-          other_ok = false;
-        }
-      }
-    }
-    // Offsets within a tile as 32-bit numbers.
-    for (int k = 0; k <= N; ++k) {
-      for (int d = 0; d < 2; ++d) {
-        const int64_t st = ta.stride[k][d];
-        other_ok = other_ok && st > -(int64_t{1} << 23) && st < (int64_t{1} << 23);
-        ta.stride32[k][d] = static_cast<int32_t>(st);
-      }
-    }
-    if (staged > 0 && other_ok) {
-      constexpr int kT = sizeof(S) == 8 ? 32 : 64;
-      const int64_t gx = (ta.size[0] + kT - 1) / kT;
-      const int64_t gy = std::min<int64_t>((ta.size[1] + kT - 1) / kT, 65535);
-      const int64_t gz = std::min<int64_t>(ta.size[2], 65535);
-      if (gx <= INT32_MAX) {
-        const size_t shared = static_cast<size_t>(staged) * kT * (kT + 1) * sizeof(S);
-        TileKernel<S, N, kT><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
-                                    static_cast<unsigned>(gz)),
-                               256, shared, env.stream>>>(f, ta);
-        return CheckLaunch();
-      }
-    }
+absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
+  TileArgs<N + 1> ta{};
+  ta.size[0] = plan.sizes[0];
+  ta.size[1] = plan.sizes[1];
+  ta.size[2] = plan.ndim == 3 ? plan.sizes[2] : 1;
+  for (int k = 0; k <= N; ++k) {
+    ta.base[k] = base[k];
+    for (int d = 0; d < 3; ++d) ta.stride[k][d] = d < plan.ndim ? plan.strides[k][d] : 0;
+    // Within a tile, offsets fit 32 bits (the planner checked the strides).
+    for (int d = 0; d < 2; ++d) ta.stride32[k][d] = static_cast<int32_t>(ta.stride[k][d]);
+    ta.staged[k] = plan.staged[k];
   }
+  constexpr int kT = sizeof(S) == 8 ? 32 : 64;
+  const int64_t gx = (ta.size[0] + kT - 1) / kT;
+  const int64_t gy = std::min<int64_t>((ta.size[1] + kT - 1) / kT, 65535);
+  const int64_t gz = std::min<int64_t>(ta.size[2], 65535);
+  const size_t shared = static_cast<size_t>(plan.num_staged) * kT * (kT + 1) * sizeof(S);
+  TileKernel<S, N, kT><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+                              static_cast<unsigned>(gz)),
+                         256, shared, env.stream>>>(f, ta);
+  return CheckLaunch();
+}
 
-  if (plan.ndim <= 3) {
-    RowArgs<N + 1> ra{};
-    ra.cols = plan.sizes[0];
-    ra.inner_rows = plan.ndim >= 2 ? plan.sizes[1] : 1;
-    ra.rows = ra.inner_rows * (plan.ndim == 3 ? plan.sizes[2] : 1);
-    for (int k = 0; k <= N; ++k) {
-      ra.base[k] = base[k];
-      ra.row_stride[k] = plan.ndim >= 2 ? plan.strides[k][1] : 0;
-      ra.outer_stride[k] = plan.ndim == 3 ? plan.strides[k][2] : 0;
-      ra.step[k] = plan.strides[k][0];
-      ra.dtype[k] = plan.dtypes[k];
-    }
-    // Operand k's access for chunks of `elems` elements.
-    const auto access = [&](int k, int64_t elems) {
-      const int64_t item = ItemSize(plan.dtypes[k]);
-      if (k > 0 && (ra.step[k] == 0 || ra.cols == 1)) return Access::kBroadcast;
-      const int64_t align = std::min<int64_t>(16, item * elems);
-      const bool aligned = reinterpret_cast<uintptr_t>(ra.base[k]) % align == 0 &&
-                           ra.row_stride[k] % align == 0 && ra.outer_stride[k] % align == 0;
-      return ra.step[k] == item && aligned ? Access::kVector : Access::kStrided;
-    };
-    // Same-dtype rows, every operand dense or repeated and aligned for 16-byte input packs.
-    constexpr int kV = 16 / sizeof(S) > 0 ? static_cast<int>(16 / sizeof(S)) : 1;
-    bool fast = same_types && ra.cols % kV == 0;
-    for (int k = 0; k <= N && fast; ++k) {
-      ra.access[k] = access(k, kV);
-      fast = ra.access[k] != Access::kStrided;
-    }
-    // Blocks: tx threads along a row (enough for its chunks at per_thread each, rounded up to
-    // a power of two, at most 256), ty = 256 / tx rows side by side; as many blocks as the
-    // data needs (rows past 65535 blocks are strided over).
-    const auto grid_for = [&](int64_t chunks_per_row, int per_thread, dim3* grid, dim3* block) {
-      const int64_t threads_per_row = (chunks_per_row + per_thread - 1) / per_thread;
-      int tx = 1;
-      while (tx < 256 && tx < threads_per_row) tx *= 2;
-      const int ty = 256 / tx;
-      const int64_t bx = std::max<int64_t>(
-          1, std::min<int64_t>((threads_per_row + tx - 1) / tx, INT32_MAX));
-      const int64_t by = std::max<int64_t>(
-          1, std::min<int64_t>({(ra.rows + ty - 1) / ty, int64_t{65535}}));
-      *grid = dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-      *block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
-    };
-    dim3 grid, block;
-    if (fast) {
-      // Two packs per thread for 4- and 8-byte types, four for the float ops whose long
-      // dependent math needs more independent elements in flight; one for narrower types,
-      // whose 16-byte packs already carry 8 or 16 elements.
-      constexpr int kU = sizeof(S) == 4 && kLongMath<F> ? 4 : sizeof(S) >= 4 ? 2 : 1;
-      grid_for(ra.cols / kV, kU, &grid, &block);
-      RowKernel<S, N, kV, kU><<<grid, block, 0, env.stream>>>(f, ra);
+// The row kernels' arguments, with each operand's access for runs of `elems` elements: its
+// row starts aligned for them (the plan knows the strides; the pointers are known here).
+template <int kOps>
+RowArgs<kOps> MakeRowArgs(const Plan& plan, char* const* base, int elems) {
+  const RowGeometry& g = plan.rows;
+  RowArgs<kOps> ra{};
+  ra.cols = g.cols;
+  ra.inner_rows = g.inner_rows;
+  ra.rows = g.count;
+  for (int k = 0; k < kOps; ++k) {
+    ra.base[k] = base[k];
+    ra.row_stride[k] = plan.ndim >= 2 ? plan.strides[k][1] : 0;
+    ra.outer_stride[k] = plan.ndim == 3 ? plan.strides[k][2] : 0;
+    ra.step[k] = plan.strides[k][0];
+    ra.dtype[k] = plan.dtypes[k];
+    const int64_t align = std::min<int64_t>(16, ItemSize(plan.dtypes[k]) * elems);
+    if (g.repeated[k]) {
+      ra.access[k] = Access::kBroadcast;
+    } else if (g.dense[k] && g.stride_align[k] >= align &&
+               reinterpret_cast<uintptr_t>(base[k]) % align == 0) {
+      ra.access[k] = Access::kVector;
     } else {
-      constexpr int kE = sizeof(S) == 8 ? 4 : 8;
-      for (int k = 0; k <= N; ++k) ra.access[k] = access(k, kE);
-      grid_for((ra.cols + kE - 1) / kE, 1, &grid, &block);
-      CastRowKernel<S, N, kE><<<grid, block, 0, env.stream>>>(f, ra);
+      ra.access[k] = Access::kStrided;
     }
-    return CheckLaunch();
   }
+  return ra;
+}
 
-  // Any rank: the general kernel, one launch per piece of the plan whose indices fit 32 bits
-  // (one piece below 2^31 elements and 2 GiB of reach per operand).
+// Blocks of the row kernels: tx threads along a row (enough for its chunks at per_thread
+// each, rounded up to a power of two, at most 256), ty = 256 / tx rows side by side; as many
+// blocks as the data needs (rows past 65535 blocks are strided over).
+inline void RowGrid(int64_t rows, int64_t chunks_per_row, int per_thread, dim3* grid,
+                    dim3* block) {
+  const int64_t threads_per_row = (chunks_per_row + per_thread - 1) / per_thread;
+  int tx = 1;
+  while (tx < 256 && tx < threads_per_row) tx *= 2;
+  const int ty = 256 / tx;
+  const int64_t bx =
+      std::max<int64_t>(1, std::min<int64_t>((threads_per_row + tx - 1) / tx, INT32_MAX));
+  const int64_t by = std::max<int64_t>(1, std::min<int64_t>({(rows + ty - 1) / ty, int64_t{65535}}));
+  *grid = dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+  *block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
+}
+
+// kRows, where every operand's row start is aligned for 16-byte packs; false (nothing
+// launched) where one is not.
+template <typename S, int N, typename F>
+bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
+  constexpr int kV = 16 / sizeof(S) > 0 ? static_cast<int>(16 / sizeof(S)) : 1;
+  const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kV);
+  for (int k = 0; k <= N; ++k) {
+    if (ra.access[k] == Access::kStrided) return false;
+  }
+  // Two packs per thread for 4- and 8-byte types, four for the float ops whose long dependent
+  // math needs more independent elements in flight; one for narrower types, whose 16-byte
+  // packs already carry 8 or 16 elements.
+  constexpr int kU = sizeof(S) == 4 && kLongMath<F> ? 4 : sizeof(S) >= 4 ? 2 : 1;
+  dim3 grid, block;
+  RowGrid(ra.rows, ra.cols / kV, kU, &grid, &block);
+  RowKernel<S, N, kV, kU><<<grid, block, 0, env.stream>>>(f, ra);
+  return true;
+}
+
+template <typename S, int N, typename F>
+absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
+                            const LaunchEnv& env) {
+  constexpr int kE = sizeof(S) == 8 ? 4 : 8;
+  const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kE);
+  dim3 grid, block;
+  RowGrid(ra.rows, (ra.cols + kE - 1) / kE, 1, &grid, &block);
+  CastRowKernel<S, N, kE><<<grid, block, 0, env.stream>>>(f, ra);
+  return CheckLaunch();
+}
+
+// Any rank: the general kernel, one launch per piece of the plan whose indices fit 32 bits
+// (one piece below 2^31 elements and 2 GiB of reach per operand).
+template <typename S, int N, typename F>
+absl::Status LaunchGeneral(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
   for (const Plan& piece : SplitForIndexing(plan)) {
     KernelArgs<N + 1> a{};
     a.ndim = piece.ndim;
@@ -199,6 +185,47 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
     if (absl::Status s = CheckLaunch(); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+// Runs the kernel family the plan chose.
+template <typename S, int N, typename F>
+absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
+  using C = OpMath<S>;
+  using R = decltype(ResultOf<F, C>(std::make_index_sequence<N>{}));
+  using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
+  const auto report = [&env](Kernel k) {
+    if (env.ran != nullptr) *env.ran = k;
+  };
+  switch (plan.kernel) {
+    case Kernel::kTiles:
+    case Kernel::kRows: {
+      // Families that hold values in S: the planner chose them for the dtypes this functor
+      // has (its result type says whether the output is bool).
+      bool same_types = plan.dtypes[0] == DTypeOf<Out>();
+      for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == DTypeOf<S>();
+      if (!same_types) {
+        return absl::InternalError(absl::StrCat("the plan chose the ", KernelName(plan.kernel),
+                                                " kernel for dtypes it does not take"));
+      }
+      if (plan.kernel == Kernel::kTiles) {
+        report(Kernel::kTiles);
+        return LaunchTiles<S, N>(f, plan, base, env);
+      }
+      if (LaunchRows<S, N>(f, plan, base, env)) {
+        report(Kernel::kRows);
+        return CheckLaunch();
+      }
+      report(Kernel::kCastRows);
+      return LaunchCastRows<S, N>(f, plan, base, env);
+    }
+    case Kernel::kCastRows:
+      report(Kernel::kCastRows);
+      return LaunchCastRows<S, N>(f, plan, base, env);
+    case Kernel::kGeneral:
+      report(Kernel::kGeneral);
+      return LaunchGeneral<S, N>(f, plan, base, env);
+  }
+  return absl::InternalError("unknown kernel family");
 }
 
 template <typename F>

@@ -13,6 +13,9 @@ struct LaunchEnv {
   cudaStream_t stream;
   // Device int the functor sets on integer division by zero; zeroed by the caller.
   int* error;
+  // Where to say which kernel family ran (the plan's, or kCastRows for a kRows plan whose
+  // pointers are not aligned for its vectors); may be null.
+  Kernel* ran = nullptr;
 };
 
 // Enqueues `op` on env.stream. base[0] is the output, base[1..] the inputs, each already

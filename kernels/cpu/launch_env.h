@@ -1,0 +1,24 @@
+// What a CPU launch needs besides the plan, and the one entry point into the CPU kernels: the
+// same shape as the CUDA backend's (kernels/cuda/launch_env.h).
+#pragma once
+
+#include "absl/status/status.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/engine.h"
+
+namespace tc::cpu {
+
+struct LaunchEnv {
+  // Workers that share the loops with the calling thread.
+  ThreadPool* pool;
+  // Where to say which kernel family ran (kTiles, or kRows for the row loop that runs every
+  // other plan); may be null.
+  Kernel* ran = nullptr;
+};
+
+// Runs `op` and returns when the result is in place. base[0] is the output, base[1..] the
+// inputs, each already advanced by op.plan.offsets (OperandBases). Integer division by zero
+// is INVALID_ARGUMENT, with the output undefined.
+absl::Status LaunchOp(const PreparedOp& op, char* const* base, const LaunchEnv& env);
+
+}  // namespace tc::cpu
