@@ -32,7 +32,7 @@ constexpr int64_t kInlineBytes = 64 << 10;
 // directly where the device reads host memory or the region is the caller's GPU memory (the
 // job then runs on that GPU); otherwise on a GPU into device memory, then copied into the
 // mapping (directly, with the run, where the region is pinned).
-void RunIntoRegion(const TensorServiceImpl::Env& env, const v1::ComputeRequest& request,
+void RunIntoRegion(const ServiceEnv& env, const v1::ComputeRequest& request,
                    absl::Time deadline, std::shared_ptr<ComputeJob> job,
                    v1::ComputeResponse* response, std::shared_ptr<UnaryCall> call) {
   std::shared_ptr<Region> region = job->output_region();

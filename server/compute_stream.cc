@@ -18,7 +18,7 @@ using StreamBase = grpc::ServerBidiReactor<v1::ComputeStreamRequest, v1::TensorS
 // to the device while the next one is being received.
 class ComputeStreamReactor final : public PooledReactor<StreamBase> {
  public:
-  ComputeStreamReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env)
+  ComputeStreamReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env)
       : PooledReactor(ctx, env, "ComputeStream") {
     if (Authorized()) StartRead(&in_);
   }

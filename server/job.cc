@@ -46,7 +46,7 @@ absl::Status PinTo(runtime::Device* d, runtime::Device*& pinned, absl::string_vi
 
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
     const v1::Tensor& t, const std::string& owner, const std::string& what,
-    const TensorServiceImpl::Env& env) {
+    const ServiceEnv& env) {
   if (env.regions == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": shared-memory regions are off on this server"));
@@ -76,7 +76,7 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
 
 absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
-    const TensorServiceImpl::Env& env, absl::Time deadline, bool stage_inline) {
+    const ServiceEnv& env, absl::Time deadline, bool stage_inline) {
   const ServiceOptions& limits = env.options;
   // The op first: "unknown op" is the more useful message when the inputs are wrong too.
   if (auto op = LookupOp(request.op()); !op.ok()) return op.status();

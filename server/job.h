@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/regions.h"
-#include "server/service.h"
+#include "server/service_env.h"
 
 namespace tc::server {
 
@@ -21,7 +21,7 @@ namespace tc::server {
 // mapping, every element checked to lie inside), and the region, held while it is in use.
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
     const v1::Tensor& t, const std::string& owner, const std::string& what,
-    const TensorServiceImpl::Env& env);
+    const ServiceEnv& env);
 
 class ComputeJob {
  public:
@@ -31,7 +31,7 @@ class ComputeJob {
   // memory; without it they stay host views, for TryRunSmall.
   static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
       const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
-      const TensorServiceImpl::Env& env, absl::Time deadline, bool stage_inline = true);
+      const ServiceEnv& env, absl::Time deadline, bool stage_inline = true);
 
   const PreparedOp& prepared() const { return prepared_; }
   const Plan& plan() const { return prepared_.plan; }

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
-#include "server/service.h"
+#include "server/service_env.h"
 
 namespace tc::server {
 
@@ -25,7 +25,7 @@ inline absl::Time DeadlineOf(const grpc::CallbackServerContext& ctx) {
 template <class Base>
 class PooledReactor : public Base {
  public:
-  PooledReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
+  PooledReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env,
                 const char* method)
       : ctx_(ctx), env_(env), method_(method), start_(absl::Now()),
         identity_(env.auth->Identify(*ctx)),
@@ -122,7 +122,7 @@ class PooledReactor : public Base {
   }
 
   grpc::CallbackServerContext* ctx_;
-  const TensorServiceImpl::Env& env_;
+  const ServiceEnv& env_;
   const char* method_;
   std::string op_;
   absl::Time start_;

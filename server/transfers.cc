@@ -25,7 +25,7 @@ absl::Status ParseMessage(grpc::ByteBuffer& buffer, M* m, const char* what) {
 // anything else is parsed with protobuf.
 class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::ByteBuffer>> {
  public:
-  UploadReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
+  UploadReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env,
                 grpc::ByteBuffer* response)
       : PooledReactor(ctx, env, "Upload"), raw_response_(response) {
     if (Authorized()) StartRead(&in_);
@@ -213,7 +213,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
 // slice that the message sends (chunk_wire.h), not into a protobuf string copied again.
 class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc::ByteBuffer>> {
  public:
-  DownloadReactor(grpc::CallbackServerContext* ctx, const TensorServiceImpl::Env& env,
+  DownloadReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env,
                   const grpc::ByteBuffer* request)
       : PooledReactor(ctx, env, "Download") {
     if (Authorized()) Post([this, request] { Begin(*request); });

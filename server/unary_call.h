@@ -13,7 +13,7 @@ namespace tc::server {
 
 // Records one unary call in the metrics when it finishes.
 struct UnaryCall {
-  const TensorServiceImpl::Env* env;
+  const ServiceEnv* env;
   grpc::ServerUnaryReactor* reactor;
   const char* method;
   std::string op;

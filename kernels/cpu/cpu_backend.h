@@ -1,7 +1,7 @@
 // The CPU backend: runs plans on a pool of worker threads.
 #pragma once
 
-#include "kernels/cpu/thread_pool.h"
+#include "util/thread_pool.h"
 #include "kernels/engine.h"
 
 namespace tc {

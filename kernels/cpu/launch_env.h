@@ -3,7 +3,7 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "kernels/cpu/thread_pool.h"
+#include "util/thread_pool.h"
 #include "kernels/engine.h"
 
 namespace tc::cpu {

@@ -22,7 +22,7 @@
 #endif
 
 #include "kernels/cpu/half_rows.h"
-#include "kernels/cpu/thread_pool.h"
+#include "util/thread_pool.h"
 #include "kernels/ops/op_spec.h"
 #include "kernels/planner.h"
 #include "kernels/scalar_types.h"

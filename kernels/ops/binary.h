@@ -5,7 +5,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/ops/host_device.h"
+#include "kernels/host_device.h"
 #include "kernels/ops/math.h"
 #include "kernels/ops/op_spec.h"
 

@@ -8,7 +8,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/ops/host_device.h"
+#include "kernels/host_device.h"
 
 namespace tc::math {
 
