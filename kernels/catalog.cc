@@ -7,7 +7,8 @@ namespace tc {
 const std::vector<CatalogEntry>& Catalog() {
   static const auto* catalog = [] {
     auto* c = new std::vector<CatalogEntry>;
-#define TC_ADD_ENTRY(F) c->push_back({static_cast<OpIndex>(c->size()), F::Spec()});
+#define TC_ADD_ENTRY(F) \
+  c->push_back({static_cast<OpIndex>(c->size()), F::Spec(), F::kArity, F::kComputeTypes});
     TC_FOR_EACH_OP(TC_ADD_ENTRY)
 #undef TC_ADD_ENTRY
     return c;

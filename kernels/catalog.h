@@ -2,6 +2,7 @@
 #pragma once
 
 #include "absl/strings/string_view.h"
+#include <cstdint>
 #include <vector>
 
 #include "kernels/ops/op_spec.h"
@@ -14,6 +15,10 @@ using OpIndex = int;
 struct CatalogEntry {
   OpIndex index;
   OpSpec spec;
+  // What the functor itself says (F::kArity, F::kComputeTypes); tests/catalog_test.cc checks
+  // that the spec agrees with it.
+  int functor_arity;
+  uint32_t compute_types;
 };
 
 const std::vector<CatalogEntry>& Catalog();

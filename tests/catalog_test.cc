@@ -1,0 +1,116 @@
+// What adding an op must keep in step, checked rather than left to discipline: the functor and
+// its spec agree (arity, a kernel for every dtype the spec accepts), the independent reference
+// has a row for it, and the README's op table and count name exactly the catalog's ops.
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "kernels/catalog.h"
+#include "tests/reference.h"
+
+namespace tc {
+namespace {
+
+std::set<std::string> CatalogNames() {
+  std::set<std::string> names;
+  for (const CatalogEntry& e : Catalog()) names.insert(e.spec.name);
+  return names;
+}
+
+TEST(Catalog, SpecsAgreeWithTheirFunctors) {
+  for (const CatalogEntry& e : Catalog()) {
+    const OpSpec& s = e.spec;
+    EXPECT_EQ(s.arity, e.functor_arity) << s.name << ": the spec and the functor disagree on arity";
+    for (DType r : s.dtypes) {
+      DType compute = r;
+      if (s.rule == TypeRule::kPromoteToFloat && !IsFloating(r)) compute = DType::kFloat32;
+      if (s.rule == TypeRule::kQuantized) compute = DType::kFloat32;
+      EXPECT_NE(e.compute_types & DTypeBit(compute), 0u)
+          << s.name << " accepts " << DTypeName(r) << " but its functor has no kernel for "
+          << DTypeName(compute);
+    }
+  }
+}
+
+TEST(Catalog, EveryOpHasAReferenceRow) {
+  std::mt19937_64 rng(1);
+  std::set<std::string> ref_names;
+  for (const ref::Op& op : ref::Ops(rng)) {
+    ref_names.insert(op.name);
+    const CatalogEntry* e = FindOp(op.name);
+    ASSERT_NE(e, nullptr) << "tests/reference.cc has a row for '" << op.name
+                          << "', which the catalog does not have";
+    EXPECT_EQ(op.arity, e->spec.arity) << op.name;
+  }
+  for (const std::string& name : CatalogNames()) {
+    EXPECT_TRUE(ref_names.count(name)) << "op '" << name
+                                       << "' has no row in tests/reference.cc: the conformance "
+                                          "tests would never check it";
+  }
+}
+
+// The op names in the README's table: every `name` in the second column, where `a`/`b`
+// continues the name before it (`bitwise_and`/`or` is bitwise_and and bitwise_or) and
+// parentheses hold attributes, not ops.
+std::set<std::string> ReadmeOps(const std::string& table) {
+  std::set<std::string> ops;
+  for (absl::string_view line : absl::StrSplit(table, '\n')) {
+    std::vector<std::string> cells = absl::StrSplit(line, '|');
+    if (cells.size() < 4 || line.find('`') == absl::string_view::npos) continue;
+    std::string cell = cells[2];
+    std::string flat;  // without the parenthesized parts
+    int depth = 0;
+    for (char ch : cell) {
+      if (ch == '(') ++depth;
+      if (depth == 0) flat += ch;
+      if (ch == ')') --depth;
+    }
+    std::string prev;
+    bool continues = false;
+    for (size_t i = 0; i < flat.size(); ++i) {
+      if (flat[i] == '/') continues = true;
+      if (flat[i] == ',') continues = false;
+      if (flat[i] != '`') continue;
+      const size_t end = flat.find('`', i + 1);
+      std::string name = flat.substr(i + 1, end - i - 1);
+      i = end;
+      if (continues && !prev.empty()) name = prev.substr(0, prev.rfind('_') + 1) + name;
+      ops.insert(name);
+      prev = name;
+      continues = false;
+    }
+  }
+  return ops;
+}
+
+TEST(Catalog, ReadmeListsEveryOp) {
+  std::ifstream f(TC_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(f) << "cannot read README.md";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string readme = ss.str();
+  const size_t at = readme.find("## Ops and their semantics");
+  ASSERT_NE(at, std::string::npos);
+  const size_t table = readme.find("| group | ops |", at);
+  ASSERT_NE(table, std::string::npos);
+  const size_t table_end = readme.find("\n\n", table);
+  const std::set<std::string> listed = ReadmeOps(readme.substr(table, table_end - table));
+  const std::set<std::string> catalog = CatalogNames();
+  std::vector<std::string> missing, extra;
+  for (const std::string& n : catalog) if (!listed.count(n)) missing.push_back(n);
+  for (const std::string& n : listed) if (!catalog.count(n)) extra.push_back(n);
+  EXPECT_TRUE(missing.empty()) << "README's op table lacks: " << absl::StrJoin(missing, ", ");
+  EXPECT_TRUE(extra.empty()) << "README's op table names ops the catalog lacks: "
+                             << absl::StrJoin(extra, ", ");
+  const std::string count = "It has " + std::to_string(catalog.size()) + " element-wise ops";
+  EXPECT_NE(readme.find(count), std::string::npos) << "README should say: " << count;
+}
+
+}  // namespace
+}  // namespace tc
