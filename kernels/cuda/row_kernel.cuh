@@ -17,6 +17,13 @@
 
 namespace tc::cuda {
 
+// The functor a word-wise op applies to whole words (stateless: bitwise ops take no
+// attributes).
+template <typename F>
+__device__ __forceinline__ typename Wordwise<F>::Op WordOp(const F&) {
+  return {};
+}
+
 // Same-dtype rows: every input of storage type S, each dense along the row (kVector) or
 // repeated (kBroadcast), the output of its own type dense along the row; every row start
 // aligned for V-element packs, cols a multiple of V. Each thread moves U packs per operand
@@ -68,8 +75,7 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
         if (!full && p >= packs) break;
         if constexpr (kWords) {
           const uint4 x = q[0][u], y = q[1][u];
-          static_cast<void>(f);  // Word::Op carries no state
-          const typename Word::Op w{};
+          const typename Word::Op w = WordOp(f);
           reinterpret_cast<uint4*>(row[0])[p] =
               make_uint4(w(x.x, y.x), w(x.y, y.y), w(x.z, y.z), w(x.w, y.w));
         } else {
