@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/cpu_backend.h"
 #include "kernels/engine.h"
 
 namespace tc {

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/cpu_backend.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
 #include "kernels/scalar_types.h"

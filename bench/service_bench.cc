@@ -37,7 +37,7 @@
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
-#include "tests/server_process.h"
+#include "tests/support/server_process.h"
 
 ABSL_FLAG(bool, serve_echo, false, "Run as the echo server (used by the benchmark itself).");
 ABSL_FLAG(std::string, address, "127.0.0.1", "Echo server: address.");

@@ -57,15 +57,4 @@ void OperandBases(const Plan& plan, std::byte* out, absl::Span<const std::byte* 
 void OperandBases(const Plan& plan, std::byte* out, absl::Span<const TensorView> inputs,
                   char** base);
 
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual absl::string_view name() const = 0;
-  // Runs a prepared op. `inputs` are the views it was prepared from; `out` holds
-  // op.plan.out_storage_bytes bytes laid out as op.plan.out_strides. Blocks until the result
-  // is in `out`. Integer division by zero is INVALID_ARGUMENT, with `out` undefined.
-  virtual absl::Status Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
-                           std::byte* out) = 0;
-};
-
 }  // namespace tc

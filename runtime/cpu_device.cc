@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/launch_env.h"
 
 namespace tc::runtime {
 
@@ -33,7 +34,7 @@ CpuDevice::CpuDevice(int threads, const DeviceOptions& options)
     : Device(CpuInfo(threads),
              options.memory_budget > 0 ? options.memory_budget : PhysicalMemoryBytes() / 2,
              options),
-      backend_(threads) {}
+      pool_(ThreadPool::WorkersFor(threads)) {}
 
 absl::StatusOr<std::byte*> CpuDevice::RawAllocate(int64_t bytes, bool zero, Lane* /*lane*/,
                                                    void** /*tag*/) {
@@ -77,7 +78,9 @@ void CpuDevice::Run(Lane& /*lane*/, const PreparedOp& op, std::vector<TensorView
     return;
   }
   // Storage is host memory: there is nothing to read back.
-  done(backend_.Run(op, inputs, out));
+  char* base[kMaxOperands];
+  OperandBases(op.plan, out, inputs, base);
+  done(cpu::LaunchOp(op, base, cpu::LaunchEnv{&pool_}));
 }
 
 }  // namespace tc::runtime

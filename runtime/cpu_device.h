@@ -2,8 +2,8 @@
 // backend's workers), so `done` is called before Run returns.
 #pragma once
 
-#include "kernels/cpu/cpu_backend.h"
 #include "runtime/device.h"
+#include "util/thread_pool.h"
 
 namespace tc::runtime {
 
@@ -28,7 +28,8 @@ class CpuDevice final : public Device {
   void RawFree(std::byte* p, int64_t bytes, void* tag) override;
 
  private:
-  CpuBackend backend_;
+  // Workers that share each op with the calling thread.
+  ThreadPool pool_;
 };
 
 // Physical memory of this machine in bytes.

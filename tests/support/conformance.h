@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/engine.h"
+#include "tests/support/backend.h"
 
 namespace tc::testing {
 

@@ -1,10 +1,10 @@
-#include "tests/kernel_cases.h"
+#include "tests/support/kernel_cases.h"
 
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "tests/reference.h"
+#include "tests/support/reference.h"
 
 namespace tc::testing {
 namespace {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kernels/engine.h"
+#include "tests/support/backend.h"
 #include "runtime/device.h"
 
 namespace tc::runtime {

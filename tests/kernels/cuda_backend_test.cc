@@ -7,14 +7,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/cpu_backend.h"
 #include "kernels/cuda/launch_env.h"
 #include "runtime/cuda_device.h"
-#include "runtime/device_backend.h"
-#include "tests/conformance.h"
-#include "tests/device_checks.h"
-#include "tests/kernel_cases.h"
-#include "tests/random_tensors.h"
+#include "tests/support/device_backend.h"
+#include "tests/support/conformance.h"
+#include "tests/support/device_checks.h"
+#include "tests/support/kernel_cases.h"
+#include "tests/support/random_tensors.h"
 
 namespace tc {
 namespace {

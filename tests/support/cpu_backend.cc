@@ -1,4 +1,4 @@
-#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/cpu_backend.h"
 
 #include "kernels/cpu/launch_env.h"
 

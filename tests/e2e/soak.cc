@@ -25,8 +25,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "tests/load_mix.h"
-#include "tests/server_process.h"
+#include "tests/support/load_mix.h"
+#include "tests/support/server_process.h"
 
 ABSL_FLAG(std::string, server_binary, "", "Server to start on 127.0.0.1 for the soak.");
 ABSL_FLAG(std::string, backend, "cpu", "--backend of the started server.");

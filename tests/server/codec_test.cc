@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/wire_tensors.h"
+#include "tests/support/wire_tensors.h"
 #include "server/codec.h"
 
 namespace tc::server {

@@ -1,4 +1,4 @@
-#include "runtime/device_backend.h"
+#include "tests/support/device_backend.h"
 
 #include <future>
 

@@ -2,10 +2,10 @@
 // same checks on a GPU.
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
-#include "runtime/device_backend.h"
-#include "tests/conformance.h"
-#include "tests/device_checks.h"
-#include "tests/random_tensors.h"
+#include "tests/support/device_backend.h"
+#include "tests/support/conformance.h"
+#include "tests/support/device_checks.h"
+#include "tests/support/random_tensors.h"
 
 namespace tc {
 namespace {

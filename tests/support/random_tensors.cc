@@ -1,4 +1,4 @@
-#include "tests/random_tensors.h"
+#include "tests/support/random_tensors.h"
 
 #include <algorithm>
 #include <cstdlib>

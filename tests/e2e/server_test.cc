@@ -14,9 +14,9 @@
 #include "google/protobuf/descriptor.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "tests/wire_tensors.h"
-#include "tests/server_binary.h"
-#include "tests/server_process.h"
+#include "tests/support/wire_tensors.h"
+#include "tests/support/server_binary.h"
+#include "tests/support/server_process.h"
 
 namespace tc {
 namespace {

@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "kernels/catalog.h"
-#include "tests/reference.h"
+#include "tests/support/reference.h"
 
 namespace tc {
 namespace {

@@ -14,9 +14,9 @@
 #include "client/client.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "tests/server_binary.h"
-#include "tests/server_process.h"
-#include "tests/wire_tensors.h"
+#include "tests/support/server_binary.h"
+#include "tests/support/server_process.h"
+#include "tests/support/wire_tensors.h"
 
 namespace tc {
 namespace {

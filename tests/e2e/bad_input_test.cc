@@ -13,9 +13,9 @@
 #include "client/client.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
-#include "tests/server_binary.h"
-#include "tests/server_process.h"
-#include "tests/wire_tensors.h"
+#include "tests/support/server_binary.h"
+#include "tests/support/server_process.h"
+#include "tests/support/wire_tensors.h"
 
 namespace tc {
 namespace {

@@ -13,7 +13,7 @@
 #include "kernels/engine.h"
 #include "kernels/planner.h"
 #include "kernels/tensor_view.h"
-#include "tests/kernel_cases.h"
+#include "tests/support/kernel_cases.h"
 
 namespace tc {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/conformance.h"
+#include "tests/support/conformance.h"
 
 #include <cmath>
 #include <limits>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/random_tensors.h"
-#include "tests/reference.h"
+#include "tests/support/random_tensors.h"
+#include "tests/support/reference.h"
 
 namespace tc::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/load_mix.h"
+#include "tests/support/load_mix.h"
 
 #include <chrono>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
-#include "tests/server_process.h"
-#include "tests/wire_tensors.h"
+#include "tests/support/server_process.h"
+#include "tests/support/wire_tensors.h"
 
 namespace tc::testing {
 

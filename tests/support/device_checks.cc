@@ -1,4 +1,4 @@
-#include "tests/device_checks.h"
+#include "tests/support/device_checks.h"
 
 #include <cstring>
 #include <future>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/random_tensors.h"
+#include "tests/support/random_tensors.h"
 
 namespace tc::testing {
 

@@ -1,9 +1,9 @@
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "tests/support/cpu_backend.h"
 #include "kernels/cpu/launch_env.h"
-#include "tests/kernel_cases.h"
-#include "tests/conformance.h"
-#include "tests/random_tensors.h"
+#include "tests/support/kernel_cases.h"
+#include "tests/support/conformance.h"
+#include "tests/support/random_tensors.h"
 
 namespace tc {
 namespace {

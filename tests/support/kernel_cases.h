@@ -10,7 +10,7 @@
 
 #include "kernels/engine.h"
 #include "kernels/planner.h"
-#include "tests/random_tensors.h"
+#include "tests/support/random_tensors.h"
 
 namespace tc::testing {
 

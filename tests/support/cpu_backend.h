@@ -1,8 +1,10 @@
-// The CPU backend: runs plans on a pool of worker threads.
+// A Backend over the CPU kernels (cpu::LaunchOp) on a pool of its own: what the conformance
+// checks and the benchmarks drive. The server's CPU device calls cpu::LaunchOp itself.
 #pragma once
 
-#include "util/thread_pool.h"
 #include "kernels/engine.h"
+#include "tests/support/backend.h"
+#include "util/thread_pool.h"
 
 namespace tc {
 

@@ -15,9 +15,9 @@
 
 #include "client/client.h"
 #include "gtest/gtest.h"
-#include "tests/load_mix.h"
-#include "tests/server_binary.h"
-#include "tests/server_process.h"
+#include "tests/support/load_mix.h"
+#include "tests/support/server_binary.h"
+#include "tests/support/server_process.h"
 
 namespace tc {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/reference.h"
+#include "tests/support/reference.h"
 
 #include <algorithm>
 #include <cmath>
