@@ -123,17 +123,23 @@ void OperandBases(const Plan& plan, std::byte* out, absl::Span<const TensorView>
 
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const TensorView> inputs,
                                      const AttrMap& attrs, const OutputOptions& output) {
-  PreparedOp p;
   auto entry = LookupOp(name);
   if (!entry.ok()) return entry.status();
-  p.op = *entry;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (auto s = ValidateView(inputs[i], absl::StrCat("input ", i)); !s.ok()) return s;
+  }
+  return PrepareValidated(**entry, inputs, attrs, output);
+}
+
+absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
+                                            absl::Span<const TensorView> inputs,
+                                            const AttrMap& attrs, const OutputOptions& output) {
+  PreparedOp p;
+  p.op = &entry;
   const OpSpec& spec = p.op->spec;
   if (static_cast<int>(inputs.size()) != spec.arity) {
     return absl::InvalidArgumentError(absl::StrCat("op '", spec.name, "' takes ", spec.arity,
                                                    " inputs, got ", inputs.size()));
-  }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (auto s = ValidateView(inputs[i], absl::StrCat("input ", i)); !s.ok()) return s;
   }
   if (spec.condition_input >= 0 && inputs[spec.condition_input].dtype != DType::kBool) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -49,6 +49,12 @@ absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name);
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view op, absl::Span<const TensorView> inputs,
                                      const AttrMap& attrs, const OutputOptions& output = {});
 
+// PrepareOp for a caller that has found the op (LookupOp) and checked every input view with
+// ValidateView itself, as the server does while it decodes them: the rest of the checks, once.
+absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& op,
+                                            absl::Span<const TensorView> inputs,
+                                            const AttrMap& attrs, const OutputOptions& output = {});
+
 // The pointers a launcher takes: base[0] at the output's element (0, ..., 0) in `out`,
 // base[k] at input k-1's in its storage (`inputs[k-1]`, or the data of the view it was planned
 // from); inputs are only read, but every operand goes through one pointer type.

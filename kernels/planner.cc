@@ -298,6 +298,7 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
         __builtin_mul_overflow(count, ItemSize(out_dtype), &plan.out_storage_bytes)) {
       return absl::InvalidArgumentError("the output does not fit in 2^63 bytes");
     }
+    plan.out_has_gaps = plan.out_storage_bytes != plan.numel * ItemSize(out_dtype);
   }
   if (plan.numel == 0) {
     // Nothing to walk. An empty input's strides and offset were never bounded by its

@@ -85,6 +85,9 @@ struct Plan {
   DimVector out_shape;
   DimVector out_strides;
   int64_t out_storage_bytes = 0;
+  // The output's strides leave storage between its elements, which must read as zeros: who
+  // allocates the output clears it first.
+  bool out_has_gaps = false;
   DType out_dtype = DType::kFloat32;
   // Type the functor computes in.
   DType compute_dtype = DType::kFloat32;

@@ -714,7 +714,6 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
   char* base[kMaxOperands] = {};
   OperandBases(plan, dev + out_at, absl::MakeConstSpan(dev_inputs, host_inputs.size()), base);
   std::memset(slot.read_back + flag_at, 0, sizeof(int));
-  const bool gaps = plan.out_storage_bytes != plan.numel * ItemSize(plan.out_dtype);
   auto issue = [&]() -> absl::Status {
     TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
     std::lock_guard<std::mutex> lock(s.mu);
@@ -722,7 +721,7 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
                                             static_cast<size_t>(flag_at + sizeof(int)),
                                             cudaMemcpyHostToDevice, s.stream),
                             "cudaMemcpyAsync to device");
-    if (gaps) {
+    if (plan.out_has_gaps) {
       // What lies between the output's elements reads as zeros.
       TC_CUDA_CHECK(cudaMemsetAsync(dev + out_at, 0,
                                               static_cast<size_t>(plan.out_storage_bytes),

@@ -79,7 +79,8 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const ServiceEnv& env, absl::Time deadline, bool stage_inline) {
   const ServiceOptions& limits = env.options;
   // The op first: "unknown op" is the more useful message when the inputs are wrong too.
-  if (auto op = LookupOp(request.op()); !op.ok()) return op.status();
+  auto op = LookupOp(request.op());
+  if (!op.ok()) return op.status();
   std::unique_ptr<ComputeJob> job(new ComputeJob());
   const int n = request.inputs_size();
   job->views_.resize(n);
@@ -172,7 +173,8 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   if (!attrs.ok()) return attrs.status();
   auto output = DecodeOutputOptions(request);
   if (!output.ok()) return output.status();
-  auto prepared = PrepareOp(request.op(), job->views_, *attrs, *output);
+  // Every view was checked with ValidateView as it was decoded above.
+  auto prepared = PrepareValidated(**op, job->views_, *attrs, *output);
   if (!prepared.ok()) return prepared.status();
   job->prepared_ = *std::move(prepared);
   TensorView out_meta;
@@ -292,8 +294,7 @@ absl::Status ComputeJob::CheckComplete() const {
 
 absl::StatusOr<runtime::StoragePtr> ComputeJob::AllocateOutput(absl::Time deadline) {
   const Plan& p = plan();
-  const bool gaps = p.out_storage_bytes != p.numel * ItemSize(p.out_dtype);
-  return device_->Allocate(p.out_storage_bytes, gaps, deadline, lane_.get());
+  return device_->Allocate(p.out_storage_bytes, p.out_has_gaps, deadline, lane_.get());
 }
 
 void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,

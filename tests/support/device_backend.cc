@@ -26,9 +26,7 @@ absl::Status DeviceBackend::Run(const PreparedOp& op, absl::Span<const TensorVie
     storages.push_back(*std::move(s));
   }
   const int64_t out_bytes = op.plan.out_storage_bytes;
-  // Output strides with gaps: what lies between elements reads as zeros.
-  const bool gaps = out_bytes != op.plan.numel * ItemSize(op.plan.out_dtype);
-  auto dev_out = device_->Allocate(out_bytes, gaps, deadline);
+  auto dev_out = device_->Allocate(out_bytes, op.plan.out_has_gaps, deadline);
   if (!dev_out.ok()) return dev_out.status();
   std::promise<absl::Status> finished;
   device_->Run(*lane, op, std::move(views), (*dev_out)->data(),
