@@ -4,11 +4,17 @@
 // Plain C++ interface; the CUDA code stays in the .cu.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "runtime/device.h"
 
 namespace tc::runtime {
+
+namespace gpu {
+struct Completion;
+struct Stream;
+}  // namespace gpu
 
 class CudaDevice final : public Device {
  public:
@@ -51,6 +57,15 @@ class CudaDevice final : public Device {
  private:
   CudaDevice(DeviceInfo info, int64_t budget, const DeviceOptions& options,
              std::unique_ptr<Impl> impl);
+  // What Run and TryRunSmall share: issues one run on `s` under its lock, in stream order
+  // (`before`: copies in and the flag's reset; the fault a test may inject; the op's kernels
+  // with `error` as their flag; `after`: the flag and any read-back out; the slot's event),
+  // then queues `completion` for the stream's waiter. When anything fails to issue, the slot
+  // is released and the completion's `done` gets the error.
+  void Issue(gpu::Stream& s, const PreparedOp& op, char* const* base, int* error,
+             const std::function<absl::Status()>& before,
+             const std::function<absl::Status()>& after,
+             std::unique_ptr<gpu::Completion> completion);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,0 +1,34 @@
+// What CudaDevice holds, shared by the files that implement it (cuda_device.cu, the memory
+// pool in cuda_memory.cc, the staging copies in cuda_staging.cc). Not for other code.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/cuda_device.h"
+#include "runtime/cuda_errors.h"
+#include "runtime/cuda_streams.h"
+
+namespace tc::runtime {
+
+struct CudaDevice::Impl {
+  int index = 0;
+  int multiprocessors = 0;
+  int64_t staging_bytes = 0;
+  // The stream-ordered memory pool (decision 5), cuda_memory.cc.
+  cudaMemPool_t pool = nullptr;
+  // Allocations and frees are ordered on this stream; each allocation is waited for before
+  // its memory is handed out, and frees come only after the host saw every use complete.
+  cudaStream_t alloc_stream = nullptr;
+  std::mutex alloc_mu;
+  std::vector<std::unique_ptr<gpu::Stream>> streams;
+  ~Impl();
+};
+
+// Creates the device's memory pool, keeping up to `budget` bytes of freed memory.
+absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget);
+
+}  // namespace tc::runtime

@@ -1,0 +1,160 @@
+// Copies between host and device through each stream's pair of pinned staging buffers
+// (decision 7): one fills while the other's copy runs. Memory the caller pinned skips them.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "runtime/cuda_device_impl.h"
+
+namespace tc::runtime {
+
+using gpu::CudaLane;
+using gpu::kReadBackBytes;
+using gpu::Stream;
+
+absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                               int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("write past the end of the storage");
+  }
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(s.mu);
+  const auto* from = static_cast<const std::byte*>(src);
+  const int64_t chunk = impl_->staging_bytes;
+  int& b = s.next;
+  for (int64_t done = 0; done < n; done += chunk, b ^= 1) {
+    const int64_t len = std::min(chunk, n - done);
+    // The buffer's previous copy must have left it before it is filled again.
+    TC_CUDA_CHECK(cudaEventSynchronize(s.done[b]), "cudaEventSynchronize");
+    std::memcpy(s.pinned[b], from + done, static_cast<size_t>(len));
+    TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset + done, s.pinned[b],
+                                            static_cast<size_t>(len), cudaMemcpyHostToDevice,
+                                            s.stream),
+                            "cudaMemcpyAsync to device");
+    TC_CUDA_CHECK(cudaEventRecord(s.done[b], s.stream), "cudaEventRecord");
+  }
+  // `src` has been copied into pinned memory: the caller may reuse it. The copies themselves
+  // complete in stream order.
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::WritePieces(Lane& lane, Storage& dst, int64_t offset,
+                                     const std::vector<HostPiece>& pieces) {
+  int64_t n = 0;
+  for (const HostPiece& p : pieces) n += p.bytes;
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("write past the end of the storage");
+  }
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(s.mu);
+  const int64_t chunk = impl_->staging_bytes;
+  int& b = s.next;
+  // The pieces are packed into one staging buffer after another; each full buffer (and the
+  // last one) goes to the device as one copy.
+  int64_t filled = 0;
+  int64_t done = 0;
+  auto flush = [&]() -> absl::Status {
+    TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset + done, s.pinned[b],
+                                  static_cast<size_t>(filled), cudaMemcpyHostToDevice, s.stream),
+                  "cudaMemcpyAsync to device");
+    TC_CUDA_CHECK(cudaEventRecord(s.done[b], s.stream), "cudaEventRecord");
+    done += filled;
+    filled = 0;
+    b ^= 1;
+    return absl::OkStatus();
+  };
+  for (const HostPiece& p : pieces) {
+    const auto* from = static_cast<const std::byte*>(p.data);
+    for (int64_t at = 0; at < p.bytes;) {
+      if (filled == 0) {
+        // The buffer's previous copy must have left it before it is filled again.
+        TC_CUDA_CHECK(cudaEventSynchronize(s.done[b]), "cudaEventSynchronize");
+      }
+      const int64_t len = std::min(chunk - filled, p.bytes - at);
+      std::memcpy(static_cast<std::byte*>(s.pinned[b]) + filled, from + at,
+                  static_cast<size_t>(len));
+      filled += len;
+      at += len;
+      if (filled == chunk) {
+        if (auto st = flush(); !st.ok()) return st;
+      }
+    }
+  }
+  if (filled > 0) return flush();
+  return absl::OkStatus();
+}
+
+std::shared_ptr<void> CudaDevice::PinHost(void* p, int64_t n, bool read_only) {
+  if (cudaSetDevice(impl_->index) != cudaSuccess) return nullptr;
+  // Portable: pinned for every device's context, so one pin serves them all.
+  unsigned flags = cudaHostRegisterPortable;
+  if (read_only) flags |= cudaHostRegisterReadOnly;
+  if (cudaHostRegister(p, static_cast<size_t>(n), flags) != cudaSuccess) {
+    (void)cudaGetLastError();  // Not sticky: copies stage instead.
+    return nullptr;
+  }
+  return std::shared_ptr<void>(p, [](void* q) { (void)cudaHostUnregister(q); });
+}
+
+absl::Status CudaDevice::WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                                     int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("write past the end of the storage");
+  }
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(s.mu);
+  TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset, src, static_cast<size_t>(n),
+                                cudaMemcpyHostToDevice, s.stream),
+                "cudaMemcpyAsync to device");
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::Sync(Lane& lane) {
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  TC_CUDA_CHECK(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  return absl::OkStatus();
+}
+
+int64_t CudaDevice::max_read_back() const { return kReadBackBytes; }
+
+absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                              int64_t n) {
+  if (offset < 0 || n < 0 || offset > src.bytes() - n) {
+    return absl::OutOfRangeError("read past the end of the storage");
+  }
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto* to = static_cast<std::byte*>(dst);
+  const int64_t chunk = impl_->staging_bytes;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  auto issue = [&](int64_t c) -> absl::Status {
+    const int64_t at = c * chunk;
+    const int64_t len = std::min(chunk, n - at);
+    TC_CUDA_CHECK(cudaMemcpyAsync(s.pinned[c & 1], src.data() + offset + at,
+                                            static_cast<size_t>(len), cudaMemcpyDeviceToHost,
+                                            s.stream),
+                            "cudaMemcpyAsync to host");
+    TC_CUDA_CHECK(cudaEventRecord(s.done[c & 1], s.stream), "cudaEventRecord");
+    return absl::OkStatus();
+  };
+  // Two copies in flight; each buffer is drained to `dst` while the other one fills.
+  for (int64_t c = 0; c < std::min<int64_t>(chunks, 2); ++c) {
+    if (auto st = issue(c); !st.ok()) return st;
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    TC_CUDA_CHECK(cudaEventSynchronize(s.done[c & 1]), "cudaEventSynchronize");
+    const int64_t at = c * chunk;
+    std::memcpy(to + at, s.pinned[c & 1], static_cast<size_t>(std::min(chunk, n - at)));
+    if (c + 2 < chunks) {
+      if (auto st = issue(c + 2); !st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tc::runtime
