@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
   std::vector<char> out(static_cast<size_t>(N) * 4);
   auto time_ours = [&](const Case& c, int n, absl::Status& status) {
     return MedianMs([&] {
-      auto op = PrepareOp(c.op, c.inputs, {}, c.output);
+      auto op = PrepareOp(c.op, c.inputs, {}, c.output, TileRule::kAnyPermuted);
       status = op.ok() ? backend.Run(*op, c.inputs, reinterpret_cast<std::byte*>(out.data())) : op.status();
     }, n);
   };

@@ -122,18 +122,20 @@ void OperandBases(const Plan& plan, std::byte* out, absl::Span<const TensorView>
 }
 
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const TensorView> inputs,
-                                     const AttrMap& attrs, const OutputOptions& output) {
+                                     const AttrMap& attrs, const OutputOptions& output,
+                                     TileRule tiles) {
   auto entry = LookupOp(name);
   if (!entry.ok()) return entry.status();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (auto s = ValidateView(inputs[i], absl::StrCat("input ", i)); !s.ok()) return s;
   }
-  return PrepareValidated(**entry, inputs, attrs, output);
+  return PrepareValidated(**entry, inputs, attrs, output, tiles);
 }
 
 absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
                                             absl::Span<const TensorView> inputs,
-                                            const AttrMap& attrs, const OutputOptions& output) {
+                                            const AttrMap& attrs, const OutputOptions& output,
+                                            TileRule tiles) {
   PreparedOp p;
   p.op = &entry;
   const OpSpec& spec = p.op->spec;
@@ -205,7 +207,8 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
   if (!out_shape.ok()) return out_shape.status();
   auto out_strides = OutputStrides(*out_shape, output, inputs);
   if (!out_strides.ok()) return out_strides.status();
-  auto plan = PlanElementwise(inputs, compute, out, *out_strides, spec.rule == TypeRule::kToBool);
+  auto plan =
+      PlanElementwise(inputs, compute, out, *out_strides, spec.rule == TypeRule::kToBool, tiles);
   if (!plan.ok()) return plan.status();
   p.plan = *std::move(plan);
   return p;

@@ -58,6 +58,19 @@ enum class Kernel : uint8_t {
 
 absl::string_view KernelName(Kernel k);
 
+// Which plans a backend's tile kernel takes: the planner's rule for Kernel::kTiles, given by
+// whoever plans for that backend (Device::tile_rule in the server).
+enum class TileRule : uint8_t {
+  // Two or three dims, every operand of the op's own types, the output dense along dim 0,
+  // both tile dims at least 16 long, one or two inputs dense along dim 1 and not along dim 0
+  // staged (two tiles fill the shared memory a block may take). The CUDA tile kernel's; the
+  // default, since every backend runs such plans.
+  kDenseSameTypes,
+  // Every permuted plan (Path::kPermuted) of two dims or more, any dtypes; the inputs that
+  // move faster along dim 1 than along dim 0 staged, converted as they are copied. The CPU's.
+  kAnyPermuted,
+};
+
 // kRows and kCastRows: rows of `cols` elements along dim 0, `inner_rows` of them along dim 1,
 // `count` rows in all (dims 1 and 2).
 struct RowGeometry {
@@ -108,7 +121,8 @@ struct Plan {
   // How backends walk it.
   Kernel kernel = Kernel::kGeneral;
   RowGeometry rows;
-  // kTiles: the index of operand k's tile in shared memory, -1 for operands read in place.
+  // kTiles: the index of operand k's tile (in shared memory on the GPU, a buffer on the CPU),
+  // -1 for operands read in place.
   int8_t staged[kMaxOperands] = {-1, -1, -1, -1};
   int num_staged = 0;
 };
@@ -119,7 +133,8 @@ struct Plan {
 // functor returns bool (comparisons), so its own output type is bool, not the compute type.
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
                                      DType out_dtype, const DimVector& out_strides = {},
-                                     bool bool_result = false);
+                                     bool bool_result = false,
+                                     TileRule tiles = TileRule::kDenseSameTypes);
 
 // Splits a plan into pieces whose every operand offset, relative to the piece's own base
 // offset, and element count fit in `limit` (2^31 - 1 for 32-bit index math on the GPU).

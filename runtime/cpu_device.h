@@ -13,6 +13,7 @@ class CpuDevice final : public Device {
   CpuDevice(int threads, const DeviceOptions& options);
 
   bool host_memory() const override { return true; }
+  TileRule tile_rule() const override { return TileRule::kAnyPermuted; }
   std::unique_ptr<Lane> AcquireLane() override { return std::make_unique<Lane>(); }
   absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
                      int64_t n) override;

@@ -106,6 +106,8 @@ class Device {
   // True when storage is plain host memory (the CPU device): requests then compute on their
   // message bytes directly.
   virtual bool host_memory() const = 0;
+  // The rule plans for this device are made with (its tile kernel's reach).
+  virtual TileRule tile_rule() const { return TileRule::kDenseSameTypes; }
 
   // `bytes` of storage (zeroed when `zero`), waiting until `deadline` (at most the device's
   // memory wait) for memory that others free; RESOURCE_EXHAUSTED past the budget. With a

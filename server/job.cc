@@ -174,7 +174,9 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   auto output = DecodeOutputOptions(request);
   if (!output.ok()) return output.status();
   // Every view was checked with ValidateView as it was decoded above.
-  auto prepared = PrepareValidated(**op, job->views_, *attrs, *output);
+  // Every device of the server runs one backend: its tile rule is theirs.
+  auto prepared =
+      PrepareValidated(**op, job->views_, *attrs, *output, env.devices->at(0).tile_rule());
   if (!prepared.ok()) return prepared.status();
   job->prepared_ = *std::move(prepared);
   TensorView out_meta;

@@ -208,6 +208,10 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
                                                 " kernel for dtypes it does not take"));
       }
       if (plan.kernel == Kernel::kTiles) {
+        if (plan.ndim > 3 || plan.num_staged < 1 || plan.num_staged > 2) {
+          return absl::InternalError(
+              "the plan's tiles are beyond the CUDA tile kernel (planned with another TileRule)");
+        }
         report(Kernel::kTiles);
         return LaunchTiles<S, N>(f, plan, base, env);
       }

@@ -44,13 +44,13 @@ TEST(Catalog, EveryOpHasAReferenceRow) {
   for (const ref::Op& op : ref::Ops(rng)) {
     ref_names.insert(op.name);
     const CatalogEntry* e = FindOp(op.name);
-    ASSERT_NE(e, nullptr) << "tests/reference.cc has a row for '" << op.name
+    ASSERT_NE(e, nullptr) << "tests/support/reference.cc has a row for '" << op.name
                           << "', which the catalog does not have";
     EXPECT_EQ(op.arity, e->spec.arity) << op.name;
   }
   for (const std::string& name : CatalogNames()) {
     EXPECT_TRUE(ref_names.count(name)) << "op '" << name
-                                       << "' has no row in tests/reference.cc: the conformance "
+                                       << "' has no row in tests/support/reference.cc: the conformance "
                                           "tests would never check it";
   }
 }

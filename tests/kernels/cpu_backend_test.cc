@@ -87,17 +87,21 @@ TEST(CpuBackend, RunsTheKernelThePlanNames) {
   const uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
   ThreadPool pool(2);
-  for (const testing::KernelCase& c : testing::KernelCases(rng)) {
-    auto op = c.Prepare();
-    ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
-    std::vector<std::byte> out(static_cast<size_t>(op->plan.out_storage_bytes));
-    char* base[kMaxOperands];
-    OperandBases(op->plan, out.data(), c.Views(), base);
-    Kernel ran = Kernel::kGeneral;
-    ASSERT_TRUE(cpu::LaunchOp(*op, base, cpu::LaunchEnv{&pool, &ran}).ok()) << c.name;
-    const Kernel want = op->plan.kernel == Kernel::kTiles ? Kernel::kTiles : Kernel::kRows;
-    EXPECT_EQ(KernelName(ran), KernelName(want)) << c.name << " (seed " << seed << ")";
-    EXPECT_EQ(testing::CheckKernelCase(c, *op, out), "") << c.name << " (seed " << seed << ")";
+  // Planned for the CPU (every permuted plan tiled) and for the GPU (which the CPU must run
+  // as well, e.g. a plan made before a device was chosen).
+  for (const TileRule rule : {TileRule::kAnyPermuted, TileRule::kDenseSameTypes}) {
+    for (const testing::KernelCase& c : testing::KernelCases(rng)) {
+      auto op = c.Prepare(rule);
+      ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
+      std::vector<std::byte> out(static_cast<size_t>(op->plan.out_storage_bytes));
+      char* base[kMaxOperands];
+      OperandBases(op->plan, out.data(), c.Views(), base);
+      Kernel ran = Kernel::kGeneral;
+      ASSERT_TRUE(cpu::LaunchOp(*op, base, cpu::LaunchEnv{&pool, &ran}).ok()) << c.name;
+      const Kernel want = op->plan.kernel == Kernel::kTiles ? Kernel::kTiles : Kernel::kRows;
+      EXPECT_EQ(KernelName(ran), KernelName(want)) << c.name << " (seed " << seed << ")";
+      EXPECT_EQ(testing::CheckKernelCase(c, *op, out), "") << c.name << " (seed " << seed << ")";
+    }
   }
 }
 

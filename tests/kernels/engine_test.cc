@@ -290,6 +290,24 @@ TEST(Planner, ChoosesPathAndKernelPerLayout) {
   }
 }
 
+// The CPU's rule tiles every permuted plan (any dtypes, any rank, any number of staged
+// inputs) and stages what moves faster along dim 1 than along dim 0; other plans as above.
+TEST(Planner, CpuTileRuleTilesEveryPermutedPlan) {
+  std::mt19937_64 rng(9);
+  for (const testing::KernelCase& c : testing::KernelCases(rng)) {
+    auto op = c.Prepare(TileRule::kAnyPermuted);
+    ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
+    const Plan& p = op->plan;
+    const Kernel want = c.path == Path::kPermuted ? Kernel::kTiles : c.kernel;
+    EXPECT_EQ(KernelName(p.kernel), KernelName(want)) << c.name;
+    if (p.kernel != Kernel::kTiles) continue;
+    for (int k = 1; k < p.num_operands; ++k) {
+      const int64_t a0 = std::abs(p.strides[k][0]), a1 = std::abs(p.strides[k][1]);
+      EXPECT_EQ(p.staged[k] >= 0, a1 != 0 && a1 < a0) << c.name << ", input " << k - 1;
+    }
+  }
+}
+
 TEST(Planner, RowAndTileGeometry) {
   std::mt19937_64 rng(8);
   for (const testing::KernelCase& c : testing::KernelCases(rng)) {

@@ -16,6 +16,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual absl::string_view name() const = 0;
+  // The rule its plans are made with (PrepareOp's `tiles`).
+  virtual TileRule tile_rule() const = 0;
   // Runs a prepared op. `inputs` are the views it was prepared from; `out` holds
   // op.plan.out_storage_bytes bytes laid out as op.plan.out_strides. Blocks until the result
   // is in `out`. Integer division by zero is INVALID_ARGUMENT, with `out` undefined.

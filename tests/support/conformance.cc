@@ -260,7 +260,7 @@ void CheckConformance(Backend& backend, uint64_t seed, const ConformanceOptions&
       SCOPED_TRACE(where.str());
 
       ++cases;
-      auto prepared = PrepareOp(op.name, views, op.attrs);
+      auto prepared = PrepareOp(op.name, views, op.attrs, {}, backend.tile_rule());
       ASSERT_TRUE(prepared.ok()) << prepared.status();
       const Plan& plan = prepared->plan;
       ASSERT_EQ(plan.out_dtype, out) << DTypeName(plan.out_dtype) << " vs " << DTypeName(out);

@@ -13,6 +13,7 @@ class CpuBackend : public Backend {
   // Computes on `threads` threads (the caller's included); 0 means one per hardware thread.
   explicit CpuBackend(int threads = 0) : pool_(ThreadPool::WorkersFor(threads)) {}
   absl::string_view name() const override { return "cpu"; }
+  TileRule tile_rule() const override { return TileRule::kAnyPermuted; }
   absl::Status Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
                    std::byte* out) override;
 

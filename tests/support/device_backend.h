@@ -15,6 +15,7 @@ class DeviceBackend final : public Backend {
   explicit DeviceBackend(Device* device, bool small_first = false)
       : device_(device), small_first_(small_first) {}
   absl::string_view name() const override { return device_->info().kind; }
+  TileRule tile_rule() const override { return device_->tile_rule(); }
   absl::Status Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
                    std::byte* out) override;
 

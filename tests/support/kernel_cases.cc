@@ -52,11 +52,11 @@ std::vector<TensorView> KernelCase::Views() const {
   return v;
 }
 
-absl::StatusOr<PreparedOp> KernelCase::Prepare() const {
+absl::StatusOr<PreparedOp> KernelCase::Prepare(TileRule tiles) const {
   OutputOptions output;
   output.strides = out_strides;
   const std::vector<TensorView> views = Views();
-  return PrepareOp(op, views, {}, output);
+  return PrepareOp(op, views, {}, output, tiles);
 }
 
 std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {

@@ -23,7 +23,8 @@ struct KernelCase {
   Kernel kernel;
 
   std::vector<TensorView> Views() const;
-  absl::StatusOr<PreparedOp> Prepare() const;
+  // Planned with `tiles` (the CUDA rule by default; `kernel` is what that rule chooses).
+  absl::StatusOr<PreparedOp> Prepare(TileRule tiles = TileRule::kDenseSameTypes) const;
 };
 
 // Random values (exactly representable, away from overflow) in every case.
