@@ -15,7 +15,7 @@ using OpIndex = int;
 struct CatalogEntry {
   OpIndex index;
   OpSpec spec;
-  // What the functor itself says (F::kArity, F::kComputeTypes); tests/catalog_test.cc checks
+  // What the functor itself says (F::kArity, F::kComputeTypes); tests/kernels/catalog_test.cc checks
   // that the spec agrees with it.
   int functor_arity;
   uint32_t compute_types;
