@@ -10,7 +10,7 @@
 
 namespace tc::fuzz {
 
-inline const server::TensorServiceImpl::Env& FuzzEnv() {
+inline const server::ServiceEnv& FuzzEnv() {
   static auto* devices = [] {
     std::vector<std::unique_ptr<runtime::Device>> d;
     runtime::DeviceOptions o;
@@ -29,7 +29,7 @@ inline const server::TensorServiceImpl::Env& FuzzEnv() {
     o.max_message_bytes = 16 << 20;
     static auto* life = new server::Lifecycle();
     // No regions: requests naming one get FAILED_PRECONDITION.
-    return new server::TensorServiceImpl::Env{devices, nullptr, resident, nullptr,
+    return new server::ServiceEnv{devices, nullptr, resident, nullptr,
                                               metrics, auth, o, life};
   }();
   return *env;
