@@ -15,9 +15,8 @@ using OpIndex = int;
 struct CatalogEntry {
   OpIndex index;
   OpSpec spec;
-  // What the functor itself says (F::kArity, F::kComputeTypes); tests/kernels/catalog_test.cc checks
-  // that the spec agrees with it.
-  int functor_arity;
+  // The functor's compute types (F::kComputeTypes); tests/kernels/catalog_test.cc checks that
+  // every dtype the spec accepts has a kernel. (spec.arity is the functor's F::kArity.)
   uint32_t compute_types;
 };
 

@@ -23,6 +23,14 @@ std::optional<DType> DTypeFromName(absl::string_view name) {
 
 namespace tc {
 
+std::vector<DType> DTypesIn(uint32_t mask) {
+  std::vector<DType> ts;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (mask & (1u << i)) ts.push_back(static_cast<DType>(i));
+  }
+  return ts;
+}
+
 DType PromoteTypes(DType a, DType b) {
   if (a == b) return a;
   if (a == DType::kBool) return b;

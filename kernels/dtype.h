@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <optional>
 #include <type_traits>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 #include "kernels/scalar_types.h"
 
@@ -112,8 +114,8 @@ constexpr DType DTypeOf() {
   if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
 }
 
-// Sets of dtypes as bit masks (bit i: DType i), for compile-time choices of which compute
-// types a functor is instantiated for.
+// Sets of dtypes as bit masks (bit i: DType i): the compute types a functor is instantiated
+// for, and the dtypes an op accepts.
 constexpr uint32_t DTypeBit(DType t) { return 1u << static_cast<int>(t); }
 inline constexpr uint32_t kFloatTypes = DTypeBit(DType::kFloat16) | DTypeBit(DType::kBFloat16) |
                                         DTypeBit(DType::kFloat32) | DTypeBit(DType::kFloat64);
@@ -123,6 +125,9 @@ inline constexpr uint32_t kIntegralTypes = DTypeBit(DType::kUInt8) | DTypeBit(DT
 inline constexpr uint32_t kIntegralBoolTypes = kIntegralTypes | DTypeBit(DType::kBool);
 inline constexpr uint32_t kNumericTypes = kIntegralTypes | kFloatTypes;
 inline constexpr uint32_t kAllTypes = kNumericTypes | DTypeBit(DType::kBool);
+
+// The dtypes of a mask, in DType order.
+std::vector<DType> DTypesIn(uint32_t mask);
 
 // PyTorch's promote_types: the smallest dtype both a and b convert to without losing their
 // category (bool < integer < floating). uint8 with int8 gives int16; float16 with bfloat16

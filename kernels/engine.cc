@@ -12,9 +12,9 @@ namespace {
 
 int Category(DType t) { return t == DType::kBool ? 0 : IsFloating(t) ? 2 : 1; }
 
-std::string DTypeList(const std::vector<DType>& ts) {
+std::string DTypeList(uint32_t mask) {
   std::vector<absl::string_view> names;
-  for (DType t : ts) names.push_back(DTypeName(t));
+  for (DType t : DTypesIn(mask)) names.push_back(DTypeName(t));
   return absl::StrJoin(names, ", ");
 }
 
@@ -153,7 +153,7 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
   p.attrs = *std::move(resolved);
 
   p.result_type = ResultType(inputs, spec.condition_input);
-  if (std::find(spec.dtypes.begin(), spec.dtypes.end(), p.result_type) == spec.dtypes.end()) {
+  if (!Accepts(spec, p.result_type)) {
     std::vector<absl::string_view> given;
     for (const TensorView& v : inputs) given.push_back(DTypeName(v.dtype));
     return absl::InvalidArgumentError(absl::StrCat(

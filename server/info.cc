@@ -27,7 +27,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext
     info->set_name(e.spec.name);
     info->set_arity(e.spec.arity);
     info->set_description(e.spec.description);
-    for (DType t : e.spec.dtypes) info->add_dtypes(DTypeToProto(t));
+    for (DType t : DTypesIn(e.spec.dtypes)) info->add_dtypes(DTypeToProto(t));
     for (const AttrSpec& a : e.spec.attrs) {
       v1::AttributeInfo* ai = info->add_attributes();
       ai->set_name(a.name);

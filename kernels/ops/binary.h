@@ -20,7 +20,12 @@ inline constexpr bool kIsInt = std::is_integral_v<T> && !std::is_same_v<T, bool>
 struct AddOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("add", kAllTypes, "a + alpha * b");
+    s.attrs = {{"alpha", AttrType::kFloat, false, 1.0, "multiplier of b (whole for integers)"}};
+    s.check = [](const Attrs& a, DType r) { return CheckWholeNumber(a, r, "alpha"); };
+    return s;
+  }
   static AddOp Make(const MakeArgs& m) { return {m.attrs.Float("alpha")}; }
   double alpha;
   template <typename T>
@@ -39,7 +44,12 @@ struct AddOp {
 struct SubOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("sub", kNumericTypes, "a - alpha * b");
+    s.attrs = {{"alpha", AttrType::kFloat, false, 1.0, "multiplier of b (whole for integers)"}};
+    s.check = [](const Attrs& a, DType r) { return CheckWholeNumber(a, r, "alpha"); };
+    return s;
+  }
   static SubOp Make(const MakeArgs& m) { return {m.attrs.Float("alpha")}; }
   double alpha;
   template <typename T>
@@ -55,7 +65,9 @@ struct SubOp {
 struct MulOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("mul", kAllTypes, "a * b");
+  }
   static MulOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -71,7 +83,10 @@ struct MulOp {
 struct DivOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("div", kAllTypes, "true division a / b; integers divide in float32",
+                    TypeRule::kPromoteToFloat);
+  }
   static DivOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -83,7 +98,10 @@ struct DivOp {
 struct FloorDivideOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("floor_divide", kNumericTypes,
+                    "floor(a / b); integer division by zero is INVALID_ARGUMENT, min / -1 wraps to min");
+  }
   static FloorDivideOp Make(const MakeArgs&) { return {}; }
   int* error = nullptr;
   template <typename T>
@@ -100,7 +118,10 @@ struct FloorDivideOp {
 struct RemainderOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("remainder", kNumericTypes,
+                    "a - floor(a / b) * b, sign of b (Python %); integer division by zero is INVALID_ARGUMENT");
+  }
   static RemainderOp Make(const MakeArgs&) { return {}; }
   int* error = nullptr;
   template <typename T>
@@ -117,7 +138,10 @@ struct RemainderOp {
 struct FmodOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("fmod", kNumericTypes,
+                    "C fmod, sign of a; integer division by zero is INVALID_ARGUMENT");
+  }
   static FmodOp Make(const MakeArgs&) { return {}; }
   int* error = nullptr;
   template <typename T>
@@ -133,7 +157,10 @@ struct FmodOp {
 struct PowOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("pow", kNumericTypes,
+                    "a ** b; integers: wrap on overflow, negative exponents give 0 except for bases 1 and -1");
+  }
   static PowOp Make(const MakeArgs&) { return {}; }
   // libmvec's vectorized powf (kernels/cpu/vector_math.cc): the scalar call per element is
   // the CPU's bottleneck.
@@ -155,7 +182,9 @@ inline constexpr bool kLongMath<PowOp> = true;
 struct MaximumOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("maximum", kAllTypes, "element-wise max; NaN if either is NaN");
+  }
   static MaximumOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -172,7 +201,9 @@ struct MaximumOp {
 struct MinimumOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("minimum", kAllTypes, "element-wise min; NaN if either is NaN");
+  }
   static MinimumOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -190,7 +221,9 @@ struct MinimumOp {
 struct PreluOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("prelu", kFloatTypes, "a if a > 0 else weight * a (weight broadcast like any input)");
+  }
   static PreluOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T w) const {
@@ -201,7 +234,9 @@ struct PreluOp {
 struct Atan2Op {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("atan2", kAllTypes, "atan2(a, b); integers compute in float32", TypeRule::kPromoteToFloat);
+  }
   static Atan2Op Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -212,7 +247,9 @@ struct Atan2Op {
 struct BitwiseAndOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("bitwise_and", kIntegralBoolTypes, "a & b");
+  }
   static BitwiseAndOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -234,7 +271,9 @@ struct Wordwise<BitwiseAndOp> {
 struct BitwiseOrOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("bitwise_or", kIntegralBoolTypes, "a | b");
+  }
   static BitwiseOrOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -256,7 +295,9 @@ struct Wordwise<BitwiseOrOp> {
 struct BitwiseXorOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("bitwise_xor", kIntegralBoolTypes, "a ^ b");
+  }
   static BitwiseXorOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -280,7 +321,9 @@ struct Wordwise<BitwiseXorOp> {
 struct LeftShiftOp {
   static constexpr uint32_t kComputeTypes = kIntegralTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("left_shift", kIntegralTypes, "a << b; shifts < 0 or >= the bit width give 0");
+  }
   static LeftShiftOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -297,7 +340,10 @@ struct LeftShiftOp {
 struct RightShiftOp {
   static constexpr uint32_t kComputeTypes = kIntegralTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    return MakeSpec("right_shift", kIntegralTypes,
+                    "a >> b (arithmetic); shifts < 0 or >= the bit width give 0 or -1 by sign");
+  }
   static RightShiftOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {

@@ -5,11 +5,14 @@
 
 namespace tc {
 
-#define TC_COMPARE_OP(Name, expr)                      \
-  struct Name {                                        \
-    static constexpr uint32_t kComputeTypes = kAllTypes; \
-    static constexpr int kArity = 2;                   \
-    static OpSpec Spec();                              \
+// Name, its catalog name and description, and the expression over a and b.
+#define TC_COMPARE_OP(Name, op_name, description, expr)                        \
+  struct Name {                                                              \
+    static constexpr uint32_t kComputeTypes = kAllTypes;                     \
+    static constexpr int kArity = 2;                                         \
+    static OpSpec Spec() {                                                   \
+      return MakeSpec(op_name, kAllTypes, description, TypeRule::kToBool);   \
+    }                                                                        \
     static Name Make(const MakeArgs&) { return {}; }   \
     template <typename T>                              \
     TC_HOST_DEVICE bool operator()(T a, T b) const {   \
@@ -17,15 +20,15 @@ namespace tc {
     }                                                  \
   };
 
-TC_COMPARE_OP(EqOp, a == b)
-TC_COMPARE_OP(NeOp, a != b)
-TC_COMPARE_OP(LtOp, a < b)
-TC_COMPARE_OP(LeOp, a <= b)
-TC_COMPARE_OP(GtOp, a > b)
-TC_COMPARE_OP(GeOp, a >= b)
-TC_COMPARE_OP(LogicalAndOp, (a != T(0)) && (b != T(0)))
-TC_COMPARE_OP(LogicalOrOp, (a != T(0)) || (b != T(0)))
-TC_COMPARE_OP(LogicalXorOp, (a != T(0)) != (b != T(0)))
+TC_COMPARE_OP(EqOp, "eq", "a == b", a == b)
+TC_COMPARE_OP(NeOp, "ne", "a != b", a != b)
+TC_COMPARE_OP(LtOp, "lt", "a < b", a < b)
+TC_COMPARE_OP(LeOp, "le", "a <= b", a <= b)
+TC_COMPARE_OP(GtOp, "gt", "a > b", a > b)
+TC_COMPARE_OP(GeOp, "ge", "a >= b", a >= b)
+TC_COMPARE_OP(LogicalAndOp, "logical_and", "a != 0 and b != 0", (a != T(0)) && (b != T(0)))
+TC_COMPARE_OP(LogicalOrOp, "logical_or", "a != 0 or b != 0", (a != T(0)) || (b != T(0)))
+TC_COMPARE_OP(LogicalXorOp, "logical_xor", "(a != 0) != (b != 0)", (a != T(0)) != (b != T(0)))
 #undef TC_COMPARE_OP
 
 // On bools, the logical ops are the bitwise ones.

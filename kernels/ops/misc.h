@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/ops/binary.h"
 
 namespace tc {
@@ -14,8 +15,23 @@ namespace tc {
 struct ClampOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 1;
-  static OpSpec Spec();
-  static ClampOp Make(const MakeArgs& m);
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("clamp", kNumericTypes,
+                        "min(max(a, min), max); bounds are converted to the input dtype; NaN stays NaN");
+    s.attrs = {{"min", AttrType::kFloat, false, {}, "lower bound (absent: none)"},
+               {"max", AttrType::kFloat, false, {}, "upper bound (absent: none)"}};
+    s.check = [](const Attrs& a, DType) {
+      return a.Has("min") || a.Has("max")
+                 ? absl::OkStatus()
+                 : absl::InvalidArgumentError("clamp needs attribute 'min', 'max' or both");
+    };
+    return s;
+  }
+  static ClampOp Make(const MakeArgs& m) {
+    const bool has_min = m.attrs.Has("min"), has_max = m.attrs.Has("max");
+    return {has_min, has_max, has_min ? m.attrs.Float("min") : 0.0,
+            has_max ? m.attrs.Float("max") : 0.0};
+  }
   bool has_min, has_max;
   double lo, hi;
   template <typename T>
@@ -37,7 +53,14 @@ struct ClampOp {
 struct CastOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 1;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("cast", kAllTypes,
+                        "convert to `dtype`; float to integer truncates, NaN gives 0, out-of-range "
+                        "saturates; to bool is a != 0",
+                        TypeRule::kCastToAttr);
+    s.attrs = {{"dtype", AttrType::kDType, true, {}, "target dtype"}};
+    return s;
+  }
   static CastOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a) const {
@@ -49,7 +72,11 @@ struct CastOp {
 struct FillOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 1;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("fill", kAllTypes, "a tensor like the input with every element `value` (converted like cast)");
+    s.attrs = {{"value", AttrType::kFloat, true, {}, "the value"}};
+    return s;
+  }
   static FillOp Make(const MakeArgs& m) { return {m.attrs.Float("value")}; }
   double value;
   template <typename T>
@@ -62,7 +89,11 @@ struct FillOp {
 struct WhereOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 3;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("where", kAllTypes, "cond ? a : b; inputs (cond: bool, a, b)");
+    s.condition_input = 0;
+    return s;
+  }
   static WhereOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T cond, T a, T b) const {
@@ -74,7 +105,12 @@ struct WhereOp {
 struct AddcmulOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 3;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("addcmul", kNumericTypes, "a + value * b * c");
+    s.attrs = {{"value", AttrType::kFloat, false, 1.0, "multiplier (whole for integers)"}};
+    s.check = [](const Attrs& a, DType r) { return CheckWholeNumber(a, r, "value"); };
+    return s;
+  }
   static AddcmulOp Make(const MakeArgs& m) { return {m.attrs.Float("value")}; }
   double value;
   template <typename T>
@@ -91,7 +127,10 @@ struct AddcmulOp {
 struct LerpOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 3;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("lerp", kFloatTypes, "a + weight * (b - a); inputs (a, b, weight)");
+    return s;
+  }
   static LerpOp Make(const MakeArgs&) { return {}; }
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b, T w) const {
@@ -108,8 +147,51 @@ template <int kKind>  // 0 add, 1 sub, 2 mul
 struct QuantizedOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 2;
-  static OpSpec Spec();
-  static QuantizedOp Make(const MakeArgs& m);
+  static OpSpec Spec() {
+    static constexpr const char* kNames[] = {"quantized_add", "quantized_sub", "quantized_mul"};
+    static constexpr const char* kWhat[] = {"+", "-", "*"};
+    OpSpec s = MakeSpec(kNames[kKind], DTypeBit(DType::kUInt8) | DTypeBit(DType::kInt8), "",
+                        TypeRule::kQuantized);
+    s.description = absl::StrCat("requantize((a - a_zero_point) * a_scale ", kWhat[kKind],
+                                 " (b - b_zero_point) * b_scale) to scale and zero_point, rounding "
+                                 "half to even, saturating; int8 or uint8, both inputs one dtype");
+    s.attrs = {{"a_scale", AttrType::kFloat, true, {}, "scale of the first input"},
+               {"a_zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the first input"},
+               {"b_scale", AttrType::kFloat, true, {}, "scale of the second input"},
+               {"b_zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the second input"},
+               {"scale", AttrType::kFloat, true, {}, "scale of the output"},
+               {"zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the output"}};
+    s.check = Check;
+    return s;
+  }
+  // Scales positive and finite (with finite inverses), zero points within the dtype's range.
+  static absl::Status Check(const Attrs& attrs, DType result) {
+    const int64_t lo = result == DType::kUInt8 ? 0 : -128, hi = result == DType::kUInt8 ? 255 : 127;
+    for (const char* s : {"a_scale", "b_scale", "scale"}) {
+      const double v = attrs.Float(s);
+      if (!(v > 0) || !std::isfinite(v) || !std::isfinite(1.0 / v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("attribute '", s, "' must be a positive finite scale, got ", v));
+      }
+    }
+    for (const char* z : {"a_zero_point", "b_zero_point", "zero_point"}) {
+      const int64_t v = attrs.Int(z);
+      if (v < lo || v > hi) {
+        return absl::InvalidArgumentError(absl::StrCat("attribute '", z, "' must lie in [", lo,
+                                                       ", ", hi, "] for ", DTypeName(result),
+                                                       ", got ", v));
+      }
+    }
+    return absl::OkStatus();
+  }
+  static QuantizedOp Make(const MakeArgs& m) {
+    const Attrs& a = m.attrs;
+    const bool u8 = m.result == DType::kUInt8;
+    return {static_cast<float>(a.Float("a_scale")),     static_cast<float>(a.Int("a_zero_point")),
+            static_cast<float>(a.Float("b_scale")),     static_cast<float>(a.Int("b_zero_point")),
+            static_cast<float>(1.0 / a.Float("scale")), static_cast<float>(a.Int("zero_point")),
+            u8 ? 0.0f : -128.0f,                        u8 ? 255.0f : 127.0f};
+  }
   float a_scale, a_zero, b_scale, b_zero, inv_out_scale, out_zero, qmin, qmax;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {

@@ -30,10 +30,11 @@ enum class TypeRule : uint8_t {
 
 struct OpSpec {
   std::string name;
+  // Filled in by the catalog from the functor's kArity, which no spec restates.
   int arity = 0;
   std::vector<AttrSpec> attrs;
-  // Result types accepted (before any promotion to float).
-  std::vector<DType> dtypes;
+  // Result types accepted (before any promotion to float), as DTypeBit masks (kAllTypes...).
+  uint32_t dtypes = 0;
   std::string description;
   TypeRule rule = TypeRule::kPromote;
   // Input that is a condition (bool) rather than a value: not part of the promotion.
@@ -41,6 +42,24 @@ struct OpSpec {
   // Extra checks of attributes against the result type, e.g. an integral alpha for integers.
   absl::Status (*check)(const Attrs&, DType result) = nullptr;
 };
+
+inline bool Accepts(const OpSpec& spec, DType t) { return (spec.dtypes & DTypeBit(t)) != 0; }
+
+// An op's spec as its functor states it (in the functor's Spec()); attributes and checks are
+// added to what this returns.
+inline OpSpec MakeSpec(const char* name, uint32_t accepted, const char* description,
+                       TypeRule rule = TypeRule::kPromote) {
+  OpSpec s;
+  s.name = name;
+  s.dtypes = accepted;
+  s.description = description;
+  s.rule = rule;
+  return s;
+}
+
+// Integer results need whole-number multipliers, as in PyTorch: INVALID_ARGUMENT when
+// attribute `name` is not one and `result` is an integer type.
+absl::Status CheckWholeNumber(const Attrs& attrs, DType result, const char* name);
 
 // Whether functor F reports integer division by zero through an `int* error` member, which the
 // backend points at a flag it checks after the run.

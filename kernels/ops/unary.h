@@ -7,18 +7,24 @@
 
 namespace tc {
 
-#define TC_UNARY_OP(Name, Mask, Result, ...)          \
-  struct Name {                                       \
-    static constexpr uint32_t kComputeTypes = Mask;   \
-    static constexpr int kArity = 1;                  \
-    static OpSpec Spec();                             \
+// Name, its spec as MakeSpec's arguments in parentheses, its compute types, its result type and
+// the body of its call operator over `T a`.
+#define TC_UNARY_OP(Name, spec_args, Mask, Result, ...)           \
+  struct Name {                                                   \
+    static constexpr uint32_t kComputeTypes = Mask;               \
+    static constexpr int kArity = 1;                              \
+    static OpSpec Spec() { return MakeSpec spec_args; }           \
     static Name Make(const MakeArgs&) { return {}; }  \
     template <typename T>                             \
     TC_HOST_DEVICE Result operator()(T a) const __VA_ARGS__ \
   };
 
-TC_UNARY_OP(NegOp, kNumericTypes, T, { return math::WrapNeg(a); })
-TC_UNARY_OP(AbsOp, kNumericTypes, T, {
+TC_UNARY_OP(NegOp,
+            ("neg", kNumericTypes, "-a (integers wrap)"),
+            kNumericTypes, T, { return math::WrapNeg(a); })
+TC_UNARY_OP(AbsOp,
+            ("abs", kNumericTypes, "|a| (abs of the most negative integer wraps)"),
+            kNumericTypes, T, {
   if constexpr (std::is_unsigned_v<T>) {
     return a;
   } else if constexpr (kIsInt<T>) {
@@ -28,49 +34,99 @@ TC_UNARY_OP(AbsOp, kNumericTypes, T, {
   }
 })
 // NaN gives 0, as PyTorch's sign does.
-TC_UNARY_OP(SignOp, kNumericTypes, T, { return static_cast<T>((T(0) < a) - math::IsNegative(a)); })
+TC_UNARY_OP(SignOp,
+            ("sign", kNumericTypes, "-1, 0 or 1; NaN gives 0"),
+            kNumericTypes, T, { return static_cast<T>((T(0) < a) - math::IsNegative(a)); })
 // NaN stays NaN.
-TC_UNARY_OP(ReluOp, kNumericTypes, T, { return math::IsNegative(a) ? T(0) : a; })
-TC_UNARY_OP(SigmoidOp, kFloatTypes, T, { return T(1) / (T(1) + std::exp(-a)); })
-TC_UNARY_OP(TanhOp, kFloatTypes, T, { return std::tanh(a); })
-TC_UNARY_OP(ExpOp, kFloatTypes, T, { return std::exp(a); })
-TC_UNARY_OP(LogOp, kFloatTypes, T, { return std::log(a); })
-TC_UNARY_OP(Log1pOp, kFloatTypes, T, { return std::log1p(a); })
-TC_UNARY_OP(Expm1Op, kFloatTypes, T, { return std::expm1(a); })
-TC_UNARY_OP(SqrtOp, kFloatTypes, T, { return std::sqrt(a); })
-TC_UNARY_OP(RsqrtOp, kFloatTypes, T, { return T(1) / std::sqrt(a); })
-TC_UNARY_OP(ReciprocalOp, kFloatTypes, T, { return T(1) / a; })
-TC_UNARY_OP(SquareOp, kNumericTypes, T, { return math::WrapMul(a, a); })
-TC_UNARY_OP(SinOp, kFloatTypes, T, { return std::sin(a); })
-TC_UNARY_OP(CosOp, kFloatTypes, T, { return std::cos(a); })
-TC_UNARY_OP(ErfOp, kFloatTypes, T, { return std::erf(a); })
+TC_UNARY_OP(ReluOp,
+            ("relu", kNumericTypes, "max(a, 0); NaN stays NaN"),
+            kNumericTypes, T, { return math::IsNegative(a) ? T(0) : a; })
+TC_UNARY_OP(SigmoidOp,
+            ("sigmoid", kAllTypes, "1 / (1 + exp(-a))", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return T(1) / (T(1) + std::exp(-a)); })
+TC_UNARY_OP(TanhOp,
+            ("tanh", kAllTypes, "tanh(a)", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::tanh(a); })
+TC_UNARY_OP(ExpOp,
+            ("exp", kAllTypes, "e ** a", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::exp(a); })
+TC_UNARY_OP(LogOp,
+            ("log", kAllTypes, "natural logarithm", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::log(a); })
+TC_UNARY_OP(Log1pOp,
+            ("log1p", kAllTypes, "log(1 + a)", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::log1p(a); })
+TC_UNARY_OP(Expm1Op,
+            ("expm1", kAllTypes, "exp(a) - 1", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::expm1(a); })
+TC_UNARY_OP(SqrtOp,
+            ("sqrt", kAllTypes, "square root", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::sqrt(a); })
+TC_UNARY_OP(RsqrtOp,
+            ("rsqrt", kAllTypes, "1 / sqrt(a)", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return T(1) / std::sqrt(a); })
+TC_UNARY_OP(ReciprocalOp,
+            ("reciprocal", kAllTypes, "1 / a", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return T(1) / a; })
+TC_UNARY_OP(SquareOp,
+            ("square", kNumericTypes, "a * a (integers wrap)"),
+            kNumericTypes, T, { return math::WrapMul(a, a); })
+TC_UNARY_OP(SinOp,
+            ("sin", kAllTypes, "sine", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::sin(a); })
+TC_UNARY_OP(CosOp,
+            ("cos", kAllTypes, "cosine", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::cos(a); })
+TC_UNARY_OP(ErfOp,
+            ("erf", kAllTypes, "error function", TypeRule::kPromoteToFloat),
+            kFloatTypes, T, { return std::erf(a); })
 template <>
 inline constexpr bool kLongMath<SigmoidOp> = true;
 template <>
 inline constexpr bool kLongMath<ErfOp> = true;
 // Integers are already whole: floor, ceil, round and trunc return them unchanged.
-TC_UNARY_OP(FloorOp, kNumericTypes, T, {
+TC_UNARY_OP(FloorOp,
+            ("floor", kNumericTypes, "round down; integers unchanged"),
+            kNumericTypes, T, {
   if constexpr (kIsFloatType<T>) return std::floor(a); else return a;
 })
-TC_UNARY_OP(CeilOp, kNumericTypes, T, {
+TC_UNARY_OP(CeilOp,
+            ("ceil", kNumericTypes, "round up; integers unchanged"),
+            kNumericTypes, T, {
   if constexpr (kIsFloatType<T>) return std::ceil(a); else return a;
 })
-TC_UNARY_OP(RoundOp, kNumericTypes, T, {
+TC_UNARY_OP(RoundOp,
+            ("round", kNumericTypes, "round half to even; integers unchanged"),
+            kNumericTypes, T, {
   if constexpr (kIsFloatType<T>) return math::RoundHalfEven(a); else return a;
 })
-TC_UNARY_OP(TruncOp, kNumericTypes, T, {
+TC_UNARY_OP(TruncOp,
+            ("trunc", kNumericTypes, "round toward zero; integers unchanged"),
+            kNumericTypes, T, {
   if constexpr (kIsFloatType<T>) return std::trunc(a); else return a;
 })
-TC_UNARY_OP(SiluOp, kFloatTypes, T, { return a / (T(1) + std::exp(-a)); })
-TC_UNARY_OP(BitwiseNotOp, kIntegralBoolTypes, T, {
+TC_UNARY_OP(SiluOp,
+            ("silu", kFloatTypes, "a * sigmoid(a)"),
+            kFloatTypes, T, { return a / (T(1) + std::exp(-a)); })
+TC_UNARY_OP(BitwiseNotOp,
+            ("bitwise_not", kIntegralBoolTypes, "~a (not, for bool)"),
+            kIntegralBoolTypes, T, {
   if constexpr (kIsBool<T>) return !a; else if constexpr (kIsInt<T>) return static_cast<T>(~a); else return a;
 })
-TC_UNARY_OP(LogicalNotOp, kAllTypes, bool, { return a == T(0); })
-TC_UNARY_OP(IsnanOp, kAllTypes, bool, { return math::IsNan(a); })
-TC_UNARY_OP(IsinfOp, kAllTypes, bool, {
+TC_UNARY_OP(LogicalNotOp,
+            ("logical_not", kAllTypes, "a == 0", TypeRule::kToBool),
+            kAllTypes, bool, { return a == T(0); })
+TC_UNARY_OP(IsnanOp,
+            ("isnan", kAllTypes, "a is NaN", TypeRule::kToBool),
+            kAllTypes, bool, { return math::IsNan(a); })
+TC_UNARY_OP(IsinfOp,
+            ("isinf", kAllTypes, "a is +-infinity", TypeRule::kToBool),
+            kAllTypes, bool, {
   if constexpr (kIsFloatType<T>) return std::isinf(a); else return false;
 })
-TC_UNARY_OP(IsfiniteOp, kAllTypes, bool, {
+TC_UNARY_OP(IsfiniteOp,
+            ("isfinite", kAllTypes, "a is neither infinite nor NaN", TypeRule::kToBool),
+            kAllTypes, bool, {
   if constexpr (kIsFloatType<T>) return std::isfinite(a); else return true;
 })
 #undef TC_UNARY_OP
@@ -78,7 +134,11 @@ TC_UNARY_OP(IsfiniteOp, kAllTypes, bool, {
 struct LeakyReluOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 1;
-  static OpSpec Spec();
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("leaky_relu", kFloatTypes, "a if a > 0 else negative_slope * a");
+    s.attrs = {{"negative_slope", AttrType::kFloat, false, 0.01, "slope for a <= 0"}};
+    return s;
+  }
   static LeakyReluOp Make(const MakeArgs& m) { return {m.attrs.Float("negative_slope")}; }
   double negative_slope;
   template <typename T>
@@ -91,8 +151,19 @@ struct LeakyReluOp {
 struct GeluOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 1;
-  static OpSpec Spec();
-  static GeluOp Make(const MakeArgs& m);
+  static OpSpec Spec() {
+    OpSpec s = MakeSpec("gelu", kFloatTypes, "a * Phi(a); approximate=\"tanh\" for the tanh form");
+    s.attrs = {{"approximate", AttrType::kString, false, std::string("none"), "\"none\" or \"tanh\""}};
+    s.check = [](const Attrs& attrs, DType) {
+      const std::string& a = attrs.String("approximate");
+      return a == "none" || a == "tanh"
+                 ? absl::OkStatus()
+                 : absl::InvalidArgumentError(absl::StrCat(
+                       "gelu's attribute 'approximate' must be \"none\" or \"tanh\", not \"", a, "\""));
+    };
+    return s;
+  }
+  static GeluOp Make(const MakeArgs& m) { return {m.attrs.String("approximate") == "tanh"}; }
   bool tanh_form;
   template <typename T>
   TC_HOST_DEVICE T operator()(T x) const {

@@ -1,6 +1,7 @@
-// What adding an op must keep in step, checked rather than left to discipline: the functor and
-// its spec agree (arity, a kernel for every dtype the spec accepts), the independent reference
-// has a row for it, and the README's op table and count name exactly the catalog's ops.
+// What adding an op must keep in step, checked rather than left to discipline: a kernel for
+// every dtype the spec accepts (the arity is the functor's, stated once), a row in the
+// independent reference with that arity, and the README's op table and count naming exactly
+// the catalog's ops.
 #include <fstream>
 #include <random>
 #include <set>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "kernels/catalog.h"
+#include "kernels/planner.h"
 #include "tests/support/reference.h"
 
 namespace tc {
@@ -26,8 +28,9 @@ std::set<std::string> CatalogNames() {
 TEST(Catalog, SpecsAgreeWithTheirFunctors) {
   for (const CatalogEntry& e : Catalog()) {
     const OpSpec& s = e.spec;
-    EXPECT_EQ(s.arity, e.functor_arity) << s.name << ": the spec and the functor disagree on arity";
-    for (DType r : s.dtypes) {
+    EXPECT_GE(s.arity, 1) << s.name;
+    EXPECT_LE(s.arity, kMaxOperands - 1) << s.name;
+    for (DType r : DTypesIn(s.dtypes)) {
       DType compute = r;
       if (s.rule == TypeRule::kPromoteToFloat && !IsFloating(r)) compute = DType::kFloat32;
       if (s.rule == TypeRule::kQuantized) compute = DType::kFloat32;
