@@ -87,7 +87,8 @@ struct RowGeometry {
   int8_t stride_align[kMaxOperands] = {};
   // Elements per vector access: 16 bytes of the compute type in kRows; in kCastRows, the run
   // of elements one thread converts (8, or 4 for 8-byte types), in one access per operand
-  // where it is dense and aligned for it.
+  // where it is dense and aligned for it. (The CUDA launcher checks its compiled widths
+  // against these.)
   int vector_elems = 1;
   int cast_elems = 1;
 };

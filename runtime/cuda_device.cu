@@ -202,10 +202,7 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
     return;
   }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
-  if (cudaError_t e = cudaSetDevice(impl_->index); e != cudaSuccess) {
-    done(CudaFailure(e, "cudaSetDevice"));
-    return;
-  }
+  // (Issue makes this device current.)
   // A slot for this run's results, taken before the stream's lock: one frees up as the
   // waiter reports earlier runs, and the waiter never needs that lock.
   const int slot_index = AcquireSlot(s);

@@ -128,9 +128,27 @@ inline void RowGrid(int64_t rows, int64_t chunks_per_row, int per_thread, dim3* 
 
 // kRows, where every operand's row start is aligned for 16-byte packs; false (nothing
 // launched) where one is not.
+// The run lengths the row kernels are compiled for: a 16-byte pack of S in kRows; in
+// kCastRows, 8 elements (4 of 8-byte types). The planner states the same in Plan::rows
+// (vector_elems, cast_elems), and CheckRowWidths holds the two to agreeing.
+template <typename S>
+inline constexpr int kRowVector = 16 / sizeof(S) > 0 ? static_cast<int>(16 / sizeof(S)) : 1;
+template <typename S>
+inline constexpr int kCastRun = sizeof(S) == 8 ? 4 : 8;
+
+template <typename S>
+absl::Status CheckRowWidths(const Plan& plan, bool rows) {
+  if ((rows && plan.rows.vector_elems != kRowVector<S>) || plan.rows.cast_elems != kCastRun<S>) {
+    return absl::InternalError(absl::StrCat("the plan's row widths (", plan.rows.vector_elems, ", ",
+                                            plan.rows.cast_elems, ") are not the kernels' (",
+                                            kRowVector<S>, ", ", kCastRun<S>, ")"));
+  }
+  return absl::OkStatus();
+}
+
 template <typename S, int N, typename F>
 bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
-  constexpr int kV = 16 / sizeof(S) > 0 ? static_cast<int>(16 / sizeof(S)) : 1;
+  constexpr int kV = kRowVector<S>;
   const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kV);
   for (int k = 0; k <= N; ++k) {
     if (ra.access[k] == Access::kStrided) return false;
@@ -148,7 +166,7 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
 template <typename S, int N, typename F>
 absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
                             const LaunchEnv& env) {
-  constexpr int kE = sizeof(S) == 8 ? 4 : 8;
+  constexpr int kE = kCastRun<S>;
   const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kE);
   dim3 grid, block;
   RowGrid(ra.rows, (ra.cols + kE - 1) / kE, 1, &grid, &block);
@@ -215,6 +233,7 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
         report(Kernel::kTiles);
         return LaunchTiles<S, N>(f, plan, base, env);
       }
+      if (absl::Status st = CheckRowWidths<S>(plan, true); !st.ok()) return st;
       if (LaunchRows<S, N>(f, plan, base, env)) {
         report(Kernel::kRows);
         return CheckLaunch();
@@ -223,6 +242,7 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
       return LaunchCastRows<S, N>(f, plan, base, env);
     }
     case Kernel::kCastRows:
+      if (absl::Status st = CheckRowWidths<S>(plan, false); !st.ok()) return st;
       report(Kernel::kCastRows);
       return LaunchCastRows<S, N>(f, plan, base, env);
     case Kernel::kGeneral:
