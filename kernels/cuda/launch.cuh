@@ -126,8 +126,6 @@ inline void RowGrid(int64_t rows, int64_t chunks_per_row, int per_thread, dim3* 
   *block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
 }
 
-// kRows, where every operand's row start is aligned for 16-byte packs; false (nothing
-// launched) where one is not.
 // The run lengths the row kernels are compiled for: a 16-byte pack of S in kRows; in
 // kCastRows, 8 elements (4 of 8-byte types). The planner states the same in Plan::rows
 // (vector_elems, cast_elems), and CheckRowWidths holds the two to agreeing.
@@ -146,6 +144,8 @@ absl::Status CheckRowWidths(const Plan& plan, bool rows) {
   return absl::OkStatus();
 }
 
+// kRows, where every operand's row start is aligned for 16-byte packs; false (nothing
+// launched) where one is not.
 template <typename S, int N, typename F>
 bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
   constexpr int kV = kRowVector<S>;
