@@ -18,7 +18,8 @@ std::string DTypeList(uint32_t mask) {
   return absl::StrJoin(names, ", ");
 }
 
-// Output strides (elements) for `layout`, and the storage they span.
+}  // namespace
+
 absl::StatusOr<DimVector> OutputStrides(const DimVector& shape, const OutputOptions& options,
                                         absl::Span<const TensorView> inputs) {
   const size_t rank = shape.size();
@@ -83,18 +84,32 @@ absl::StatusOr<DimVector> OutputStrides(const DimVector& shape, const OutputOpti
   return strides;
 }
 
-}  // namespace
+DType ResultType(absl::Span<const TypeOperand> operands) {
+  std::optional<DType> tier[3];
+  for (const TypeOperand& o : operands) {
+    std::optional<DType>& r = tier[static_cast<int>(o.tier)];
+    r = r ? PromoteTypes(*r, o.dtype) : o.dtype;
+  }
+  std::optional<DType> result;
+  for (int t = 2; t >= 0; --t) {  // dimensioned first, then zero-dim, then wrapped numbers
+    if (!tier[t]) continue;
+    if (!result) {
+      result = tier[t];
+    } else if (Category(*tier[t]) > Category(*result)) {
+      result = PromoteTypes(*result, *tier[t]);
+    }
+  }
+  return result.value_or(DType::kFloat32);
+}
 
 DType ResultType(absl::Span<const TensorView> inputs, int skip) {
-  std::optional<DType> dim, zero;
+  absl::InlinedVector<TypeOperand, kMaxOperands> operands;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (static_cast<int>(i) == skip) continue;
-    std::optional<DType>& r = inputs[i].shape.empty() ? zero : dim;
-    r = r ? PromoteTypes(*r, inputs[i].dtype) : inputs[i].dtype;
+    operands.push_back(
+        {inputs[i].dtype, inputs[i].shape.empty() ? TypeTier::kZeroDim : TypeTier::kDimensioned});
   }
-  if (!dim) return zero.value_or(DType::kFloat32);
-  if (!zero) return *dim;
-  return Category(*zero) > Category(*dim) ? PromoteTypes(*dim, *zero) : *dim;
+  return ResultType(operands);
 }
 
 absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name) {

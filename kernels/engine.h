@@ -27,18 +27,43 @@ struct OutputOptions {
   DimVector strides;
 };
 
+namespace expr {
+struct Program;
+}
+
 struct PreparedOp {
+  // The op; null for an expression.
   const CatalogEntry* op = nullptr;
   Attrs attrs;
   // The inputs' result type (PyTorch's result_type), before any promotion to float.
   DType result_type = DType::kFloat32;
   Plan plan;
+  // An expression's program (kernels/expr/program.h) instead of one op: `plan` then says
+  // only what the output is.
+  std::shared_ptr<const expr::Program> expression;
 };
+
+// How an operand takes part in PyTorch's result_type: tensors with dims decide; zero-dim
+// tensors, then wrapped numbers (Python scalars in an expression), count only where they
+// belong to a higher category (bool < integer < floating). A wrapped number's dtype is its
+// category's default: bool, int64 or float32.
+enum class TypeTier : uint8_t { kWrappedNumber, kZeroDim, kDimensioned };
+struct TypeOperand {
+  DType dtype;
+  TypeTier tier;
+};
+DType ResultType(absl::Span<const TypeOperand> operands);
 
 // PyTorch's result_type over the inputs: dimensioned tensors decide, and zero-dimensional
 // ones count only where they belong to a higher category (bool < integer < floating).
 // `skip` (or -1) names an input left out, such as where's condition.
 DType ResultType(absl::Span<const TensorView> inputs, int skip = -1);
+
+// Output strides (elements) for `options` over an output of `shape` computed from `inputs`:
+// the explicit ones (checked: non-negative, non-overlapping), C-contiguous, or in the first
+// input's memory order.
+absl::StatusOr<DimVector> OutputStrides(const DimVector& shape, const OutputOptions& options,
+                                        absl::Span<const TensorView> inputs);
 
 // The catalog entry of `name`, or INVALID_ARGUMENT listing the ops there are.
 absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name);

@@ -67,18 +67,7 @@ absl::StatusOr<DimVector> BroadcastShapes(absl::Span<const DimVector* const> sha
 
 namespace {
 
-// Iteration dims while planning, in output order (outermost first) until reordered.
-struct Dims {
-  int ndim = 0;
-  int num_operands = 0;
-  int64_t sizes[kMaxRank];
-  int64_t strides[kMaxOperands][kMaxRank];
-
-  void Swap(int a, int b) {
-    std::swap(sizes[a], sizes[b]);
-    for (int op = 0; op < num_operands; ++op) std::swap(strides[op][a], strides[op][b]);
-  }
-};
+using Dims = IterationDims;
 
 // True when dim `b` should move faster than dim `a` (go before it). Like TensorIterator:
 // the first operand whose strides differ (ignoring broadcast zeros) decides; ties keep order.
@@ -271,13 +260,12 @@ std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit) {
   return done;
 }
 
-absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
-                                     DType out_dtype, const DimVector& out_strides_in,
-                                     bool bool_result, TileRule tiles) {
-  if (inputs.empty() || inputs.size() + 1 > static_cast<size_t>(kMaxOperands)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("element-wise ops take 1 to ", kMaxOperands - 1, " inputs, got ",
-                     inputs.size()));
+absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype,
+                            const DimVector& out_strides_in, Iteration* it) {
+  if (inputs.empty() || inputs.size() + 1 > static_cast<size_t>(kMaxIterOperands)) {
+    return absl::InvalidArgumentError(absl::StrCat("element-wise work takes 1 to ",
+                                                   kMaxIterOperands - 1, " inputs, got ",
+                                                   inputs.size()));
   }
   absl::InlinedVector<const DimVector*, kMaxOperands> shapes;
   for (const TensorView& v : inputs) shapes.push_back(&v.shape);
@@ -286,58 +274,54 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   auto numel = CheckedNumel(*out_shape);
   if (!numel.ok()) return numel.status();
 
-  Plan plan;
-  plan.out_shape = *out_shape;
-  plan.out_strides = out_strides_in.empty() ? ContiguousStrides(plan.out_shape) : out_strides_in;
-  if (plan.out_strides.size() != plan.out_shape.size()) {
+  it->out_shape = *out_shape;
+  it->out_strides = out_strides_in.empty() ? ContiguousStrides(it->out_shape) : out_strides_in;
+  if (it->out_strides.size() != it->out_shape.size()) {
     return absl::InvalidArgumentError("output strides do not match the output rank");
   }
-  plan.out_dtype = out_dtype;
-  plan.compute_dtype = compute_dtype;
-  plan.numel = *numel;
-  plan.num_operands = static_cast<int>(inputs.size()) + 1;
-  plan.dtypes[0] = out_dtype;
-  for (size_t i = 0; i < inputs.size(); ++i) plan.dtypes[i + 1] = inputs[i].dtype;
-  if (plan.numel > 0) {
-    // Storage the output strides span (they were checked to be non-negative and not to
-    // overflow when multiplied out).
-    // Checked all the same: the last element may sit at 2^63 - 1, one short of overflowing.
-    int64_t last = 0, span = 0, count = 0;
-    bool overflow = false;
-    for (size_t k = 0; k < plan.out_shape.size(); ++k) {
-      overflow = overflow ||
-                 __builtin_mul_overflow(plan.out_shape[k] - 1, plan.out_strides[k], &span) ||
-                 __builtin_add_overflow(last, span, &last);
-    }
-    if (overflow || __builtin_add_overflow(last, 1, &count) ||
-        __builtin_mul_overflow(count, ItemSize(out_dtype), &plan.out_storage_bytes)) {
-      return absl::InvalidArgumentError("the output does not fit in 2^63 bytes");
-    }
-    plan.out_has_gaps = plan.out_storage_bytes != plan.numel * ItemSize(out_dtype);
-  }
-  if (plan.numel == 0) {
+  it->numel = *numel;
+  it->num_operands = static_cast<int>(inputs.size()) + 1;
+  it->ndim = 1;
+  it->out_storage_bytes = 0;
+  it->out_has_gaps = false;
+  std::fill(it->offsets, it->offsets + it->num_operands, 0);
+  if (it->numel == 0) {
     // Nothing to walk. An empty input's strides and offset were never bounded by its
     // storage, so they are not used at all.
-    plan.ndim = 1;
-    plan.path = Path::kContiguous;
-    plan.kernel = Kernel::kGeneral;  // never run: nothing to walk
-    return plan;
+    it->sizes[0] = 0;
+    for (int op = 0; op < it->num_operands; ++op) it->strides[op][0] = 0;
+    return absl::OkStatus();
   }
+  // Storage the output strides span (they were checked to be non-negative and not to
+  // overflow when multiplied out).
+  // Checked all the same: the last element may sit at 2^63 - 1, one short of overflowing.
+  int64_t last = 0, span = 0, count = 0;
+  bool overflow = false;
+  for (size_t k = 0; k < it->out_shape.size(); ++k) {
+    overflow = overflow ||
+               __builtin_mul_overflow(it->out_shape[k] - 1, it->out_strides[k], &span) ||
+               __builtin_add_overflow(last, span, &last);
+  }
+  if (overflow || __builtin_add_overflow(last, 1, &count) ||
+      __builtin_mul_overflow(count, ItemSize(out_dtype), &it->out_storage_bytes)) {
+    return absl::InvalidArgumentError("the output does not fit in 2^63 bytes");
+  }
+  it->out_has_gaps = it->out_storage_bytes != it->numel * ItemSize(out_dtype);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    plan.offsets[i + 1] = inputs[i].offset * ItemSize(inputs[i].dtype);
+    it->offsets[i + 1] = inputs[i].offset * ItemSize(inputs[i].dtype);
   }
 
   // Byte strides per operand over the output's dims, broadcast dims at stride 0. Dims of size
   // 1 are dropped: they move nothing. Products cannot overflow: ValidateView bounded each
   // input's reach by its storage, and the output's by its numel.
-  const int rank = static_cast<int>(plan.out_shape.size());
-  const DimVector& out_strides = plan.out_strides;
-  Dims d;
-  d.num_operands = plan.num_operands;
+  const int rank = static_cast<int>(it->out_shape.size());
+  const DimVector& out_strides = it->out_strides;
+  Dims& d = *it;
+  d.ndim = 0;
   for (int k = 0; k < rank; ++k) {
-    if (plan.out_shape[k] == 1) continue;
+    if (it->out_shape[k] == 1) continue;
     const int j = d.ndim++;
-    d.sizes[j] = plan.out_shape[k];
+    d.sizes[j] = it->out_shape[k];
     d.strides[0][j] = out_strides[k] * ItemSize(out_dtype);
     for (size_t i = 0; i < inputs.size(); ++i) {
       const TensorView& v = inputs[i];
@@ -374,14 +358,47 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
 
   if (n == 0) {  // Every dim was 1, or rank 0: one element.
     n = 1;
-    d.sizes[0] = plan.numel;
-    for (int op = 0; op < d.num_operands; ++op) d.strides[op][0] = ItemSize(plan.dtypes[op]);
+    d.sizes[0] = it->numel;
+    d.strides[0][0] = ItemSize(out_dtype);
+    for (size_t i = 0; i < inputs.size(); ++i) d.strides[i + 1][0] = ItemSize(inputs[i].dtype);
   }
-  plan.ndim = n;
-  for (int j = 0; j < n; ++j) {
-    plan.sizes[j] = d.sizes[j];
-    for (int op = 0; op < d.num_operands; ++op) plan.strides[op][j] = d.strides[op][j];
+  d.ndim = n;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
+                                     DType out_dtype, const DimVector& out_strides,
+                                     bool bool_result, TileRule tiles) {
+  if (inputs.empty() || inputs.size() + 1 > static_cast<size_t>(kMaxOperands)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("element-wise ops take 1 to ", kMaxOperands - 1, " inputs, got ",
+                     inputs.size()));
   }
+  Iteration it;
+  if (auto s = BuildIteration(inputs, out_dtype, out_strides, &it); !s.ok()) return s;
+  Plan plan;
+  plan.out_shape = std::move(it.out_shape);
+  plan.out_strides = std::move(it.out_strides);
+  plan.out_storage_bytes = it.out_storage_bytes;
+  plan.out_has_gaps = it.out_has_gaps;
+  plan.out_dtype = out_dtype;
+  plan.compute_dtype = compute_dtype;
+  plan.numel = it.numel;
+  plan.num_operands = it.num_operands;
+  plan.dtypes[0] = out_dtype;
+  for (size_t i = 0; i < inputs.size(); ++i) plan.dtypes[i + 1] = inputs[i].dtype;
+  if (plan.numel == 0) {
+    plan.ndim = 1;
+    plan.path = Path::kContiguous;
+    plan.kernel = Kernel::kGeneral;  // never run: nothing to walk
+    return plan;
+  }
+  plan.ndim = it.ndim;
+  for (int op = 0; op < it.num_operands; ++op) {
+    plan.offsets[op] = it.offsets[op];
+    for (int j = 0; j < it.ndim; ++j) plan.strides[op][j] = it.strides[op][j];
+  }
+  for (int j = 0; j < it.ndim; ++j) plan.sizes[j] = it.sizes[j];
 
   plan.path = ChoosePath(plan);
   ChooseKernel(plan, bool_result, tiles);

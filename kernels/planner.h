@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -127,6 +128,42 @@ struct Plan {
   int8_t staged[kMaxOperands] = {-1, -1, -1, -1};
   int num_staged = 0;
 };
+
+// Operands of the widest element-wise work, an expression: its output and its inputs.
+inline constexpr int kMaxExprInputs = 16;
+inline constexpr int kMaxIterOperands = kMaxExprInputs + 1;
+
+// An iteration space over any number of operands (operand 0 the output): `ndim` dims, the
+// fastest-moving first, size-1 dims dropped and neighbours that chain for every operand
+// coalesced; byte strides per operand and dim, 0 where an input is broadcast.
+struct IterationDims {
+  int ndim = 0;
+  int num_operands = 0;
+  int64_t sizes[kMaxRank];
+  int64_t strides[kMaxIterOperands][kMaxRank];
+
+  void Swap(int a, int b) {
+    std::swap(sizes[a], sizes[b]);
+    for (int op = 0; op < num_operands; ++op) std::swap(strides[op][a], strides[op][b]);
+  }
+};
+
+// The first half of planning, for any number of inputs: the broadcast output's shape, strides
+// (C-contiguous when `out_strides` is empty) and extent, and the iteration space.
+struct Iteration : IterationDims {
+  DimVector out_shape;
+  DimVector out_strides;
+  int64_t out_storage_bytes = 0;
+  bool out_has_gaps = false;
+  int64_t numel = 0;
+  // Byte offset from an operand's storage base to its element (0, ..., 0).
+  int64_t offsets[kMaxIterOperands] = {};
+};
+
+// Fills `it` for `inputs` (validated with ValidateView) and an output of `out_dtype`. With no
+// elements, ndim is 1 and sizes[0] 0.
+absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype,
+                            const DimVector& out_strides, Iteration* it);
 
 // Broadcasts `inputs` (already validated with ValidateView) against each other, NumPy style,
 // and plans an output of `out_dtype` computed in `compute_dtype`, with `out_strides` (in

@@ -189,6 +189,10 @@ void CudaDevice::Issue(Stream& s, const PreparedOp& op, char* const* base, int* 
 void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
                      std::byte* out, std::function<void(absl::Status)> done,
                      ReadBack read_back) {
+  if (op.expression != nullptr) {
+    done(absl::UnimplementedError("expressions do not run on CUDA devices yet"));
+    return;
+  }
   if ((read_back.bytes > kReadBackBytes && !read_back.pinned) || read_back.bytes < 0) {
     done(absl::InternalError("read-back larger than the device's read-back buffer"));
     return;
@@ -246,7 +250,9 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
   const int64_t flag_at = in_bytes;
   const int64_t out_at = flag_at + 256;
   const int64_t total = out_at + plan.out_storage_bytes;
-  if (total > kReadBackBytes || plan.numel == 0 || failed()) return false;
+  if (total > kReadBackBytes || plan.numel == 0 || failed() || op.expression != nullptr) {
+    return false;
+  }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   const int slot_index = TryAcquireSlot(s);
   if (slot_index < 0) return false;

@@ -1,0 +1,159 @@
+#include "kernels/expr/typing.h"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tc::expr {
+namespace {
+
+absl::Status At(const Node& n, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("expression: at ", n.position, ": ", message));
+}
+
+// As the evaluator keeps a value of `dtype` reached at `tier`.
+DType Widened(DType dtype, TypeTier tier) {
+  if (!IsFloating(dtype)) return dtype;
+  return tier == TypeTier::kWrappedNumber ? DType::kFloat64
+         : ItemSize(dtype) == 2          ? DType::kFloat32
+                                         : dtype;
+}
+
+// Whether integer literal `v` may be computed as `t`. As PyTorch's overflow check: within the
+// type's range, and for unsigned types negative values down to -max (they wrap, so that
+// `x - 1` and `x + (-1)` agree).
+bool IntFits(int64_t v, DType t) {
+  bool fits = true;
+  VisitDType(t, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const int64_t hi = static_cast<int64_t>(std::numeric_limits<T>::max());
+      if constexpr (std::is_unsigned_v<T>) {
+        fits = v <= hi && v >= -hi;
+      } else {
+        fits = v >= static_cast<int64_t>(std::numeric_limits<T>::min()) && v <= hi;
+      }
+    }
+  });
+  return fits;
+}
+
+std::string DTypeList(uint32_t mask) {
+  std::vector<absl::string_view> names;
+  for (DType t : DTypesIn(mask)) names.push_back(DTypeName(t));
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+DType LiteralTarget(const Node& call, const NodeType& type, int arg) {
+  return arg == call.op->spec.condition_input ? DType::kBool : type.eval_compute;
+}
+
+absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
+                                                absl::Span<const TypeOperand> inputs) {
+  std::vector<NodeType> types(e.nodes.size());
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& n = e.nodes[i];
+    NodeType& t = types[i];
+    switch (n.kind) {
+      case NodeKind::kInput:
+        if (n.input < 0 || n.input >= static_cast<int>(inputs.size())) {
+          return At(n, absl::StrCat("input ", n.input, " was not sent"));
+        }
+        t.dtype = t.storage = inputs[n.input].dtype;
+        t.tier = inputs[n.input].tier;
+        continue;
+      case NodeKind::kLiteral:
+        t.tier = TypeTier::kWrappedNumber;
+        t.dtype = n.literal == LiteralKind::kBool  ? DType::kBool
+                  : n.literal == LiteralKind::kInt ? DType::kInt64
+                                                   : DType::kFloat32;
+        t.storage = Widened(t.dtype, t.tier);
+        continue;
+      case NodeKind::kCall:
+        break;
+    }
+    const OpSpec& spec = n.op->spec;
+    auto attrs = Attrs::Resolve(spec.name, spec.attrs, n.attrs);
+    if (!attrs.ok()) return At(n, attrs.status().message());
+    t.attrs = *std::move(attrs);
+    absl::InlinedVector<TypeOperand, 3> operands;
+    t.tier = TypeTier::kWrappedNumber;
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      const NodeType& a = types[static_cast<size_t>(n.args[k])];
+      t.tier = std::max(t.tier, a.tier);
+      if (static_cast<int>(k) == spec.condition_input) {
+        if (a.dtype != DType::kBool) {
+          return At(e.at(n.args[k]),
+                    absl::StrCat("the condition of '", spec.name, "' must be bool, not ",
+                                 DTypeName(a.dtype), " (compare it, e.g. x != 0)"));
+        }
+        continue;
+      }
+      operands.push_back({a.dtype, a.tier});
+    }
+    t.result = ResultType(operands);
+    if (!Accepts(spec, t.result)) {
+      std::vector<absl::string_view> given;
+      for (const TypeOperand& o : operands) given.push_back(DTypeName(o.dtype));
+      return At(n, absl::StrCat("'", spec.name, "' does not accept ", DTypeName(t.result),
+                                " (arguments: ", absl::StrJoin(given, ", "),
+                                "); it accepts: ", DTypeList(spec.dtypes)));
+    }
+    if (spec.check != nullptr) {
+      if (auto s = spec.check(t.attrs, t.result); !s.ok()) return At(n, s.message());
+    }
+    t.compute = t.dtype = t.result;
+    switch (spec.rule) {
+      case TypeRule::kPromote:
+        break;
+      case TypeRule::kPromoteToFloat:
+        if (!IsFloating(t.result)) t.compute = t.dtype = DType::kFloat32;
+        break;
+      case TypeRule::kToBool:
+        t.dtype = DType::kBool;
+        break;
+      case TypeRule::kCastToAttr:
+        t.dtype = t.attrs.Type("dtype");
+        break;
+      case TypeRule::kQuantized:
+        for (const TypeOperand& o : operands) {
+          if (o.dtype != t.result) {
+            return At(n, absl::StrCat("'", spec.name,
+                                      "' needs arguments of one dtype (int8 or uint8), got ",
+                                      DTypeName(operands[0].dtype), " and ", DTypeName(o.dtype)));
+          }
+        }
+        t.compute = DType::kFloat32;
+        break;
+    }
+    // Widen where the functor has the wider type (every float op has float32 and float64).
+    t.eval_compute = Widened(t.compute, t.tier);
+    t.eval_result = Widened(t.result, t.tier);
+    if ((n.op->compute_types & DTypeBit(t.eval_compute)) == 0) {
+      t.eval_compute = t.compute;
+      t.eval_result = t.result;
+    }
+    // An explicit cast keeps the rounding it asks for; everything else stays wide.
+    t.storage = spec.rule == TypeRule::kCastToAttr && t.tier != TypeTier::kWrappedNumber
+                    ? t.dtype
+                    : Widened(t.dtype, t.tier);
+
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      const Node& a = e.at(n.args[k]);
+      if (a.kind != NodeKind::kLiteral || a.literal != LiteralKind::kInt) continue;
+      const DType target = LiteralTarget(n, t, static_cast<int>(k));
+      if (IsIntegral(target) && !IntFits(a.int_value, target)) {
+        return At(a, absl::StrCat(a.int_value, " does not fit ", DTypeName(target),
+                                  ", the type '", spec.name, "' computes in here"));
+      }
+    }
+  }
+  return types;
+}
+
+}  // namespace tc::expr
