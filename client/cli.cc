@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "client/npy.h"
 #include "client/tensor_text.h"
@@ -24,13 +25,16 @@ constexpr char kUsage[] = R"(usage: tensorcompute-cli [--target=HOST:PORT] [--ti
 commands:
   health [SERVICE]        print the serving status; exit 0 only when SERVING
   info                    devices, memory, limits and version of the server
-  ops                     list the ops the server supports
+  ops                     list the ops the server supports, and the expression language
   compute OP --input=TENSOR... [--attr=NAME=VALUE...] [--output_dtype=DTYPE]
           [--output_layout=contiguous|like_first_input] [--output=FILE.npy]
           [--stream] [--keep]
                           run OP; print the result, or write it to FILE.npy; --stream sends
                           the inputs in chunks (ComputeStream); --keep keeps the result on
                           the server and prints its handle
+  compute --expr=EXPRESSION --input=TENSOR... [--input_names=NAME,...] [options as above]
+                          evaluate an element-wise expression over the inputs in one pass
+                          (named a, b, c... in order unless --input_names says otherwise)
   upload FILE.npy [--ttl=SECONDS]
                           store a tensor on the server; prints its handle
   download HANDLE --output=FILE.npy
@@ -46,6 +50,8 @@ TLS options to $TENSORCOMPUTE_TLS_CA, _CERT, _KEY and _SERVER_NAME.
 examples:
   tensorcompute-cli compute add --input='float32[2,3]=1,2,3,4,5,6' --input='float32[3]=10,20,30'
   tensorcompute-cli compute mul --input=a.npy --input=b.npy --output=c.npy
+  tensorcompute-cli compute --expr='clamp(x * 2 + y, min=0)' --input_names=x,y \
+      --input='float32[3]=-1,0,1' --input='float32[]=0.5'
 )";
 
 int Fail(const absl::Status& s) {
@@ -91,6 +97,9 @@ int Ops(tc::client::Client& client) {
     std::printf("%-16s arity %d  dtypes %s  attrs %s\n    %s\n", op.name().c_str(), op.arity(),
                 absl::StrJoin(dtypes, ",").c_str(),
                 attrs.empty() ? "-" : absl::StrJoin(attrs, " ").c_str(), op.description().c_str());
+  }
+  if (!ops->expression_grammar().empty()) {
+    std::printf("\nexpressions (compute --expr=...):\n%s\n", ops->expression_grammar().c_str());
   }
   return 0;
 }
@@ -183,7 +192,7 @@ int main(int argc, char** argv) {
   if (const char* f = std::getenv("TENSORCOMPUTE_TLS_CERT")) options.tls_cert_file = f;
   if (const char* f = std::getenv("TENSORCOMPUTE_TLS_KEY")) options.tls_key_file = f;
   if (const char* f = std::getenv("TENSORCOMPUTE_TLS_SERVER_NAME")) options.tls_server_name = f;
-  std::string output_dtype, output_layout, output, ttl = "0";
+  std::string output_dtype, output_layout, output, ttl = "0", expression, input_names;
   bool stream = false, keep = false;
   std::vector<std::string> positional, inputs, attrs;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -212,6 +221,10 @@ int main(int argc, char** argv) {
       output_layout = v;
     } else if (TakeFlag(args, i, "output", &v)) {
       output = v;
+    } else if (TakeFlag(args, i, "expr", &v)) {
+      expression = v;
+    } else if (TakeFlag(args, i, "input_names", &v)) {
+      input_names = v;
     } else if (TakeFlag(args, i, "ttl", &v)) {
       ttl = v;
     } else if (args[i] == "--stream") {
@@ -269,7 +282,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "compute") {
-    if (positional.size() != 2) return Usage("compute takes one OP");
+    if (positional.size() != (expression.empty() ? 2u : 1u)) {
+      return Usage("compute takes one OP, or --expr=EXPRESSION and no OP");
+    }
+    if (expression.empty() && !input_names.empty()) {
+      return Usage("--input_names names the inputs of an --expr");
+    }
     std::vector<tensorcompute::v1::Tensor> tensors;
     for (const std::string& spec : inputs) {
       auto t = InputTensor(spec);
@@ -283,7 +301,16 @@ int main(int argc, char** argv) {
       attributes.push_back(*std::move(a));
     }
     tensorcompute::v1::ComputeRequest request;
-    request.set_op(positional[1]);
+    if (expression.empty()) {
+      request.set_op(positional[1]);
+    } else {
+      request.set_expression(expression);
+      if (!input_names.empty()) {
+        for (absl::string_view name : absl::StrSplit(input_names, ',')) {
+          request.add_input_names(std::string(name));
+        }
+      }
+    }
     for (auto& t : tensors) *request.add_inputs() = std::move(t);
     for (auto& [name, value] : attributes) (*request.mutable_attributes())[name] = std::move(value);
     if (!output_dtype.empty()) {

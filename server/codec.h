@@ -19,6 +19,12 @@ namespace tc::server {
 namespace v1 = ::tensorcompute::v1;
 
 absl::StatusOr<DType> DTypeFromProto(int wire);
+
+// What a compute request runs, for metrics and messages: its op's name, or "expression" (the
+// expression's text is the client's and never becomes a label).
+inline std::string OpLabel(const v1::ComputeRequest& r) {
+  return r.expression().empty() ? r.op() : "expression";
+}
 v1::DType DTypeToProto(DType t);
 
 // Views of the request's tensors, checked with ValidateView. They point into the request,

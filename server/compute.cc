@@ -82,7 +82,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
                                                      const v1::ComputeRequest* request,
                                                      v1::ComputeResponse* response) {
   auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "Compute",
-                                                    request->op()});
+                                                    OpLabel(*request)});
   if (!call->Admit()) return call->reactor;
   // The caller's identity, needed up front where tokens are required, else only where
   // resident tensors are touched.
@@ -141,7 +141,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
 
     // The reply also carries the output's metadata and framing.
     if (plan.out_storage_bytes > env_.options.max_message_bytes - kReplyFramingBytes) {
-      call->Finish(TooLargeForUnary(plan, request->op(), env_.options.max_message_bytes));
+      call->Finish(TooLargeForUnary(plan, OpLabel(*request), env_.options.max_message_bytes));
       return;
     }
     if (job->device().host_memory()) {

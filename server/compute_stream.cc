@@ -65,7 +65,7 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
   absl::Status Header(v1::ComputeRequest* header) {
     header_.reset(header);
     if (job_ != nullptr) return absl::InvalidArgumentError("a second header in one stream");
-    op_ = header_->op();
+    op_ = OpLabel(*header_);
     if (!header_->output_region().empty()) {
       return absl::InvalidArgumentError(
           "output_region is for Compute: a request whose output goes into a region needs no "

@@ -1,5 +1,6 @@
 // What the server offers and holds: ListOps and ServerInfo.
 #include "absl/strings/str_cat.h"
+#include "kernels/expr/program.h"
 #include "server/codec.h"
 #include "server/service.h"
 #include "server/unary_call.h"
@@ -22,6 +23,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext
     call.Finish(id.status());
     return call.reactor;
   }
+  response->set_expression_grammar(expr::GrammarDescription());
   for (const CatalogEntry& e : Catalog()) {
     v1::OpInfo* info = response->add_ops();
     info->set_name(e.spec.name);

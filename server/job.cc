@@ -1,6 +1,7 @@
 #include "server/job.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/expr/program.h"
 #include "server/codec.h"
 
 namespace tc::server {
@@ -79,8 +80,24 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const ServiceEnv& env, absl::Time deadline, bool stage_inline) {
   const ServiceOptions& limits = env.options;
   // The op first: "unknown op" is the more useful message when the inputs are wrong too.
-  auto op = LookupOp(request.op());
-  if (!op.ok()) return op.status();
+  const bool expression = !request.expression().empty();
+  const CatalogEntry* op = nullptr;
+  if (expression) {
+    if (!request.op().empty()) {
+      return absl::InvalidArgumentError("both op and expression are set: send one");
+    }
+    if (!request.attributes().empty()) {
+      return absl::InvalidArgumentError(
+          "attributes are written inside an expression (clamp(a, min=0)), not beside it");
+    }
+  } else {
+    if (request.input_names_size() > 0) {
+      return absl::InvalidArgumentError("input_names name an expression's inputs; op is set");
+    }
+    auto found = LookupOp(request.op());
+    if (!found.ok()) return found.status();
+    op = *found;
+  }
   std::unique_ptr<ComputeJob> job(new ComputeJob());
   const int n = request.inputs_size();
   job->views_.resize(n);
@@ -169,14 +186,25 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
                        limits.max_request_bytes, " bytes"));
     }
   }
-  auto attrs = DecodeAttributes(request.attributes());
-  if (!attrs.ok()) return attrs.status();
   auto output = DecodeOutputOptions(request);
   if (!output.ok()) return output.status();
   // Every view was checked with ValidateView as it was decoded above.
-  // Every device of the server runs one backend: its tile rule is theirs.
-  auto prepared =
-      PrepareValidated(**op, job->views_, *attrs, *output, env.devices->at(0).tile_rule());
+  absl::StatusOr<PreparedOp> prepared;
+  if (expression) {
+    const std::vector<std::string> names(request.input_names().begin(),
+                                         request.input_names().end());
+    prepared = expr::PrepareExpression(request.expression(), names, job->views_, *output);
+    // Checked first, so that a bad expression says what is wrong on every backend.
+    if (prepared.ok() && !env.devices->at(0).host_memory()) {
+      return absl::UnimplementedError(
+          "expressions run on the CPU backend only for now; this server computes on GPUs");
+    }
+  } else {
+    auto attrs = DecodeAttributes(request.attributes());
+    if (!attrs.ok()) return attrs.status();
+    // Every device of the server runs one backend: its tile rule is theirs.
+    prepared = PrepareValidated(*op, job->views_, *attrs, *output, env.devices->at(0).tile_rule());
+  }
   if (!prepared.ok()) return prepared.status();
   job->prepared_ = *std::move(prepared);
   TensorView out_meta;

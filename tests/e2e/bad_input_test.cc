@@ -160,6 +160,43 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
   cases.push_back(Unary("attribute of the wrong type", kInvalid, "must be of type float", [](auto& r) { (*r.mutable_attributes())["alpha"].set_string_value("x"); }));
   cases.push_back(Unary("attribute without a value", kInvalid, "has no value", [](auto& r) { (*r.mutable_attributes())["alpha"]; }));
   cases.push_back(Unary("missing required attribute", kInvalid, "dtype", [](auto& r) { r.set_op("cast"); r.mutable_inputs()->RemoveLast(); }));
+  // Expressions: each refused at its position before anything runs.
+  auto expression = [](std::string text) {
+    return [text](v1::ComputeRequest& r) {
+      r.clear_op();
+      r.set_expression(text);
+    };
+  };
+  cases.push_back(Unary("expression: unknown function", kInvalid, "at 4: unknown function 'frob'", expression("a + frob(b)")));
+  cases.push_back(Unary("expression: wrong arity", kInvalid, "at 0: add takes 2 inputs", expression("add(a, b, a)")));
+  cases.push_back(Unary("expression: unbalanced parentheses", kInvalid, "expected ')'", expression("(a + b")));
+  cases.push_back(Unary("expression: 10,000 nested calls", kInvalid, "nested more than 128 deep", [](auto& r) {
+    std::string text;
+    for (int i = 0; i < 10000; ++i) text += "neg(";
+    text += "a + b";
+    for (int i = 0; i < 10000; ++i) text += ")";
+    r.clear_op();
+    r.set_expression(text);
+  }));
+  cases.push_back(Unary("expression: a 1 MB string", kInvalid, "1048576 bytes, more than the limit of 65536", [](auto& r) {
+    r.clear_op();
+    r.set_expression("a + b" + std::string((1 << 20) - 5, ' '));
+  }));
+  cases.push_back(Unary("expression: a name that is no input", kInvalid, "at 4: 'c' names no input (inputs: a, b)", expression("a + c * b")));
+  cases.push_back(Unary("expression: a dtype that does not exist", kInvalid, "'float12' is not a dtype", expression("cast(a, dtype=float12) + b")));
+  cases.push_back(Unary("expression: an input left unused", kInvalid, "input 1 ('b') is not used", expression("a * 2")));
+  cases.push_back(Unary("expression: beside an op", kInvalid, "both op and expression are set", [](auto& r) { r.set_expression("a + b"); }));
+  cases.push_back(Unary("expression: attributes beside it", kInvalid, "attributes are written inside an expression", [](auto& r) {
+    r.clear_op(); r.set_expression("a + b"); (*r.mutable_attributes())["alpha"].set_float_value(2); }));
+  // Runs only where expressions run (a GPU server answers UNIMPLEMENTED, checked here too).
+  const bool on_cpu = BackendFlag() == "--backend=cpu";
+  cases.push_back(Unary("expression: integer division by zero inside", on_cpu ? kInvalid : C::kUnimplemented,
+                        on_cpu ? "integer division by zero in 'floor_divide'" : "CPU backend only", [](auto& r) {
+    r.clear_op();
+    r.set_expression("a // (b - b) + 1");
+    *r.mutable_inputs(0) = Ints({2, 3}, {1, 2, 3, 4, 5, 6});
+    *r.mutable_inputs(1) = Ints({3}, {1, 2, 3});
+  }));
   // Blobs and views.
   cases.push_back(Unary("truncated blob", kInvalid, "storage holds 0", [](auto& r) { r.mutable_inputs(0)->clear_data(); }));
   cases.push_back(Unary("blob too short", kInvalid, "storage holds 5", [](auto& r) { r.mutable_inputs(0)->mutable_data()->resize(20); }));

@@ -101,6 +101,45 @@ class ClientPackageTest(unittest.TestCase):
             self.client.download(r)
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
 
+    def test_expressions(self):
+        rng = np.random.default_rng()
+        x = rng.standard_normal((300, 41)).astype(np.float32)
+        w = rng.standard_normal(41).astype(np.float32)
+        b = np.float32(0.25)
+        # Positional inputs are a, b, c...; views and broadcasts travel as they are.
+        got = self.client.eval("sigmoid(a * b + c) * 0.5", x.T[:, ::2], w[::-1, None], b)
+        want = 0.5 / (1 + np.exp(-(x.T[:, ::2] * w[::-1, None] + b)))
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+        # By name, with attributes, comparisons, where and casts inside.
+        got = self.client.eval("where(x > 0, clamp(x * w, min=-1, max=1), cast(x, float16))",
+                               x=x, w=w)
+        self.assertEqual(got.dtype, np.float32)
+        want = np.where(x > 0, np.clip(x * w, -1, 1), x.astype(np.float16).astype(np.float32))
+        np.testing.assert_array_equal(got, want)
+        # float16 intermediates are rounded once, at the output.
+        h = rng.standard_normal((7, 1000)).astype(np.float16)
+        got = self.client.eval("a * a - a * 3 + 1", h)
+        self.assertEqual(got.dtype, np.float16)
+        hf = h.astype(np.float32)
+        np.testing.assert_array_equal(got, (hf * hf - hf * 3 + 1).astype(np.float16))
+        # Large inputs stream in chunks like any op's.
+        big = rng.standard_normal(600_000).astype(np.float32)
+        np.testing.assert_array_equal(self.client.eval("a * a + 2", big), big * big + 2)
+        grammar = self.client.list_ops_response().expression_grammar
+        self.assertIn("where(cond, x, y)", grammar)
+        for bad, code, message in [
+                ("a +", grpc.StatusCode.INVALID_ARGUMENT, "expression: at 3:"),
+                ("a & 1", grpc.StatusCode.INVALID_ARGUMENT, "'bitwise_and' does not accept"),
+                ("a + zz", grpc.StatusCode.INVALID_ARGUMENT, "'zz' names no input")]:
+            with self.subTest(bad):
+                with self.assertRaises(grpc.RpcError) as e:
+                    self.client.eval(bad, x)
+                self.assertEqual(e.exception.code(), code)
+                self.assertIn(message, e.exception.details())
+        with self.assertRaises(grpc.RpcError) as e:
+            self.client.eval("a // b", np.array([1, 2], np.int32), np.array([1, 0], np.int32))
+        self.assertIn("division by zero in 'floor_divide'", e.exception.details())
+
     def test_errors_are_grpc_errors(self):
         with self.assertRaises(grpc.RpcError) as e:
             self.client.compute("floor_divide", np.array([1, 2], np.int32),

@@ -21,7 +21,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GHZ_DIR = os.path.join(REPO, "deploy", "ghz")
 SERVICE = "tensorcompute.v1.TensorService"
 # Every request file and the method the README runs it against.
-FILES = {"add.json": "Compute", "compute_stream.json": "ComputeStream"}
+FILES = {"add.json": "Compute", "compute_stream.json": "ComputeStream",
+         "expression.json": "Compute"}
 
 
 class GhzFilesTest(unittest.TestCase):

@@ -392,7 +392,8 @@ class Client:
             state.scratch.region = r
         return r
 
-    def _region_inputs(self, inputs, output_dtype, attributes, out, keep_resident):
+    def _region_inputs(self, inputs, output_dtype, attributes, out, keep_resident,
+                       widest_output=4):
         """Region references for the inputs (copied into scratch where they are not in a
         region already), and where the output goes: (tensors, output_region, offset,
         scratch_output) or None when regions do not apply."""
@@ -422,7 +423,7 @@ class Client:
         if out is None:
             # Room for the output: the broadcast shape at the widest element it can have.
             shape = np.broadcast_shapes(*[s.array.shape for s in arrays])
-            widest = max([4] + [s.array.itemsize for s in arrays] +
+            widest = max([widest_output] + [s.array.itemsize for s in arrays] +
                          [np.dtype(v).itemsize for v in [output_dtype, attributes.get("dtype")]
                           if isinstance(v, str) and v in _DTYPE_NAMES])
             out_at = need
@@ -466,7 +467,12 @@ class Client:
         return self.stub.ServerInfo(pb.ServerInfoRequest(), timeout=self.timeout, metadata=self.metadata)
 
     def list_ops(self):
-        return list(self.stub.ListOps(pb.ListOpsRequest(), timeout=self.timeout, metadata=self.metadata).ops)
+        return list(self.list_ops_response().ops)
+
+    def list_ops_response(self) -> pb.ListOpsResponse:
+        """The catalog, and the grammar of expressions (expression_grammar)."""
+        return self.stub.ListOps(pb.ListOpsRequest(), timeout=self.timeout,
+                                 metadata=self.metadata)
 
     def _input(self, x) -> pb.Tensor:
         if isinstance(x, Resident):
@@ -486,15 +492,42 @@ class Client:
         through shared memory: arrays that lie in regions (shared_array) without a copy,
         others copied once into a scratch region. `out=` a shared array receives the result
         in place, so nothing is copied at all."""
+        return self._run({"op": op}, inputs, output_dtype, keep_resident, as_torch, stream,
+                         out, attributes)
+
+    def eval(self, expression: str, *inputs, output_dtype: Optional[str] = None,
+             keep_resident: bool = False, as_torch: bool = False,
+             stream: Optional[bool] = None, out: Optional[np.ndarray] = None, **named):
+        """Evaluates an element-wise expression over the inputs in one pass on the server:
+        c.eval("sigmoid(a * b + c) * 0.5", x, y, z) names them a, b, c in order, or
+        c.eval("x * w + bias", x=x, w=w, bias=b) by keyword. Operators, calls of any op
+        (clamp(x, min=0), cast(x, float16), where(m, x, y)) and literals; the server's
+        ListOps describes the language (list_ops_response().expression_grammar). Otherwise
+        as compute()."""
+        if inputs and named:
+            raise ValueError("eval takes its inputs positionally (a, b, c...) or by name, "
+                             "not both")
+        what = {"expression": expression}
+        if named:
+            what["input_names"] = list(named.keys())
+            inputs = tuple(named.values())
+        return self._run(what, inputs, output_dtype, keep_resident, as_torch, stream, out, {})
+
+    def _run(self, what, inputs, output_dtype, keep_resident, as_torch, stream, out,
+             attributes):
+        """compute() and eval(): `what` holds the request's op, or its expression and
+        input names."""
         attrs = {k: _attribute(v) for k, v in attributes.items()}
         if _is_cuda(out) or any(_is_cuda(x) for x in inputs):
-            return self._compute_cuda(op, inputs, attrs, attributes, output_dtype, out)
+            return self._compute_cuda(what, inputs, attrs, attributes, output_dtype, out)
         placed = None
         if stream is not True:
-            placed = self._region_inputs(inputs, output_dtype, attributes, out, keep_resident)
+            # An expression may cast to any dtype: room for the widest.
+            placed = self._region_inputs(inputs, output_dtype, attributes, out, keep_resident,
+                                         8 if "expression" in what else 4)
         if placed is not None:
             tensors, region, offset, scratch = placed
-            request = pb.ComputeRequest(op=op, inputs=tensors, attributes=attrs,
+            request = pb.ComputeRequest(**what, inputs=tensors, attributes=attrs,
                                         output_region=region.id, output_region_offset=offset)
             if output_dtype is not None:
                 request.output_dtype = getattr(pb, output_dtype)
@@ -516,9 +549,9 @@ class Client:
             size = sum(sp.hi - sp.lo for sp in spans if sp is not None)
             size += sum(len(x.data) for x in inputs if isinstance(x, pb.Tensor))
             if size >= self.native_threshold or self.native:
-                return self._compute_native(native, op, inputs, spans, attrs, output_dtype,
+                return self._compute_native(native, what, inputs, spans, attrs, output_dtype,
                                             keep_resident, as_torch)
-        request = pb.ComputeRequest(op=op, inputs=[self._input(x) for x in inputs],
+        request = pb.ComputeRequest(**what, inputs=[self._input(x) for x in inputs],
                                     attributes=attrs, keep_output_resident=keep_resident)
         if output_dtype is not None:
             request.output_dtype = getattr(pb, output_dtype)
@@ -549,9 +582,10 @@ class Client:
             meta.data = raw.tobytes()
         return meta
 
-    def _compute_native(self, native, op, inputs, spans, attrs, output_dtype, keep_resident,
+    def _compute_native(self, native, what, inputs, spans, attrs, output_dtype, keep_resident,
                         as_torch):
-        """`op` through the native library: each array's bytes are read where they lie."""
+        """The request (`what`: op or expression) through the native library: each array's
+        bytes are read where they lie."""
         tensors, where, keep = [], [], []
         for x, sp in zip(inputs, spans):
             if isinstance(x, Resident):
@@ -567,7 +601,7 @@ class Client:
             else:
                 tensors.append(sp.meta(storage_bytes=sp.hi - sp.lo))
                 where.append((sp.lo, sp.hi - sp.lo))
-        request = pb.ComputeRequest(op=op, inputs=tensors, attributes=attrs,
+        request = pb.ComputeRequest(**what, inputs=tensors, attributes=attrs,
                                     keep_output_resident=keep_resident)
         if output_dtype is not None:
             request.output_dtype = getattr(pb, output_dtype)
@@ -589,9 +623,10 @@ class Client:
         return pb.Tensor(dtype=wire, shape=t.shape, strides=t.stride(), region=r.id,
                          region_offset=ptr - r.base, storage_bytes=span)
 
-    def _compute_cuda(self, op, inputs, attrs, attributes, output_dtype, out):
-        """`op` on torch.cuda tensors, computed in place on the server's GPU: no byte leaves
-        the GPU. The result is `out` (a contiguous torch.cuda tensor) or a new one."""
+    def _compute_cuda(self, what, inputs, attrs, attributes, output_dtype, out):
+        """The request (`what`: op or expression) on torch.cuda tensors, computed in place on
+        the server's GPU: no byte leaves the GPU. The result is `out` (a contiguous
+        torch.cuda tensor) or a new one."""
         torch = _torch()
         state = self._shm()
         device = (out if _is_cuda(out) else next(x for x in inputs if _is_cuda(x))).device
@@ -615,7 +650,7 @@ class Client:
                 raise ValueError("out= must be a contiguous torch.cuda tensor")
             buf = out
         target = self._cuda_input(state, buf.reshape(-1)) if buf.numel() else None
-        request = pb.ComputeRequest(op=op, inputs=tensors, attributes=attrs)
+        request = pb.ComputeRequest(**what, inputs=tensors, attributes=attrs)
         if target is not None:
             request.output_region = target.region
             request.output_region_offset = target.region_offset
