@@ -178,8 +178,12 @@ absl::Status RunExpression(const Program& program, std::byte* out,
   std::atomic<bool> failed{false};
   std::mutex mu;
   absl::Status status;
-  // Nested launches run on the calling thread: a block is far below the pool's grain.
-  const LaunchEnv inner{env.pool};
+  // Nested launches run on the calling thread: a block is far below the pool's grain. A large
+  // output is streamed past the caches, as a single op's is.
+  LaunchEnv inner{env.pool};
+  LaunchEnv root_env{env.pool};
+  root_env.stream_output =
+      !short_rows && it.numel * ItemSize(program.out_dtype) >= kStreamBytes;
 
   env.pool->ParallelFor(items, std::max<int64_t>(1, kGrain / kExprBlock), [&](int64_t begin,
                                                                              int64_t end) {
@@ -262,7 +266,7 @@ absl::Status RunExpression(const Program& program, std::byte* out,
               break;
           }
         }
-        if (auto s = LaunchOp(step.op, operand, inner); !s.ok()) {
+        if (auto s = LaunchOp(step.op, operand, step.buffer < 0 ? root_env : inner); !s.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (status.ok()) status = s;
           failed.store(true, std::memory_order_relaxed);

@@ -21,7 +21,7 @@ absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& en
   VisitDType(op.plan.compute_dtype, [&](auto tag) {
     using S = typename decltype(tag)::type;
     if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {
-      const Kernel kernel = Elementwise<S, F::kArity>(op.plan, base, f, *env.pool);
+      const Kernel kernel = Elementwise<S, F::kArity>(op.plan, base, f, *env.pool, env.stream_output);
       if (env.ran != nullptr) *env.ran = kernel;
       ran = true;
     }

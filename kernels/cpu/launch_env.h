@@ -14,6 +14,9 @@ struct LaunchEnv {
   // Where to say which kernel family ran (kTiles, or kRows for the row loop that runs every
   // other plan); may be null.
   Kernel* ran = nullptr;
+  // The output is one piece of a larger one that will not stay in cache (a block of an
+  // expression's output): written with non-temporal stores whatever its own size.
+  bool stream_output = false;
 };
 
 // Runs `op` and returns when the result is in place. base[0] is the output, base[1..] the

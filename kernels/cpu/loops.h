@@ -122,6 +122,10 @@ using Result = decltype(ResultOf<F, C>(std::make_index_sequence<N>{}));
 
 template <typename F, typename R, typename C>
 void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 1>) {
+  if constexpr (kHasHostFloatRow<F> && std::is_same_v<C, float> && std::is_same_v<R, float>) {
+    F::HostFloatRow(in[0], out, m);
+    return;
+  }
   const C* __restrict a = in[0];
   for (int64_t i = 0; i < m; ++i) out[i] = f(a[i]);
 }
@@ -231,12 +235,15 @@ void Row(const F& f, char* const* ptrs, const int64_t* strides, const DType* dty
 
 // Applies f to every element of the plan, computing in OpMath<S>; `base[k]` points at operand
 // k's element (0, ..., 0). Returns the kernel family it ran: kTiles, or kRows for the row loop.
+// `stream_output`: stream the output whatever its size (LaunchEnv::stream_output).
 template <typename S, int N, typename F>
-Kernel Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& pool) {
+Kernel Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& pool,
+                   bool stream_output = false) {
   const bool tiles = plan.kernel == Kernel::kTiles;
   if (plan.numel == 0) return tiles ? Kernel::kTiles : Kernel::kRows;
   const int nops = N + 1;
-  const bool stream = !tiles && plan.numel * ItemSize(plan.out_dtype) >= kStreamBytes;
+  const bool stream =
+      !tiles && (stream_output || plan.numel * ItemSize(plan.out_dtype) >= kStreamBytes);
   int64_t row_strides[kMaxOperands];
   for (int k = 0; k < nops; ++k) row_strides[k] = plan.strides[k][0];
 

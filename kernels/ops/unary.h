@@ -9,14 +9,22 @@ namespace tc {
 
 // Name, its spec as MakeSpec's arguments in parentheses, its compute types, its result type and
 // the body of its call operator over `T a`.
-#define TC_UNARY_OP(Name, spec_args, Mask, Result, ...)           \
-  struct Name {                                                   \
-    static constexpr uint32_t kComputeTypes = Mask;               \
-    static constexpr int kArity = 1;                              \
-    static OpSpec Spec() { return MakeSpec spec_args; }           \
-    static Name Make(const MakeArgs&) { return {}; }  \
-    template <typename T>                             \
-    TC_HOST_DEVICE Result operator()(T a) const __VA_ARGS__ \
+#define TC_UNARY_OP(Name, spec_args, Mask, Result, ...) \
+  TC_UNARY_OP_WITH(Name, spec_args, Mask, Result, , __VA_ARGS__)
+// The same, for a float function with a vectorized float32 row on the CPU (HostFloatRow, in
+// kernels/cpu/vector_math.cc: glibc's vector math library), which the CPU calls instead.
+#define TC_UNARY_FLOAT_ROW_OP(Name, spec_args, Mask, Result, ...)                             \
+  TC_UNARY_OP_WITH(Name, spec_args, Mask, Result,                                            \
+                   static void HostFloatRow(const float* a, float* out, int64_t n);, __VA_ARGS__)
+#define TC_UNARY_OP_WITH(Name, spec_args, Mask, Result, members, ...) \
+  struct Name {                                                      \
+    static constexpr uint32_t kComputeTypes = Mask;                  \
+    static constexpr int kArity = 1;                                 \
+    static OpSpec Spec() { return MakeSpec spec_args; }              \
+    static Name Make(const MakeArgs&) { return {}; }                 \
+    members                                                          \
+    template <typename T>                                            \
+    TC_HOST_DEVICE Result operator()(T a) const __VA_ARGS__          \
   };
 
 TC_UNARY_OP(NegOp,
@@ -41,22 +49,22 @@ TC_UNARY_OP(SignOp,
 TC_UNARY_OP(ReluOp,
             ("relu", kNumericTypes, "max(a, 0); NaN stays NaN"),
             kNumericTypes, T, { return math::IsNegative(a) ? T(0) : a; })
-TC_UNARY_OP(SigmoidOp,
+TC_UNARY_FLOAT_ROW_OP(SigmoidOp,
             ("sigmoid", kAllTypes, "1 / (1 + exp(-a))", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return T(1) / (T(1) + std::exp(-a)); })
-TC_UNARY_OP(TanhOp,
+TC_UNARY_FLOAT_ROW_OP(TanhOp,
             ("tanh", kAllTypes, "tanh(a)", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::tanh(a); })
-TC_UNARY_OP(ExpOp,
+TC_UNARY_FLOAT_ROW_OP(ExpOp,
             ("exp", kAllTypes, "e ** a", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::exp(a); })
-TC_UNARY_OP(LogOp,
+TC_UNARY_FLOAT_ROW_OP(LogOp,
             ("log", kAllTypes, "natural logarithm", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::log(a); })
-TC_UNARY_OP(Log1pOp,
+TC_UNARY_FLOAT_ROW_OP(Log1pOp,
             ("log1p", kAllTypes, "log(1 + a)", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::log1p(a); })
-TC_UNARY_OP(Expm1Op,
+TC_UNARY_FLOAT_ROW_OP(Expm1Op,
             ("expm1", kAllTypes, "exp(a) - 1", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::expm1(a); })
 TC_UNARY_OP(SqrtOp,
@@ -71,13 +79,13 @@ TC_UNARY_OP(ReciprocalOp,
 TC_UNARY_OP(SquareOp,
             ("square", kNumericTypes, "a * a (integers wrap)"),
             kNumericTypes, T, { return math::WrapMul(a, a); })
-TC_UNARY_OP(SinOp,
+TC_UNARY_FLOAT_ROW_OP(SinOp,
             ("sin", kAllTypes, "sine", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::sin(a); })
-TC_UNARY_OP(CosOp,
+TC_UNARY_FLOAT_ROW_OP(CosOp,
             ("cos", kAllTypes, "cosine", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::cos(a); })
-TC_UNARY_OP(ErfOp,
+TC_UNARY_FLOAT_ROW_OP(ErfOp,
             ("erf", kAllTypes, "error function", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::erf(a); })
 template <>
