@@ -8,7 +8,9 @@
 // Each figure is a median of timed calls after 3 warm-ups (ours: the mean of the medians of two
 // halves of R calls, taken before and after NumPy's and PyTorch's R calls of the same case);
 // a call is PrepareOp (checks and planning) plus the backend run into a preallocated output,
-// as NumPy's and PyTorch's out=.
+// as NumPy's and PyTorch's out=. The expression cases (expr_*) are one PrepareExpression
+// (parse, type, plan) and one fused run, against NumPy's and PyTorch's ops one by one (with
+// out= temporaries) and numexpr's evaluate() of the same expression.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,8 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/cpu_backend.h"
 #include "kernels/engine.h"
+#include "kernels/expr/program.h"
+#include "tests/support/cpu_backend.h"
 
 namespace tc {
 namespace {
@@ -65,6 +68,8 @@ struct Case {
   std::string op;
   std::vector<TensorView> inputs;
   OutputOptions output;
+  // Instead of `op`: an expression over the inputs.
+  std::string expr;
 };
 
 }  // namespace
@@ -104,22 +109,28 @@ int main(int argc, char** argv) {
   const Buffer col = Make<float>(M, [&](int64_t) { return uni(rng); });
   const Buffer i1 = Make<int32_t>(N, [&](int64_t i) { return static_cast<int32_t>(reinterpret_cast<const float*>(a.bytes.data())[i] * 1000); });
   const Buffer i2 = Make<int32_t>(N, [&](int64_t i) { return static_cast<int32_t>(reinterpret_cast<const float*>(b.bytes.data())[i] * 1000) + 1; });
+  const Buffer c = Make<float>(N, [&](int64_t) { return uni(rng); });
+  const Buffer d = Make<float>(N, [&](int64_t) { return uni(rng); });
   const Buffer sa = Make<float>(4096, [&](int64_t) { return uni(rng); });
   const Buffer sb = Make<float>(4096, [&](int64_t) { return uni(rng); });
 
   const DType F32 = DType::kFloat32, F16 = DType::kFloat16, I32 = DType::kInt32;
   std::vector<Case> cases = {
-      {"add_f32_contig", "add", {a.View(F32, {N}), b.View(F32, {N})}, {}},
-      {"div_f32_contig", "div", {a.View(F32, {N}), b.View(F32, {N})}, {}},
-      {"pow_f32_contig", "pow", {a.View(F32, {N}), b.View(F32, {N})}, {}},
-      {"mul_f16_contig", "mul", {h1.View(F16, {N}), h2.View(F16, {N})}, {}},
-      {"add_f16_f32_mixed", "add", {h1.View(F16, {N}), b.View(F32, {N})}, {}},
-      {"gt_f32_to_bool", "gt", {a.View(F32, {N}), b.View(F32, {N})}, {}},
-      {"add_f32_bcast_row", "add", {a.View(F32, {M, M}), row.View(F32, {M})}, {}},
-      {"add_f32_bcast_col", "add", {a.View(F32, {M, M}), col.View(F32, {M, 1})}, {}},
-      {"add_f32_transposed_in", "add", {a.View(F32, {M, M}), b.View(F32, {M, M}, {1, M})}, {}},
-      {"add_i32_contig", "add", {i1.View(I32, {N}), i2.View(I32, {N})}, {}},
-      {"add_f32_small_4k", "add", {sa.View(F32, {4096}), sb.View(F32, {4096})}, {}},
+      {"add_f32_contig", "add", {a.View(F32, {N}), b.View(F32, {N})}, {}, ""},
+      {"div_f32_contig", "div", {a.View(F32, {N}), b.View(F32, {N})}, {}, ""},
+      {"pow_f32_contig", "pow", {a.View(F32, {N}), b.View(F32, {N})}, {}, ""},
+      {"mul_f16_contig", "mul", {h1.View(F16, {N}), h2.View(F16, {N})}, {}, ""},
+      {"add_f16_f32_mixed", "add", {h1.View(F16, {N}), b.View(F32, {N})}, {}, ""},
+      {"gt_f32_to_bool", "gt", {a.View(F32, {N}), b.View(F32, {N})}, {}, ""},
+      {"add_f32_bcast_row", "add", {a.View(F32, {M, M}), row.View(F32, {M})}, {}, ""},
+      {"add_f32_bcast_col", "add", {a.View(F32, {M, M}), col.View(F32, {M, 1})}, {}, ""},
+      {"add_f32_transposed_in", "add", {a.View(F32, {M, M}), b.View(F32, {M, M}, {1, M})}, {}, ""},
+      {"add_i32_contig", "add", {i1.View(I32, {N}), i2.View(I32, {N})}, {}, ""},
+      {"add_f32_small_4k", "add", {sa.View(F32, {4096}), sb.View(F32, {4096})}, {}, ""},
+      {"expr_sigmoid_chain_f32", "", {a.View(F32, {N}), b.View(F32, {N}), c.View(F32, {N}),
+        d.View(F32, {N})}, {}, "sigmoid(a * b + c) * d"},
+      {"expr_affine_bcast_row_f32", "", {a.View(F32, {M, M}), row.View(F32, {M}),
+        col.View(F32, {M})}, {}, "tanh(a * b + c)"},
   };
 
   if (!only.empty()) {
@@ -130,7 +141,8 @@ int main(int argc, char** argv) {
   std::vector<char> out(static_cast<size_t>(N) * 4);
   auto time_ours = [&](const Case& c, int n, absl::Status& status) {
     return MedianMs([&] {
-      auto op = PrepareOp(c.op, c.inputs, {}, c.output, TileRule::kAnyPermuted);
+      auto op = c.expr.empty() ? PrepareOp(c.op, c.inputs, {}, c.output, TileRule::kAnyPermuted)
+                               : expr::PrepareExpression(c.expr, {}, c.inputs, c.output);
       status = op.ok() ? backend.Run(*op, c.inputs, reinterpret_cast<std::byte*>(out.data())) : op.status();
     }, n);
   };
@@ -143,11 +155,12 @@ int main(int argc, char** argv) {
     time_ours(c, 1, status);
   }
   // Per case, one figure per round; the table shows each column's median over the rounds.
-  std::map<std::string, std::vector<double>> ours_runs, np_runs, th_runs;
+  std::map<std::string, std::vector<double>> ours_runs, np_runs, th_runs, ne_runs;
   std::string versions = "reference not run";
   for (int round = 0; round < rounds; ++round)
   for (const Case& c : cases) {
     std::map<std::string, std::pair<double, double>> refs;
+    std::map<std::string, double> numexpr;
     absl::Status status;
     const double first = time_ours(c, (reps + 1) / 2, status);
     if (!status.ok()) {
@@ -167,8 +180,9 @@ int main(int argc, char** argv) {
             continue;
           }
           std::string name;
-          double np_ms, th_ms;
+          double np_ms, th_ms, ne_ms;
           if (in >> name >> np_ms >> th_ms) refs[name] = {np_ms, th_ms};
+          if (in >> ne_ms) numexpr[name] = ne_ms;
         }
         if (pclose(p) != 0) std::fprintf(stderr, "reference script failed: %s\n", cmd.c_str());
       }
@@ -179,6 +193,7 @@ int main(int argc, char** argv) {
       np_runs[c.name].push_back(it->second.first);
       th_runs[c.name].push_back(it->second.second);
     }
+    if (auto it = numexpr.find(c.name); it != numexpr.end()) ne_runs[c.name].push_back(it->second);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -188,20 +203,29 @@ int main(int argc, char** argv) {
   std::map<std::string, std::pair<double, double>> refs;
   for (auto& [name, v] : ours_runs) ours[name] = median(v);
   for (auto& [name, v] : np_runs) refs[name] = {median(v), median(th_runs[name])};
+  std::map<std::string, double> numexpr;
+  for (auto& [name, v] : ne_runs) numexpr[name] = median(v);
 
   std::ostringstream table;
-  table << "| case | tensorcompute ms | numpy ms | torch ms | vs numpy | vs torch |\n"
-        << "|---|---:|---:|---:|---:|---:|\n";
-  char buf[256];
+  table << "| case | tensorcompute ms | numpy ms | torch ms | numexpr ms | vs numpy | vs torch "
+           "| vs numexpr |\n"
+        << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  char buf[320];
   for (const Case& c : cases) {
     const double us = ours[c.name];
     auto it = refs.find(c.name);
+    auto ne = numexpr.find(c.name);
+    char ne_ms[32] = "-", ne_ratio[32] = "-";
+    if (ne != numexpr.end()) {
+      std::snprintf(ne_ms, sizeof ne_ms, "%.3f", ne->second);
+      std::snprintf(ne_ratio, sizeof ne_ratio, "%.2fx", ne->second / us);
+    }
     if (it == refs.end()) {
-      std::snprintf(buf, sizeof buf, "| %s | %.3f | - | - | - | - |\n", c.name.c_str(), us);
+      std::snprintf(buf, sizeof buf, "| %s | %.3f | - | - | - | - | - | - |\n", c.name.c_str(), us);
     } else {
       const auto [np_ms, th_ms] = it->second;
-      std::snprintf(buf, sizeof buf, "| %s | %.3f | %.3f | %.3f | %.2fx | %.2fx |\n", c.name.c_str(),
-                    us, np_ms, th_ms, np_ms / us, th_ms / us);
+      std::snprintf(buf, sizeof buf, "| %s | %.3f | %.3f | %.3f | %s | %.2fx | %.2fx | %s |\n",
+                    c.name.c_str(), us, np_ms, th_ms, ne_ms, np_ms / us, th_ms / us, ne_ratio);
     }
     table << buf;
   }

@@ -2,17 +2,20 @@
 """NumPy and PyTorch (CPU) timings for the CPU benchmark's case matrix.
 
 Run by tensorcompute-cpu-bench in the same invocation (Debian's /usr/bin/python3 with
-python3-numpy and python3-torch); prints one line per case: name numpy_ms torch_ms.
+python3-numpy, python3-torch and python3-numexpr); prints one line per case: name numpy_ms
+torch_ms, and numexpr_ms for the expression cases.
 Arguments: PyTorch thread count, repetitions, then optionally the case names to run.
 """
 import statistics
 import sys
 import time
 
+import numexpr as ne
 import numpy as np
 import torch
 
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
+ne.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 REPS = int(sys.argv[2]) if len(sys.argv) > 2 else 15
 
 
@@ -48,6 +51,12 @@ i1 = (a * 1000).astype(np.int32)
 i2 = (b * 1000).astype(np.int32) + 1
 io = np.empty_like(i1)
 ti1, ti2, tio = torch.from_numpy(i1), torch.from_numpy(i2), torch.from_numpy(io)
+c = rng.random(N, dtype=np.float32)
+d = rng.random(N, dtype=np.float32)
+t1 = np.empty_like(a)
+tc_, td, tt1 = torch.from_numpy(c), torch.from_numpy(d), torch.from_numpy(t1)
+T1 = t1.reshape(M, M)
+tT1 = tt1.view(M, M)
 sa, sb = a[:4096].copy(), b[:4096].copy()
 so = np.empty_like(sa)
 tsa, tsb, tso = torch.from_numpy(sa), torch.from_numpy(sb), torch.from_numpy(so)
@@ -65,9 +74,54 @@ cases = [
     ("add_i32_contig", lambda: np.add(i1, i2, out=io), lambda: torch.add(ti1, ti2, out=tio)),
     ("add_f32_small_4k", lambda: np.add(sa, sb, out=so), lambda: torch.add(tsa, tsb, out=tso)),
 ]
+
+
+def np_sigmoid_chain():
+    # sigmoid(a * b + c) * d with NumPy's ufuncs, in place into two buffers.
+    np.multiply(a, b, out=t1)
+    np.add(t1, c, out=t1)
+    np.negative(t1, out=t1)
+    np.exp(t1, out=t1)
+    np.add(t1, 1, out=t1)
+    np.divide(d, t1, out=o)
+
+
+def th_sigmoid_chain():
+    torch.mul(ta, tb, out=tt1)
+    torch.add(tt1, tc_, out=tt1)
+    torch.sigmoid(tt1, out=tt1)
+    torch.mul(tt1, td, out=to)
+
+
+def np_affine_row():
+    np.multiply(A, row, out=T1)
+    np.add(T1, col[:, 0], out=T1)
+    np.tanh(T1, out=O)
+
+
+def th_affine_row():
+    torch.mul(tA, trow, out=tT1)
+    torch.add(tT1, tcol[:, 0], out=tT1)
+    torch.tanh(tT1, out=tO)
+
+
+bias = col[:, 0].copy()
+# Expression cases: NumPy and PyTorch op by op, numexpr on the expression.
+expr_cases = [
+    ("expr_sigmoid_chain_f32", np_sigmoid_chain, th_sigmoid_chain,
+     lambda: ne.evaluate("1 / (1 + exp(-(a * b + c))) * d", out=o)),
+    ("expr_affine_bcast_row_f32", np_affine_row, th_affine_row,
+     lambda: ne.evaluate("tanh(A * row + bias)", local_dict={"A": A, "row": row, "bias": bias},
+                         out=O)),
+]
 only = set(sys.argv[3:])
-print(f"# numpy {np.__version__} torch {torch.__version__} threads {torch.get_num_threads()}")
+print(f"# numpy {np.__version__} torch {torch.__version__} numexpr {ne.__version__} "
+      f"threads {torch.get_num_threads()}")
 for name, fnp, fth in cases:
     if only and name not in only:
         continue
     print(f"{name} {bench(fnp):.4f} {bench(fth):.4f}", flush=True)
+for name, fnp, fth, fne in expr_cases:
+    if only and name not in only:
+        continue
+    print(f"{name} {bench(fnp):.4f} {bench(fth):.4f} {bench(fne):.4f}", flush=True)

@@ -13,8 +13,10 @@
 
 namespace tc::cpu {
 
-// Elements per block: a buffer of float64 for each value live at once stays in L2.
-inline constexpr int64_t kExprBlock = 4096;
+// Elements per block: a buffer of float64 for each value live at once stays in L2. On the
+// 2-core machine (AMD EPYC, 1 MiB of L2 per core) 16384 ran `sigmoid(a * b + c) * d` over
+// 2^24 float32 about 4% faster than 8192 and 6% faster than 4096 (best of 40 runs each).
+inline constexpr int64_t kExprBlock = 16384;
 
 // Evaluates `program` over `inputs` (its data pointers at the views' storage) into `out` (laid
 // out as the program's output). Integer division by zero is INVALID_ARGUMENT naming the op,
