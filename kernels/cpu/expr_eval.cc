@@ -58,11 +58,14 @@ uint64_t ConstantBits(const Node& literal, DType target) {
   return bits;
 }
 
-Schedule MakeSchedule(const Program& program) {
+// Calls on literals alone (wrapped numbers: `1 / 3`, `sigmoid(0.5)`) are folded here, each run
+// once over one element into a constant, instead of over every block.
+absl::StatusOr<Schedule> MakeSchedule(const Program& program, const LaunchEnv& env) {
   const expr::Expression& e = program.expression;
   Schedule s;
   s.input_used.assign(program.input_dtypes.size(), false);
   std::vector<int> buffer_of(e.nodes.size(), -1);
+  std::vector<int> constant_of(e.nodes.size(), -1);
   std::vector<int> free_buffers;
   for (size_t i = 0; i < e.nodes.size(); ++i) {
     const Node& n = e.nodes[i];
@@ -100,10 +103,27 @@ Schedule MakeSchedule(const Program& program) {
           break;
         }
         case NodeKind::kCall:
-          out = {Arg::kBuffer, buffer_of[static_cast<size_t>(a)]};
+          out = constant_of[static_cast<size_t>(a)] >= 0
+                    ? Arg{Arg::kConstant, constant_of[static_cast<size_t>(a)]}
+                    : Arg{Arg::kBuffer, buffer_of[static_cast<size_t>(a)]};
           plan.dtypes[k + 1] = program.types[static_cast<size_t>(a)].storage;
           break;
       }
+    }
+    if (!root && t.tier == TypeTier::kWrappedNumber) {
+      // Every argument is a constant: one element, into a constant of the value's own dtype.
+      s.constants.push_back(0);
+      constant_of[i] = static_cast<int>(s.constants.size()) - 1;
+      plan.sizes[0] = plan.numel = 1;
+      char* operand[kMaxOperands];
+      operand[0] = reinterpret_cast<char*>(&s.constants.back());
+      plan.strides[0][0] = ItemSize(plan.dtypes[0]);
+      for (int k = 0; k < step.arity; ++k) {
+        operand[k + 1] = reinterpret_cast<char*>(&s.constants[static_cast<size_t>(step.args[k].index)]);
+        plan.strides[k + 1][0] = 0;
+      }
+      if (auto status = LaunchOp(op, operand, env); !status.ok()) return status;
+      continue;
     }
     // The result's buffer is taken before the arguments' are given back: a node never writes
     // over what it reads.
@@ -148,7 +168,9 @@ absl::Status RunExpression(const Program& program, std::byte* out,
                            absl::Span<const TensorView> inputs, const LaunchEnv& env) {
   const Iteration& it = program.space;
   if (it.numel == 0) return absl::OkStatus();
-  const Schedule schedule = MakeSchedule(program);
+  auto made = MakeSchedule(program, env);
+  if (!made.ok()) return made.status();
+  const Schedule& schedule = *made;
   const int nops = it.num_operands;
   char* base[kMaxIterOperands];
   base[0] = reinterpret_cast<char*>(out) + it.offsets[0];

@@ -353,12 +353,14 @@ TEST(ExprEval, IntegerDivisionByZeroIsAnError) {
     reinterpret_cast<int32_t*>(a.storage.data())[i] = i;
     reinterpret_cast<int32_t*>(b.storage.data())[i] = i == 4321 ? 0 : 3;
   }
-  auto p = Prepare("a // b + 1", {a, b});
-  ASSERT_TRUE(p.ok()) << p.status();
-  absl::Status status;
-  Evaluate(*p, {a, b}, &status);
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(status.message(), "integer division by zero in 'floor_divide'");
+  for (const char* text : {"a // b + 1", "a * b + (7 // (2 - 2))"}) {  // the second, folded
+    auto p = Prepare(text, {a, b});
+    ASSERT_TRUE(p.ok()) << p.status();
+    absl::Status status;
+    Evaluate(*p, {a, b}, &status);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(status.message(), "integer division by zero in 'floor_divide'") << text;
+  }
 }
 
 TEST(ExprEval, AttributesLiteralsAndExplicitCasts) {
