@@ -152,7 +152,7 @@ const std::vector<TreeOp> kIntOps = {{"add", 2},         {"sub", 2},     {"mul",
 // category, comparisons feeding where() now and then (whose last argument is never a literal:
 // two literal branches would make the reference's zero-dim float64 tensors decide its type).
 std::string RandomTree(std::mt19937_64& rng, int inputs, bool floating, int depth,
-                       std::vector<bool>& used) {
+                       std::vector<bool>& used, bool with_where = true) {
   const auto& ops = floating ? kFloatOps : kIntOps;
   auto input = [&]() -> std::string {
     int i = static_cast<int>(rng() % static_cast<uint64_t>(inputs));
@@ -173,7 +173,7 @@ std::string RandomTree(std::mt19937_64& rng, int inputs, bool floating, int dept
     return input();
   };
   if (depth <= 0) return leaf();
-  if (rng() % 8 == 0) {
+  if (with_where && rng() % 8 == 0) {
     return "where(" + RandomTree(rng, inputs, floating, depth - 1, used) + " > " +
            RandomTree(rng, inputs, floating, depth - 1, used) + ", " +
            RandomTree(rng, inputs, floating, depth - 1, used) + ", " +
@@ -183,7 +183,8 @@ std::string RandomTree(std::mt19937_64& rng, int inputs, bool floating, int dept
   std::string s = std::string(op.name) + "(";
   for (int k = 0; k < op.arity; ++k) {
     if (k > 0) s += ", ";
-    s += RandomTree(rng, inputs, floating, depth - 1 - static_cast<int>(rng() % 2), used);
+    s += RandomTree(rng, inputs, floating, depth - 1 - static_cast<int>(rng() % 2), used,
+                    with_where);
   }
   return s + ")";
 }
@@ -293,6 +294,142 @@ TEST(ExprEval, RandomTreesMatchTheOpsRunOneByOne) {
         ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << ": got "
                       << ref::Read(got.view.dtype, g).AsDouble() << ", op by op "
                       << ref::Read(got.view.dtype, w).AsDouble();
+      }
+    });
+    if (bad > 0) return;
+  }
+}
+
+// The independent reference: the random trees' ops written out in double and exact integer
+// arithmetic, each node's value kept as the evaluator keeps it (wrapped to the integer type;
+// rounded to float32, or float64 for float64) and the result rounded once to the output.
+// Float values are checked within 64 units of rounding of the largest magnitude any node
+// reaches at that element (each op's error stays within a few units of its result, and the
+// tree has fewer than 32 nodes), plus one unit of the output's dtype. Comparisons of computed
+// floats could flip within that error, so float trees here have no where(); integer trees do,
+// and match exactly.
+struct RefValue {
+  double f = 0;
+  int64_t i = 0;
+};
+
+RefValue RefCall(const std::string& op, DType t, const std::vector<RefValue>& x, bool& ok) {
+  const bool fl = IsFloating(t);
+  auto wrap = [&](__int128 v) { return RefValue{0, ref::Wrap(t, v)}; };
+  auto fv = [&](double v) { return RefValue{v, 0}; };
+  const double a = x[0].f, b = x.size() > 1 ? x[1].f : 0;
+  const int64_t ia = x[0].i, ib = x.size() > 1 ? x[1].i : 0;
+  if (op == "add") return fl ? fv(a + b) : wrap(static_cast<__int128>(ia) + ib);
+  if (op == "sub") return fl ? fv(a - b) : wrap(static_cast<__int128>(ia) - ib);
+  if (op == "mul") return fl ? fv(a * b) : wrap(static_cast<__int128>(ia) * ib);
+  if (op == "maximum") return fl ? fv(std::max(a, b)) : wrap(std::max(ia, ib));
+  if (op == "minimum") return fl ? fv(std::min(a, b)) : wrap(std::min(ia, ib));
+  if (op == "neg") return fl ? fv(-a) : wrap(-static_cast<__int128>(ia));
+  if (op == "abs") return fl ? fv(std::fabs(a)) : wrap(ia < 0 ? -static_cast<__int128>(ia) : ia);
+  if (op == "sigmoid") return fv(1 / (1 + std::exp(-a)));
+  if (op == "tanh") return fv(std::tanh(a));
+  if (op == "sin") return fv(std::sin(a));
+  if (op == "bitwise_and") return wrap(ia & ib);
+  if (op == "bitwise_xor") return wrap(ia ^ ib);
+  ok = false;
+  return {};
+}
+
+TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
+  const uint64_t seed = testing::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "TC_TEST_SEED=" << seed);
+  std::mt19937_64 rng(seed);
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                          DType::kInt32,   DType::kInt8,    DType::kInt16,   DType::kUInt8,
+                          DType::kInt64};
+  for (int round = 0; round < 80; ++round) {
+    const DType dtype = dtypes[rng() % std::size(dtypes)];
+    const bool fl = IsFloating(dtype);
+    const DType storage = dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+    const int ninputs = 1 + static_cast<int>(rng() % 4);
+    const DimVector out_shape = round % 4 == 0 ? DimVector{3, 20000}
+                                               : testing::RandomShape(1 + static_cast<int>(rng() % 4), rng, 2000);
+    std::vector<bool> used(static_cast<size_t>(ninputs), false);
+    std::string text;
+    do {
+      std::fill(used.begin(), used.end(), false);
+      text = RandomTree(rng, ninputs, fl, 1 + static_cast<int>(rng() % 5), used, !fl);
+    } while (std::find(used.begin(), used.end(), false) != used.end());
+    SCOPED_TRACE(text + " on " + std::string(DTypeName(dtype)) + " " + ShapeToString(out_shape));
+    std::vector<OwnedTensor> in;
+    for (int i = 0; i < ninputs; ++i) {
+      DimVector shape = i == 0 ? out_shape : testing::BroadcastableFrom(out_shape, rng);
+      if (shape.empty()) shape = {1};
+      in.push_back(testing::RandomLayout(dtype, shape, rng, Filler(dtype, rng)));
+    }
+    auto p = Prepare(text, in);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->plan.out_dtype, dtype);
+    absl::Status status;
+    OwnedTensor got = Evaluate(*p, in, &status);
+    ASSERT_TRUE(status.ok()) << status;
+    auto e = Parse(text, DefaultInputNames(ninputs));
+    ASSERT_TRUE(e.ok());
+    int bad = 0;
+    testing::ForEachIndex(got.view.shape, [&](const std::vector<int64_t>& idx) {
+      if (bad > 3) return;
+      std::vector<RefValue> v(e->nodes.size());
+      // Literals and calls on literals alone are Python's numbers: int64 and double, converted
+      // where a tensor's op takes them.
+      std::vector<bool> wrapped(e->nodes.size(), false);
+      double largest = 0;
+      for (size_t k = 0; k < e->nodes.size(); ++k) {
+        const Node& n = e->nodes[k];
+        if (n.kind == NodeKind::kInput) {
+          const TensorView& view = in[static_cast<size_t>(n.input)].view;
+          const ref::Value r = ref::Read(dtype, testing::ElementAt(view, testing::Project(view, idx)));
+          v[k] = {r.f, r.i};
+        } else if (n.kind == NodeKind::kLiteral) {
+          wrapped[k] = true;
+          v[k] = {n.float_value, n.int_value};
+        } else {
+          bool all_wrapped = true;
+          for (int a : n.args) all_wrapped = all_wrapped && wrapped[static_cast<size_t>(a)];
+          wrapped[k] = all_wrapped;
+          const DType t = all_wrapped ? (fl ? DType::kFloat64 : DType::kInt64) : dtype;
+          std::vector<RefValue> args;
+          for (int a : n.args) {
+            RefValue x = v[static_cast<size_t>(a)];
+            if (!all_wrapped && wrapped[static_cast<size_t>(a)]) {
+              x = fl ? RefValue{ref::RoundToFloat(storage, x.f), 0} : RefValue{0, ref::Wrap(dtype, x.i)};
+            }
+            args.push_back(x);
+          }
+          bool ok = true;
+          if (n.op->spec.name == "where") {
+            v[k] = args[0].i != 0 ? args[1] : args[2];
+          } else if (n.op->spec.name == "gt") {
+            v[k] = {0, args[0].i > args[1].i ? 1 : 0};
+          } else {
+            v[k] = RefCall(n.op->spec.name, t, args, ok);
+          }
+          ASSERT_TRUE(ok) << n.op->spec.name;
+          if (fl && !all_wrapped) v[k].f = ref::RoundToFloat(storage, v[k].f);
+        }
+        largest = std::max(largest, std::fabs(v[k].f));
+      }
+      const char* g = testing::ElementAt(got.view, idx);
+      if (!fl) {
+        const int64_t gi = ref::Read(dtype, g).i;
+        if (gi != v.back().i && bad++ < 3) {
+          ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << ": got "
+                        << gi << ", reference " << v.back().i;
+        }
+        return;
+      }
+      const double want = ref::RoundToFloat(dtype, v.back().f), gf = ref::Read(dtype, g).f;
+      const double eps = std::ldexp(1.0, storage == DType::kFloat64 ? -52 : -23);
+      const int out_bits = dtype == DType::kFloat16 ? 10 : dtype == DType::kBFloat16 ? 7
+                           : dtype == DType::kFloat32 ? 23 : 52;
+      const double out_ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(want), 1e-30)) - out_bits);
+      if (!(std::fabs(gf - want) <= 64 * eps * largest + out_ulp) && bad++ < 3) {
+        ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << ": got "
+                      << gf << ", reference " << want << " (largest value " << largest << ")";
       }
     });
     if (bad > 0) return;
