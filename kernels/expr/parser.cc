@@ -198,6 +198,17 @@ class Parser {
 
   int Last() const { return static_cast<int>(e_.nodes.size()) - 1; }
 
+  bool IsInputName(absl::string_view name) const {
+    return std::find(inputs_.begin(), inputs_.end(), name) != inputs_.end();
+  }
+
+  // Whether the current name token is followed by '(' (a call), spaces aside.
+  bool CallFollows() const {
+    size_t i = static_cast<size_t>(tok_.position) + tok_.text.size();
+    while (i < text_.size() && absl::ascii_isspace(static_cast<unsigned char>(text_[i]))) ++i;
+    return i < text_.size() && text_[i] == '(';
+  }
+
   // A left-associative level: next(), then (op next())* for the symbols in `ops`.
   bool LeftAssoc(bool (Parser::*next)(), std::initializer_list<std::pair<const char*, const char*>> ops) {
     const int position = tok_.position;
@@ -450,10 +461,16 @@ class Parser {
           continue;
         }
       }
-      // cast's dtype may come second, unnamed: cast(x, float16).
+      // cast's dtype may come second, unnamed: cast(x, float16). A name there that is neither
+      // an input nor a call is taken for a dtype, and said not to be one if it is not.
       if (spec.name == "cast" && n.args.size() == 1 && tok_.kind == Tok::kName &&
-          DTypeFromName(tok_.text).has_value() && !n.attrs.count("dtype")) {
-        n.attrs["dtype"] = *DTypeFromName(tok_.text);
+          !n.attrs.count("dtype") && !IsInputName(tok_.text) && !CallFollows()) {
+        const auto dtype = DTypeFromName(tok_.text);
+        if (!dtype) {
+          Fail(tok_.position, absl::StrCat("'", tok_.text, "' is not a dtype"));
+          return false;
+        }
+        n.attrs["dtype"] = *dtype;
         if (!Next()) return false;
         continue;
       }

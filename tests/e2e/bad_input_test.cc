@@ -183,7 +183,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
     r.set_expression("a + b" + std::string((1 << 20) - 5, ' '));
   }));
   cases.push_back(Unary("expression: a name that is no input", kInvalid, "at 4: 'c' names no input (inputs: a, b)", expression("a + c * b")));
-  cases.push_back(Unary("expression: a dtype that does not exist", kInvalid, "'float12' is not a dtype", expression("cast(a, dtype=float12) + b")));
+  cases.push_back(Unary("expression: a dtype that does not exist", kInvalid, "'float12' is not a dtype", expression("cast(a, float12) + b")));
   cases.push_back(Unary("expression: an input left unused", kInvalid, "input 1 ('b') is not used", expression("a * 2")));
   cases.push_back(Unary("expression: beside an op", kInvalid, "both op and expression are set", [](auto& r) { r.set_expression("a + b"); }));
   cases.push_back(Unary("expression: attributes beside it", kInvalid, "attributes are written inside an expression", [](auto& r) {

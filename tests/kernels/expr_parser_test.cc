@@ -89,7 +89,11 @@ TEST(ExprParser, BadExpressionsSayWhereAndWhat) {
   EXPECT_EQ(Error("a + z"), "expression: at 4: 'z' names no input (inputs: a, b, c)");
   EXPECT_EQ(Error("a + sigmoid"), "expression: at 4: 'sigmoid' is an op: call it, as sigmoid(...)");
   EXPECT_EQ(Error("cast(a, dtype=float17)"), "expression: at 14: 'float17' is not a dtype");
-  EXPECT_NE(Error("cast(a, float17)").find("'float17' names no input"), std::string::npos);
+  EXPECT_EQ(Error("cast(a, float17)"), "expression: at 8: 'float17' is not a dtype");
+  // An input or a call in that place is an input of cast, which takes one.
+  EXPECT_EQ(Error("cast(a, b)"), "expression: at 0: cast takes 1 input, not 2");
+  EXPECT_EQ(Error("cast(a, neg (b))"), "expression: at 0: cast takes 1 input, not 2");
+  EXPECT_EQ(Canon("cast(a + 1, int32 )"), "cast(add($0,1),dtype=int32)");
   EXPECT_NE(Error("cast(a)").find("dtype"), std::string::npos) << Error("cast(a)");
   EXPECT_EQ(Error("add(a, b, beta=1)"), "expression: at 10: add has no attribute 'beta' (it has: alpha)");
   EXPECT_EQ(Error("neg(a, alpha=1)"), "expression: at 7: neg has no attribute 'alpha' (it has none)");
