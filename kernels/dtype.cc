@@ -1,5 +1,7 @@
 #include "kernels/dtype.h"
 
+#include "absl/strings/str_join.h"
+
 namespace tc {
 namespace {
 constexpr absl::string_view kNames[kNumDTypes] = {
@@ -29,6 +31,12 @@ std::vector<DType> DTypesIn(uint32_t mask) {
     if (mask & (1u << i)) ts.push_back(static_cast<DType>(i));
   }
   return ts;
+}
+
+std::string DTypeNames(uint32_t mask) {
+  std::vector<absl::string_view> names;
+  for (DType t : DTypesIn(mask)) names.push_back(DTypeName(t));
+  return absl::StrJoin(names, ", ");
 }
 
 DType PromoteTypes(DType a, DType b) {

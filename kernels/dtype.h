@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -128,6 +129,8 @@ inline constexpr uint32_t kAllTypes = kNumericTypes | DTypeBit(DType::kBool);
 
 // The dtypes of a mask, in DType order.
 std::vector<DType> DTypesIn(uint32_t mask);
+// Their names, comma-separated: "bool, uint8, ...".
+std::string DTypeNames(uint32_t mask);
 
 // PyTorch's promote_types: the smallest dtype both a and b convert to without losing their
 // category (bool < integer < floating). uint8 with int8 gives int16; float16 with bfloat16

@@ -12,14 +12,7 @@ namespace {
 
 int Category(DType t) { return t == DType::kBool ? 0 : IsFloating(t) ? 2 : 1; }
 
-std::string DTypeList(uint32_t mask) {
-  std::vector<absl::string_view> names;
-  for (DType t : DTypesIn(mask)) names.push_back(DTypeName(t));
-  return absl::StrJoin(names, ", ");
-}
-
-}  // namespace
-
+// Output strides (elements) for `options` over an output of `shape` computed from `inputs`.
 absl::StatusOr<DimVector> OutputStrides(const DimVector& shape, const OutputOptions& options,
                                         absl::Span<const TensorView> inputs) {
   const size_t rank = shape.size();
@@ -82,6 +75,17 @@ absl::StatusOr<DimVector> OutputStrides(const DimVector& shape, const OutputOpti
     if (__builtin_mul_overflow(s, std::max<int64_t>(shape[order[i]], 1), &s)) s = INT64_MAX;
   }
   return strides;
+}
+
+}  // namespace
+
+absl::StatusOr<DimVector> OutputStridesFor(absl::Span<const TensorView> inputs,
+                                           const OutputOptions& output) {
+  absl::InlinedVector<const DimVector*, kMaxOperands> shapes;
+  for (const TensorView& v : inputs) shapes.push_back(&v.shape);
+  auto out_shape = BroadcastShapes(shapes);
+  if (!out_shape.ok()) return out_shape.status();
+  return OutputStrides(*out_shape, output, inputs);
 }
 
 DType ResultType(absl::Span<const TypeOperand> operands) {
@@ -173,7 +177,7 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
     for (const TensorView& v : inputs) given.push_back(DTypeName(v.dtype));
     return absl::InvalidArgumentError(absl::StrCat(
         "op '", spec.name, "' does not accept dtype ", DTypeName(p.result_type), " (inputs: ",
-        absl::StrJoin(given, ", "), "); it accepts: ", DTypeList(spec.dtypes)));
+        absl::StrJoin(given, ", "), "); it accepts: ", DTypeNames(spec.dtypes)));
   }
   if (spec.check != nullptr) {
     if (auto s = spec.check(p.attrs, p.result_type); !s.ok()) return s;
@@ -216,11 +220,7 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
     out = *output.dtype;
   }
 
-  absl::InlinedVector<const DimVector*, kMaxOperands> shapes;
-  for (const TensorView& v : inputs) shapes.push_back(&v.shape);
-  auto out_shape = BroadcastShapes(shapes);
-  if (!out_shape.ok()) return out_shape.status();
-  auto out_strides = OutputStrides(*out_shape, output, inputs);
+  auto out_strides = OutputStridesFor(inputs, output);
   if (!out_strides.ok()) return out_strides.status();
   auto plan =
       PlanElementwise(inputs, compute, out, *out_strides, spec.rule == TypeRule::kToBool, tiles);

@@ -59,11 +59,11 @@ DType ResultType(absl::Span<const TypeOperand> operands);
 // `skip` (or -1) names an input left out, such as where's condition.
 DType ResultType(absl::Span<const TensorView> inputs, int skip = -1);
 
-// Output strides (elements) for `options` over an output of `shape` computed from `inputs`:
-// the explicit ones (checked: non-negative, non-overlapping), C-contiguous, or in the first
-// input's memory order.
-absl::StatusOr<DimVector> OutputStrides(const DimVector& shape, const OutputOptions& options,
-                                        absl::Span<const TensorView> inputs);
+// The strides (elements) of the output `inputs` broadcast to, as `output` asks: the explicit
+// ones (checked: non-negative, non-overlapping), C-contiguous, or in the first input's memory
+// order. INVALID_ARGUMENT where the shapes do not broadcast.
+absl::StatusOr<DimVector> OutputStridesFor(absl::Span<const TensorView> inputs,
+                                           const OutputOptions& output);
 
 // The catalog entry of `name`, or INVALID_ARGUMENT listing the ops there are.
 absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name);

@@ -144,8 +144,8 @@ absl::StatusOr<Schedule> MakeSchedule(const Program& program, const LaunchEnv& e
   return s;
 }
 
-// Copies `rows` rows of n elements of `item` bytes (the rows starting at ptrs[r], elements
-// `stride` bytes apart) into one dense run at `dst`, or back.
+// Copies n elements of `item` bytes, `stride` bytes apart from `src`, densely into `dst`
+// (ScatterRow: back).
 void CopyRow(const char* src, int64_t stride, int64_t item, int64_t n, char* dst) {
   if (stride == item) {
     std::memcpy(dst, src, static_cast<size_t>(n * item));

@@ -97,11 +97,7 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   }
   program->out_dtype = out;
 
-  absl::InlinedVector<const DimVector*, kMaxOperands> shapes;
-  for (const TensorView& v : inputs) shapes.push_back(&v.shape);
-  auto out_shape = BroadcastShapes(shapes);
-  if (!out_shape.ok()) return out_shape.status();
-  auto out_strides = OutputStrides(*out_shape, output, inputs);
+  auto out_strides = OutputStridesFor(inputs, output);
   if (!out_strides.ok()) return out_strides.status();
   if (auto s = BuildIteration(inputs, out, *out_strides, &program->space); !s.ok()) return s;
 

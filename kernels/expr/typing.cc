@@ -41,12 +41,6 @@ bool IntFits(int64_t v, DType t) {
   return fits;
 }
 
-std::string DTypeList(uint32_t mask) {
-  std::vector<absl::string_view> names;
-  for (DType t : DTypesIn(mask)) names.push_back(DTypeName(t));
-  return absl::StrJoin(names, ", ");
-}
-
 }  // namespace
 
 DType LiteralTarget(const Node& call, const NodeType& type, int arg) {
@@ -102,7 +96,7 @@ absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
       for (const TypeOperand& o : operands) given.push_back(DTypeName(o.dtype));
       return At(n, absl::StrCat("'", spec.name, "' does not accept ", DTypeName(t.result),
                                 " (arguments: ", absl::StrJoin(given, ", "),
-                                "); it accepts: ", DTypeList(spec.dtypes)));
+                                "); it accepts: ", DTypeNames(spec.dtypes)));
     }
     if (spec.check != nullptr) {
       if (auto s = spec.check(t.attrs, t.result); !s.ok()) return At(n, s.message());
