@@ -3,12 +3,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+
+#ifndef __CUDACC_RTC__
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#endif
 #include "kernels/scalar_types.h"
 
 namespace tc {
@@ -58,9 +61,11 @@ constexpr bool IsFloating(DType t) {
 
 constexpr bool IsIntegral(DType t) { return t != DType::kBool && !IsFloating(t); }
 
+#ifndef __CUDACC_RTC__
 // NumPy/PyTorch spelling: "float32", "bool", ...
 absl::string_view DTypeName(DType t);
 std::optional<DType> DTypeFromName(absl::string_view name);
+#endif
 
 // The storage type of each dtype, and a visitor over them.
 template <typename T>
@@ -127,6 +132,7 @@ inline constexpr uint32_t kIntegralBoolTypes = kIntegralTypes | DTypeBit(DType::
 inline constexpr uint32_t kNumericTypes = kIntegralTypes | kFloatTypes;
 inline constexpr uint32_t kAllTypes = kNumericTypes | DTypeBit(DType::kBool);
 
+#ifndef __CUDACC_RTC__
 // The dtypes of a mask, in DType order.
 std::vector<DType> DTypesIn(uint32_t mask);
 // Their names, comma-separated: "bool, uint8, ...".
@@ -140,5 +146,6 @@ DType PromoteTypes(DType a, DType b);
 // Whether a value of `from` may be stored as `to` without being asked for explicitly (PyTorch's
 // can_cast): not floating to integer or bool, not integer to bool.
 bool CanCast(DType from, DType to);
+#endif  // __CUDACC_RTC__
 
 }  // namespace tc

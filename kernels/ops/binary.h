@@ -20,6 +20,7 @@ inline constexpr bool kIsInt = std::is_integral_v<T> && !std::is_same_v<T, bool>
 struct AddOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("add", kAllTypes, "a + alpha * b");
     s.attrs = {{"alpha", AttrType::kFloat, false, 1.0, "multiplier of b (whole for integers)"}};
@@ -27,6 +28,7 @@ struct AddOp {
     return s;
   }
   static AddOp Make(const MakeArgs& m) { return {m.attrs.Float("alpha")}; }
+#endif
   double alpha;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -44,6 +46,7 @@ struct AddOp {
 struct SubOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("sub", kNumericTypes, "a - alpha * b");
     s.attrs = {{"alpha", AttrType::kFloat, false, 1.0, "multiplier of b (whole for integers)"}};
@@ -51,6 +54,7 @@ struct SubOp {
     return s;
   }
   static SubOp Make(const MakeArgs& m) { return {m.attrs.Float("alpha")}; }
+#endif
   double alpha;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -65,10 +69,12 @@ struct SubOp {
 struct MulOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("mul", kAllTypes, "a * b");
   }
   static MulOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsBool<T>) {
@@ -83,11 +89,13 @@ struct MulOp {
 struct DivOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("div", kAllTypes, "true division a / b; integers divide in float32",
                     TypeRule::kPromoteToFloat);
   }
   static DivOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     return a / b;
@@ -98,11 +106,13 @@ struct DivOp {
 struct FloorDivideOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("floor_divide", kNumericTypes,
                     "floor(a / b); integer division by zero is INVALID_ARGUMENT, min / -1 wraps to min");
   }
   static FloorDivideOp Make(const MakeArgs&) { return {}; }
+#endif
   int* error = nullptr;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -118,11 +128,13 @@ struct FloorDivideOp {
 struct RemainderOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("remainder", kNumericTypes,
                     "a - floor(a / b) * b, sign of b (Python %); integer division by zero is INVALID_ARGUMENT");
   }
   static RemainderOp Make(const MakeArgs&) { return {}; }
+#endif
   int* error = nullptr;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -138,11 +150,13 @@ struct RemainderOp {
 struct FmodOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("fmod", kNumericTypes,
                     "C fmod, sign of a; integer division by zero is INVALID_ARGUMENT");
   }
   static FmodOp Make(const MakeArgs&) { return {}; }
+#endif
   int* error = nullptr;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
@@ -157,11 +171,13 @@ struct FmodOp {
 struct PowOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("pow", kNumericTypes,
                     "a ** b; integers: wrap on overflow, negative exponents give 0 except for bases 1 and -1");
   }
   static PowOp Make(const MakeArgs&) { return {}; }
+#endif
   // libmvec's vectorized powf (kernels/cpu/vector_math.cc): the scalar call per element is
   // the CPU's bottleneck.
   static void HostFloatRow(const float* a, const float* b, float* out, int64_t n);
@@ -182,10 +198,12 @@ inline constexpr bool kLongMath<PowOp> = true;
 struct MaximumOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("maximum", kAllTypes, "element-wise max; NaN if either is NaN");
   }
   static MaximumOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsBool<T>) {
@@ -201,10 +219,12 @@ struct MaximumOp {
 struct MinimumOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("minimum", kAllTypes, "element-wise min; NaN if either is NaN");
   }
   static MinimumOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsBool<T>) {
@@ -221,10 +241,12 @@ struct MinimumOp {
 struct PreluOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("prelu", kFloatTypes, "a if a > 0 else weight * a (weight broadcast like any input)");
   }
   static PreluOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T w) const {
     return a > T(0) ? a : w * a;
@@ -234,10 +256,12 @@ struct PreluOp {
 struct Atan2Op {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("atan2", kAllTypes, "atan2(a, b); integers compute in float32", TypeRule::kPromoteToFloat);
   }
   static Atan2Op Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     return std::atan2(a, b);
@@ -247,10 +271,12 @@ struct Atan2Op {
 struct BitwiseAndOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("bitwise_and", kIntegralBoolTypes, "a & b");
   }
   static BitwiseAndOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsBool<T>) {
@@ -271,10 +297,12 @@ struct Wordwise<BitwiseAndOp> {
 struct BitwiseOrOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("bitwise_or", kIntegralBoolTypes, "a | b");
   }
   static BitwiseOrOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsBool<T>) {
@@ -295,10 +323,12 @@ struct Wordwise<BitwiseOrOp> {
 struct BitwiseXorOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("bitwise_xor", kIntegralBoolTypes, "a ^ b");
   }
   static BitwiseXorOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsBool<T>) {
@@ -321,10 +351,12 @@ struct Wordwise<BitwiseXorOp> {
 struct LeftShiftOp {
   static constexpr uint32_t kComputeTypes = kIntegralTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("left_shift", kIntegralTypes, "a << b; shifts < 0 or >= the bit width give 0");
   }
   static LeftShiftOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsInt<T>) {
@@ -340,11 +372,13 @@ struct LeftShiftOp {
 struct RightShiftOp {
   static constexpr uint32_t kComputeTypes = kIntegralTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     return MakeSpec("right_shift", kIntegralTypes,
                     "a >> b (arithmetic); shifts < 0 or >= the bit width give 0 or -1 by sign");
   }
   static RightShiftOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (kIsInt<T>) {

@@ -10,10 +10,9 @@ namespace tc {
   struct Name {                                                              \
     static constexpr uint32_t kComputeTypes = kAllTypes;                     \
     static constexpr int kArity = 2;                                         \
-    static OpSpec Spec() {                                                   \
+    TC_CATALOG_ONLY(static OpSpec Spec() {                                   \
       return MakeSpec(op_name, kAllTypes, description, TypeRule::kToBool);   \
-    }                                                                        \
-    static Name Make(const MakeArgs&) { return {}; }   \
+    } static Name Make(const MakeArgs&) { return {}; })                      \
     template <typename T>                              \
     TC_HOST_DEVICE bool operator()(T a, T b) const {   \
       return expr;                                     \

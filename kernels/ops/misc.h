@@ -5,7 +5,9 @@
 #include <cmath>
 #include <limits>
 
+#ifndef __CUDACC_RTC__
 #include "absl/strings/str_cat.h"
+#endif
 #include "kernels/ops/binary.h"
 
 namespace tc {
@@ -15,6 +17,7 @@ namespace tc {
 struct ClampOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 1;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("clamp", kNumericTypes,
                         "min(max(a, min), max); bounds are converted to the input dtype; NaN stays NaN");
@@ -32,6 +35,7 @@ struct ClampOp {
     return {has_min, has_max, has_min ? m.attrs.Float("min") : 0.0,
             has_max ? m.attrs.Float("max") : 0.0};
   }
+#endif
   bool has_min, has_max;
   double lo, hi;
   template <typename T>
@@ -53,6 +57,7 @@ struct ClampOp {
 struct CastOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 1;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("cast", kAllTypes,
                         "convert to `dtype`; float to integer truncates, NaN gives 0, out-of-range "
@@ -62,6 +67,7 @@ struct CastOp {
     return s;
   }
   static CastOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a) const {
     return a;
@@ -72,12 +78,14 @@ struct CastOp {
 struct FillOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 1;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("fill", kAllTypes, "a tensor like the input with every element `value` (converted like cast)");
     s.attrs = {{"value", AttrType::kFloat, true, {}, "the value"}};
     return s;
   }
   static FillOp Make(const MakeArgs& m) { return {m.attrs.Float("value")}; }
+#endif
   double value;
   template <typename T>
   TC_HOST_DEVICE T operator()(T) const {
@@ -89,12 +97,14 @@ struct FillOp {
 struct WhereOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 3;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("where", kAllTypes, "cond ? a : b; inputs (cond: bool, a, b)");
     s.condition_input = 0;
     return s;
   }
   static WhereOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T cond, T a, T b) const {
     return cond != T(0) ? a : b;
@@ -105,6 +115,7 @@ struct WhereOp {
 struct AddcmulOp {
   static constexpr uint32_t kComputeTypes = kNumericTypes;
   static constexpr int kArity = 3;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("addcmul", kNumericTypes, "a + value * b * c");
     s.attrs = {{"value", AttrType::kFloat, false, 1.0, "multiplier (whole for integers)"}};
@@ -112,6 +123,7 @@ struct AddcmulOp {
     return s;
   }
   static AddcmulOp Make(const MakeArgs& m) { return {m.attrs.Float("value")}; }
+#endif
   double value;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b, T c) const {
@@ -127,11 +139,13 @@ struct AddcmulOp {
 struct LerpOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 3;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("lerp", kFloatTypes, "a + weight * (b - a); inputs (a, b, weight)");
     return s;
   }
   static LerpOp Make(const MakeArgs&) { return {}; }
+#endif
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b, T w) const {
     const T diff = b - a;
@@ -147,6 +161,7 @@ template <int kKind>  // 0 add, 1 sub, 2 mul
 struct QuantizedOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 2;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     static constexpr const char* kNames[] = {"quantized_add", "quantized_sub", "quantized_mul"};
     static constexpr const char* kWhat[] = {"+", "-", "*"};
@@ -192,6 +207,7 @@ struct QuantizedOp {
             static_cast<float>(1.0 / a.Float("scale")), static_cast<float>(a.Int("zero_point")),
             u8 ? 0.0f : -128.0f,                        u8 ? 255.0f : 127.0f};
   }
+#endif
   float a_scale, a_zero, b_scale, b_zero, inv_out_scale, out_zero, qmin, qmax;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {

@@ -1,15 +1,25 @@
 // What the catalog says of an op: what ListOps shows and what requests are checked against.
+// The functor headers are also compiled at run time, by NVRTC for fused expressions
+// (kernels/rtc/), where only their device code is wanted: the catalog's side of them (specs,
+// attributes, Make) is host code, left out there.
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <type_traits>
 #include <utility>
+
+#include "kernels/dtype.h"
+
+#ifdef __CUDACC_RTC__
+#define TC_CATALOG_ONLY(...)
+#else
+#define TC_CATALOG_ONLY(...) __VA_ARGS__
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/dtype.h"
 #include "kernels/ops/attributes.h"
+#endif
 
 namespace tc {
 
@@ -28,6 +38,7 @@ enum class TypeRule : uint8_t {
   kQuantized,
 };
 
+#ifndef __CUDACC_RTC__
 struct OpSpec {
   std::string name;
   // Filled in by the catalog from the functor's kArity, which no spec restates.
@@ -60,6 +71,13 @@ inline OpSpec MakeSpec(const char* name, uint32_t accepted, const char* descript
 // Integer results need whole-number multipliers, as in PyTorch: INVALID_ARGUMENT when
 // attribute `name` is not one and `result` is an integer type.
 absl::Status CheckWholeNumber(const Attrs& attrs, DType result, const char* name);
+
+// What a functor's Make gets: the request's attributes and the inputs' result type.
+struct MakeArgs {
+  const Attrs& attrs;
+  DType result;
+};
+#endif  // __CUDACC_RTC__
 
 // Whether functor F reports integer division by zero through an `int* error` member, which the
 // backend points at a flag it checks after the run.
@@ -95,11 +113,5 @@ template <typename F, typename = void>
 inline constexpr bool kHasHostFloatRow = false;
 template <typename F>
 inline constexpr bool kHasHostFloatRow<F, std::void_t<decltype(&F::HostFloatRow)>> = true;
-
-// What a functor's Make gets: the request's attributes and the inputs' result type.
-struct MakeArgs {
-  const Attrs& attrs;
-  DType result;
-};
 
 }  // namespace tc

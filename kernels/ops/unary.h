@@ -20,8 +20,8 @@ namespace tc {
   struct Name {                                                      \
     static constexpr uint32_t kComputeTypes = Mask;                  \
     static constexpr int kArity = 1;                                 \
-    static OpSpec Spec() { return MakeSpec spec_args; }              \
-    static Name Make(const MakeArgs&) { return {}; }                 \
+    TC_CATALOG_ONLY(static OpSpec Spec() { return MakeSpec spec_args; } \
+                    static Name Make(const MakeArgs&) { return {}; })  \
     members                                                          \
     template <typename T>                                            \
     TC_HOST_DEVICE Result operator()(T a) const __VA_ARGS__          \
@@ -142,12 +142,14 @@ TC_UNARY_OP(IsfiniteOp,
 struct LeakyReluOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 1;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("leaky_relu", kFloatTypes, "a if a > 0 else negative_slope * a");
     s.attrs = {{"negative_slope", AttrType::kFloat, false, 0.01, "slope for a <= 0"}};
     return s;
   }
   static LeakyReluOp Make(const MakeArgs& m) { return {m.attrs.Float("negative_slope")}; }
+#endif
   double negative_slope;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a) const {
@@ -159,6 +161,7 @@ struct LeakyReluOp {
 struct GeluOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
   static constexpr int kArity = 1;
+#ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("gelu", kFloatTypes, "a * Phi(a); approximate=\"tanh\" for the tanh form");
     s.attrs = {{"approximate", AttrType::kString, false, std::string("none"), "\"none\" or \"tanh\""}};
@@ -172,6 +175,7 @@ struct GeluOp {
     return s;
   }
   static GeluOp Make(const MakeArgs& m) { return {m.attrs.String("approximate") == "tanh"}; }
+#endif
   bool tanh_form;
   template <typename T>
   TC_HOST_DEVICE T operator()(T x) const {

@@ -1,0 +1,385 @@
+#include "kernels/rtc/codegen.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/rtc/functors.h"
+
+namespace tc::rtc {
+namespace {
+
+using expr::Node;
+using expr::NodeKind;
+using expr::Program;
+
+constexpr int kThreads = 256;
+
+const char* TypeName(DType t) {
+  switch (t) {
+    case DType::kBool: return "bool";
+    case DType::kUInt8: return "uint8_t";
+    case DType::kInt8: return "int8_t";
+    case DType::kInt16: return "int16_t";
+    case DType::kInt32: return "int32_t";
+    case DType::kInt64: return "int64_t";
+    case DType::kFloat16: return "tc::Half";
+    case DType::kBFloat16: return "tc::BFloat16";
+    case DType::kFloat32: return "float";
+    case DType::kFloat64: return "double";
+  }
+  return "void";
+}
+
+int NumInputs(const Program& p) { return static_cast<int>(p.input_dtypes.size()); }
+
+DType OperandType(const Program& p, int k) {
+  return k == 0 ? p.out_dtype : p.input_dtypes[static_cast<size_t>(k - 1)];
+}
+
+// The stored type of node i's value: the output's at the root.
+DType ValueType(const Program& p, int i) {
+  return i == p.expression.root() ? p.out_dtype : p.types[static_cast<size_t>(i)].storage;
+}
+
+bool Fits32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
+
+// A struct holding every literal and functor, whose call operator evaluates the tree over one
+// element of each input.
+void AppendEvaluator(const Program& p, std::string* s) {
+  const expr::Expression& e = p.expression;
+  std::string members, body;
+  int literals = 0;
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& n = e.nodes[i];
+    if (n.kind != NodeKind::kCall) continue;
+    const expr::NodeType& t = p.types[i];
+    std::string call = absl::StrCat("tc::rtc::Apply<", TypeName(t.eval_compute), ", ",
+                                    TypeName(ValueType(p, static_cast<int>(i))), ">(z, f", i);
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      const Node& a = e.at(n.args[k]);
+      switch (a.kind) {
+        case NodeKind::kInput:
+          absl::StrAppend(&call, ", x", a.input + 1);
+          break;
+        case NodeKind::kLiteral:
+          absl::StrAppend(&members, "  ", TypeName(expr::LiteralTarget(n, t, static_cast<int>(k))),
+                          " l", literals, ";\n");
+          absl::StrAppend(&call, ", l", literals++);
+          break;
+        case NodeKind::kCall:
+          absl::StrAppend(&call, ", v", n.args[k]);
+          break;
+      }
+    }
+    absl::StrAppend(&body, "    const ", TypeName(ValueType(p, static_cast<int>(i))), " v", i,
+                    " = ", call, ");\n");
+  }
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& n = e.nodes[i];
+    if (n.kind == NodeKind::kCall) absl::StrAppend(&members, "  ", Functor(n.op->index).type, " f", i, ";\n");
+  }
+  absl::StrAppend(s, "struct Evaluator {\n  unsigned z;\n", members, "  __device__ __forceinline__ ",
+                  TypeName(p.out_dtype), " operator()(");
+  for (int k = 1; k <= NumInputs(p); ++k) {
+    absl::StrAppend(s, k > 1 ? ", " : "", TypeName(OperandType(p, k)), " x", k);
+  }
+  absl::StrAppend(s, ") const {\n", body, "    return v", e.root(), ";\n  }\n};\n\n");
+}
+
+// The kernel's parameters: the walk's arguments, then the evaluator itself (its literals and
+// functors as one parameter, laid out as EvaluatorParam lays it out).
+std::string Parameters(const std::string& walk_args) {
+  return absl::StrCat(walk_args, " a, const Evaluator e");
+}
+
+std::string Inputs(int inputs, const std::string& prefix, const std::string& suffix) {
+  std::string s;
+  for (int k = 1; k <= inputs; ++k) absl::StrAppend(&s, k > 1 ? ", " : "", prefix, k, suffix);
+  return s;
+}
+
+void AppendRowsKernel(const Program& p, const Walk& w, std::string* s) {
+  const int nops = NumInputs(p) + 1;
+  const std::string params = Parameters(absl::StrCat("tc::rtc::RowArgs<", nops, ">"));
+  const int V = w.vector, U = w.unroll;
+  absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(", kThreads, ") tc_expr(",
+                  params, ") {\n");
+  absl::StrAppend(s, "  constexpr int V = ", V, ", U = ", U, ";\n",
+                  "  const long long packs = (a.cols + V - 1) / V, full = a.cols / V;\n",
+                  "  const long long tile = static_cast<long long>(blockDim.x) * U;\n",
+                  "  for (long long r = blockIdx.y * static_cast<long long>(blockDim.y) + threadIdx.y;"
+                  " r < a.rows; r += static_cast<long long>(gridDim.y) * blockDim.y) {\n");
+  for (int k = 0; k < nops; ++k) {
+    absl::StrAppend(s, "    ", k == 0 ? "" : "const ", "char* row", k, " = a.base[", k,
+                    "] + r * a.row_stride[", k, "];\n");
+  }
+  // One element at column c, for the partial pack (and every element when V is 1).
+  std::string element = absl::StrCat("*reinterpret_cast<", TypeName(p.out_dtype),
+                                     "*>(row0 + c * a.step[0]) = e(");
+  for (int k = 1; k < nops; ++k) {
+    absl::StrAppend(&element, k > 1 ? ", " : "", "*reinterpret_cast<const ",
+                    TypeName(OperandType(p, k)), "*>(row", k, " + c * a.step[", k, "])");
+  }
+  absl::StrAppend(&element, ");");
+  absl::StrAppend(s, "    for (long long p0 = blockIdx.x * tile + threadIdx.x; p0 < packs;"
+                     " p0 += gridDim.x * tile) {\n");
+  if (V == 1) {
+    // Every load of the step first, then the evaluations.
+    for (int k = 1; k < nops; ++k) {
+      absl::StrAppend(s, "      ", TypeName(OperandType(p, k)), " x", k, "[U];\n");
+    }
+    absl::StrAppend(s, "#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
+                    "        const long long c = p0 + u * static_cast<long long>(blockDim.x);\n",
+                    "        if (c < a.cols) {\n");
+    for (int k = 1; k < nops; ++k) {
+      absl::StrAppend(s, "          x", k, "[u] = *reinterpret_cast<const ", TypeName(OperandType(p, k)),
+                      "*>(row", k, " + c * a.step[", k, "]);\n");
+    }
+    absl::StrAppend(s, "        }\n      }\n#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
+                    "        const long long c = p0 + u * static_cast<long long>(blockDim.x);\n",
+                    "        if (c < a.cols) *reinterpret_cast<", TypeName(p.out_dtype),
+                    "*>(row0 + c * a.step[0]) = e(", Inputs(nops - 1, "x", "[u]"), ");\n",
+                    "      }\n");
+  } else {
+    // Repeated operands (step 0) are one value for the row; dense ones come in packs.
+    std::string args, ones;
+    for (int k = 1; k < nops; ++k) {
+      const char* t = TypeName(OperandType(p, k));
+      if (p.space.strides[k][0] == 0) {
+        absl::StrAppend(&ones, "    const ", t, " one", k, " = *reinterpret_cast<const ", t, "*>(row", k, ");\n");
+        absl::StrAppend(&args, k > 1 ? ", " : "", "one", k);
+      } else {
+        absl::StrAppend(s, "      tc::rtc::Pack<", t, ", V> x", k, "[U];\n");
+        absl::StrAppend(&args, k > 1 ? ", " : "", "x", k, "[u].v[j]");
+      }
+    }
+    s->insert(s->rfind("    for (long long p0"), ones);
+    absl::StrAppend(s, "#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
+                    "        const long long q = p0 + u * static_cast<long long>(blockDim.x);\n",
+                    "        if (q < full) {\n");
+    for (int k = 1; k < nops; ++k) {
+      if (p.space.strides[k][0] == 0) continue;
+      absl::StrAppend(s, "          x", k, "[u] = reinterpret_cast<const tc::rtc::Pack<",
+                      TypeName(OperandType(p, k)), ", V>*>(row", k, ")[q];\n");
+    }
+    absl::StrAppend(s, "        }\n      }\n#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
+                    "        const long long q = p0 + u * static_cast<long long>(blockDim.x);\n",
+                    "        if (q < full) {\n",
+                    "          tc::rtc::Pack<", TypeName(p.out_dtype), ", V> y;\n",
+                    "#pragma unroll\n          for (int j = 0; j < V; ++j) y.v[j] = e(", args, ");\n",
+                    "          reinterpret_cast<tc::rtc::Pack<", TypeName(p.out_dtype), ", V>*>(row0)[q] = y;\n",
+                    "        } else if (q < packs) {\n",
+                    "          for (long long c = q * V; c < a.cols; ++c) ", element, "\n",
+                    "        }\n      }\n");
+  }
+  absl::StrAppend(s, "    }\n  }\n}\n");
+}
+
+void AppendStridedKernel(const Program& p, const Walk& w, std::string* s) {
+  const int nops = NumInputs(p) + 1, nd = w.ndim;
+  const std::string params = Parameters(absl::StrCat("tc::rtc::StridedArgs<", nops, ", ", nd, ">"));
+  absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(", kThreads, ") tc_expr(",
+                  params, ") {\n");
+  const char* idx = w.wide ? "long long" : "int";
+  absl::StrAppend(s, "  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;\n",
+                  "  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;"
+                  " i < a.numel; i += step) {\n");
+  absl::StrAppend(s, "    ", w.wide ? "long long" : "unsigned", " rest = i;\n");
+  for (int k = 0; k < nops; ++k) absl::StrAppend(s, "    ", idx, " o", k, " = 0;\n");
+  for (int d = 0; d < nd; ++d) {
+    if (d + 1 < nd) {
+      if (w.wide) {
+        absl::StrAppend(s, "    { const long long q = rest / a.size[", d, "]; const long long j = rest - q * a.size[", d,
+                        "]; rest = q;\n");
+      } else {
+        absl::StrAppend(s, "    { const unsigned q = tc::rtc::Div(rest, a.div[", d,
+                        "]); const int j = static_cast<int>(rest - q * a.div[", d, "].d); rest = q;\n");
+      }
+    } else {
+      absl::StrAppend(s, "    { const ", idx, " j = static_cast<", idx, ">(rest);\n");
+    }
+    for (int k = 0; k < nops; ++k) {
+      absl::StrAppend(s, "      o", k, " += j * static_cast<", idx, ">(a.stride[", k, "][", d, "]);\n");
+    }
+    absl::StrAppend(s, "    }\n");
+  }
+  absl::StrAppend(s, "    *reinterpret_cast<", TypeName(p.out_dtype), "*>(a.base[0] + o0) = e(");
+  for (int k = 1; k < nops; ++k) {
+    absl::StrAppend(s, k > 1 ? ", " : "", "*reinterpret_cast<const ", TypeName(OperandType(p, k)),
+                    "*>(a.base[", k, "] + o", k, ")");
+  }
+  absl::StrAppend(s, ");\n  }\n}\n");
+}
+
+void Put(std::string* s, const void* p, size_t n) {
+  s->append(static_cast<const char*>(p), n);
+}
+void Put64(std::string* s, int64_t v) { Put(s, &v, sizeof(v)); }
+
+}  // namespace
+
+Walk ChooseWalk(const Program& p, char* const* base) {
+  const Iteration& it = p.space;
+  Walk w;
+  w.ndim = std::max(1, it.ndim);
+  if (it.ndim > 2) {
+    w.kind = Walk::kStrided;
+    bool fits = it.numel <= INT32_MAX;
+    for (int k = 0; k < it.num_operands && fits; ++k) {
+      int64_t reach = 0;
+      for (int d = 0; d < it.ndim; ++d) reach += std::llabs(it.strides[k][d]) * (it.sizes[d] - 1);
+      fits = Fits32(reach);
+    }
+    w.wide = !fits;
+    return w;
+  }
+  w.kind = Walk::kRows;
+  // 16 bytes of the widest dense operand per access, where every dense operand's rows start
+  // aligned for it; any other step runs element by element.
+  int widest = 1;
+  bool packable = true;
+  for (int k = 0; k < it.num_operands; ++k) {
+    const int64_t item = ItemSize(OperandType(p, k)), step = it.strides[k][0];
+    if (step == item) {
+      widest = std::max<int>(widest, static_cast<int>(item));
+    } else if (step != 0 || k == 0) {
+      packable = false;
+    }
+  }
+  int v = packable ? 16 / widest : 1;
+  for (; v > 1; v /= 2) {
+    bool aligned = true;
+    for (int k = 0; k < it.num_operands && aligned; ++k) {
+      const int64_t item = ItemSize(OperandType(p, k));
+      if (it.strides[k][0] != item) continue;
+      const int64_t bytes = item * v;
+      aligned = reinterpret_cast<uintptr_t>(base[k]) % static_cast<uintptr_t>(bytes) == 0 &&
+                (it.ndim < 2 || it.strides[k][1] % bytes == 0);
+    }
+    if (aligned) break;
+  }
+  w.vector = v;
+  w.unroll = v > 1 ? 2 : 4;
+  return w;
+}
+
+std::string GenerateSource(const Program& p, const Walk& w) {
+  std::string s = "#include \"kernels/rtc/prelude.cuh\"\n\n";
+  AppendEvaluator(p, &s);
+  // The host lays the evaluator's bytes out itself (EvaluatorParam): the compiler checks that
+  // it agrees.
+  absl::StrAppend(&s, "static_assert(sizeof(Evaluator) == ", EvaluatorParam(p, nullptr).size(),
+                  ", \"the host's layout of the evaluator\");\n");
+  s += "\n";
+  if (w.kind == Walk::kRows) {
+    AppendRowsKernel(p, w, &s);
+  } else {
+    AppendStridedKernel(p, w, &s);
+  }
+  return s;
+}
+
+std::string EvaluatorParam(const Program& p, int* error) {
+  const expr::Expression& e = p.expression;
+  // The members in order, each at the next multiple of its alignment (every member's type
+  // is standard layout on both sides, so host and device agree on this).
+  std::string bytes;
+  size_t widest = alignof(unsigned);
+  auto put = [&](const void* data, size_t size, size_t align) {
+    bytes.resize((bytes.size() + align - 1) / align * align, '\0');
+    bytes.append(static_cast<const char*>(data), size);
+    widest = std::max(widest, align);
+  };
+  const unsigned zero = 0;
+  put(&zero, sizeof(zero), alignof(unsigned));
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& n = e.nodes[i];
+    if (n.kind != NodeKind::kCall) continue;
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      const Node& a = e.at(n.args[k]);
+      if (a.kind != NodeKind::kLiteral) continue;
+      const DType target = expr::LiteralTarget(n, p.types[i], static_cast<int>(k));
+      VisitDType(target, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T v = a.literal == expr::LiteralKind::kFloat ? Convert<T>(a.float_value)
+                    : a.literal == expr::LiteralKind::kInt ? Convert<T>(a.int_value)
+                                                           : Convert<T>(a.int_value != 0);
+        put(&v, sizeof(T), alignof(T));
+      });
+    }
+  }
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const Node& n = e.nodes[i];
+    if (n.kind != NodeKind::kCall) continue;
+    const FunctorInfo& f = Functor(n.op->index);
+    alignas(16) char made[256];
+    f.make(p.types[i].attrs, p.types[i].eval_result, error, made);
+    put(made, f.size, f.align);
+  }
+  bytes.resize((bytes.size() + widest - 1) / widest * widest, '\0');
+  return bytes;
+}
+
+std::string RaisingOps(const Program& p) {
+  std::vector<std::string> names;
+  for (const Node& n : p.expression.nodes) {
+    if (n.kind != NodeKind::kCall || !Functor(n.op->index).raises) continue;
+    if (std::find(names.begin(), names.end(), n.op->spec.name) == names.end()) {
+      names.push_back(n.op->spec.name);
+    }
+  }
+  return absl::StrJoin(names, "' or '");
+}
+
+std::string WalkArgs(const Program& p, const Walk& w, char* const* base, int multiprocessors,
+                     Geometry* g) {
+  const Iteration& it = p.space;
+  const int nops = it.num_operands;
+  std::string s;
+  if (w.kind == Walk::kRows) {
+    const int64_t cols = it.sizes[0], rows = it.ndim == 2 ? it.sizes[1] : 1;
+    Put64(&s, rows);
+    Put64(&s, cols);
+    for (int k = 0; k < nops; ++k) Put(&s, &base[k], sizeof(char*));
+    for (int k = 0; k < nops; ++k) Put64(&s, it.ndim == 2 ? it.strides[k][1] : 0);
+    for (int k = 0; k < nops; ++k) Put64(&s, it.strides[k][0]);
+    // Threads along a row for its packs, a power of two up to 256, the rest of the block's
+    // 256 threads on neighbouring rows.
+    const int64_t packs = (cols + w.vector - 1) / w.vector;
+    const int64_t threads_per_row = (packs + w.unroll - 1) / w.unroll;
+    int tx = 1;
+    while (tx < kThreads && tx < threads_per_row) tx *= 2;
+    const int ty = kThreads / tx;
+    g->block[0] = static_cast<unsigned>(tx);
+    g->block[1] = static_cast<unsigned>(ty);
+    g->grid[0] = static_cast<unsigned>(
+        std::max<int64_t>(1, std::min<int64_t>((threads_per_row + tx - 1) / tx, INT32_MAX)));
+    g->grid[1] = static_cast<unsigned>(
+        std::max<int64_t>(1, std::min<int64_t>((rows + ty - 1) / ty, 65535)));
+    return s;
+  }
+  const int nd = w.ndim;
+  Put64(&s, it.numel);
+  for (int d = 0; d < nd; ++d) Put64(&s, it.sizes[d]);
+  for (int k = 0; k < nops; ++k) {
+    for (int d = 0; d < nd; ++d) Put64(&s, it.strides[k][d]);
+  }
+  for (int k = 0; k < nops; ++k) Put(&s, &base[k], sizeof(char*));
+  for (int d = 0; d < nd; ++d) {
+    Divisor f{static_cast<unsigned>(std::min<int64_t>(it.sizes[d], INT32_MAX)), 0, 0};
+    while ((uint64_t{1} << f.s) < f.d) ++f.s;
+    f.m = static_cast<unsigned>(((static_cast<unsigned __int128>(1) << 32) * ((uint64_t{1} << f.s) - f.d)) / f.d + 1);
+    Put(&s, &f, sizeof(f));
+  }
+  while (s.size() % 8 != 0) s.push_back('\0');
+  g->block[0] = kThreads;
+  g->grid[0] = static_cast<unsigned>(std::max<int64_t>(
+      1, std::min<int64_t>((it.numel + kThreads - 1) / kThreads, int64_t{multiprocessors} * 16)));
+  return s;
+}
+
+}  // namespace tc::rtc

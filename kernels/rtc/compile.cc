@@ -1,0 +1,67 @@
+#include "kernels/rtc/compile.h"
+
+#include <nvrtc.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace tc::rtc {
+namespace {
+
+absl::Status Failed(const char* what, nvrtcResult r, const std::string& log = "") {
+  return absl::InternalError(absl::StrCat("expression kernel: ", what, ": ",
+                                          nvrtcGetErrorString(r), log.empty() ? "" : "\n", log));
+}
+
+}  // namespace
+
+absl::StatusOr<Compiled> CompileToCubin(const std::string& source, int arch) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Header>& headers = Headers();
+  std::vector<const char*> names, texts;
+  for (const Header& h : headers) {
+    names.push_back(h.name);
+    texts.push_back(h.text);
+  }
+  nvrtcProgram program;
+  if (nvrtcResult r = nvrtcCreateProgram(&program, source.c_str(), "expression.cu",
+                                         static_cast<int>(headers.size()), texts.data(),
+                                         names.data());
+      r != NVRTC_SUCCESS) {
+    return Failed("nvrtcCreateProgram", r);
+  }
+  struct Destroy {
+    nvrtcProgram* p;
+    ~Destroy() { nvrtcDestroyProgram(p); }
+  } destroy{&program};
+  const std::string arch_option = absl::StrCat("--gpu-architecture=sm_", arch);
+  // Unannotated functions (the headers' constexpr helpers) are device functions here.
+  const char* options[] = {arch_option.c_str(), "--std=c++17",
+                           "--device-as-default-execution-space"};
+  const nvrtcResult r = nvrtcCompileProgram(program, 3, options);
+  if (r != NVRTC_SUCCESS) {
+    size_t size = 0;
+    std::string log;
+    if (nvrtcGetProgramLogSize(program, &size) == NVRTC_SUCCESS && size > 1) {
+      log.resize(size);
+      nvrtcGetProgramLog(program, log.data());
+      log.resize(size - 1);
+    }
+    return Failed("nvrtcCompileProgram", r, log);
+  }
+  Compiled c;
+  size_t size = 0;
+  if (nvrtcResult e = nvrtcGetCUBINSize(program, &size); e != NVRTC_SUCCESS) {
+    return Failed("nvrtcGetCUBINSize", e);
+  }
+  c.cubin.resize(size);
+  if (nvrtcResult e = nvrtcGetCUBIN(program, c.cubin.data()); e != NVRTC_SUCCESS) {
+    return Failed("nvrtcGetCUBIN", e);
+  }
+  c.milliseconds =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return c;
+}
+
+}  // namespace tc::rtc

@@ -1,0 +1,29 @@
+// Compiling a fused expression's generated source (kernels/rtc/codegen.h) with NVRTC, against
+// the functor headers built into the server (no file of the machine's is read): to a cubin
+// for one GPU architecture.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tc::rtc {
+
+// A header NVRTC may include, by the name the sources include it with.
+struct Header {
+  const char* name;
+  const char* text;
+};
+const std::vector<Header>& Headers();
+
+struct Compiled {
+  std::string cubin;
+  double milliseconds = 0;
+};
+
+// Compiles `source` for compute capability `arch` (90 for sm_90). A source that does not
+// compile is the generator's fault: INTERNAL, with NVRTC's log.
+absl::StatusOr<Compiled> CompileToCubin(const std::string& source, int arch);
+
+}  // namespace tc::rtc
