@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/expr_kernels.h"
 #include "kernels/cuda/launch_env.h"
 #include "runtime/cuda_device_impl.h"
 
@@ -66,6 +67,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
   cudaDeviceProp prop{};
   TC_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
   impl->multiprocessors = prop.multiProcessorCount;
+  impl->arch = prop.major * 10 + prop.minor;
   size_t free_bytes = 0, total_bytes = 0;
   TC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   const int64_t budget = options.memory_budget > 0
@@ -162,7 +164,7 @@ absl::StatusOr<SharedDeviceMemory> CudaDevice::OpenIpc(absl::string_view handle)
                             std::move(closer)};
 }
 
-void CudaDevice::Issue(Stream& s, const PreparedOp& op, char* const* base, int* error,
+void CudaDevice::Issue(Stream& s, const Launch& launch, int* error,
                        const std::function<absl::Status()>& before,
                        const std::function<absl::Status()>& after,
                        std::unique_ptr<Completion> completion) {
@@ -173,7 +175,7 @@ void CudaDevice::Issue(Stream& s, const PreparedOp& op, char* const* base, int* 
     if (absl::Status st = before(); !st.ok()) return st;
     const cuda::LaunchEnv env{impl_->multiprocessors, s.stream, error, nullptr};
     if (InjectFaultNow()) InjectedFault<<<1, 1, 0, s.stream>>>();
-    if (absl::Status st = cuda::LaunchOp(op, base, env); !st.ok()) return st;
+    if (absl::Status st = launch(env); !st.ok()) return st;
     if (absl::Status st = after(); !st.ok()) return st;
     TC_CUDA_CHECK(cudaEventRecord(s.slots[completion->slot].event, s.stream), "cudaEventRecord");
     return absl::OkStatus();
@@ -189,10 +191,6 @@ void CudaDevice::Issue(Stream& s, const PreparedOp& op, char* const* base, int* 
 void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
                      std::byte* out, std::function<void(absl::Status)> done,
                      ReadBack read_back) {
-  if (op.expression != nullptr) {
-    done(absl::UnimplementedError("expressions do not run on CUDA devices yet"));
-    return;
-  }
   if ((read_back.bytes > kReadBackBytes && !read_back.pinned) || read_back.bytes < 0) {
     done(absl::InternalError("read-back larger than the device's read-back buffer"));
     return;
@@ -206,13 +204,52 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
     return;
   }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
+  if (op.expression == nullptr) {
+    char* base[kMaxOperands] = {};
+    OperandBases(op.plan, out, inputs, base);
+    RunOn(s, [&](const cuda::LaunchEnv& env) { return cuda::LaunchOp(op, base, env); }, out,
+          std::move(done), read_back, op.op->spec.name);
+    return;
+  }
+  // An expression: its kernel from the cache, compiled first (on the cache's threads, this
+  // one returning at once) when it is new.
+  const expr::Program& program = *op.expression;
+  char* base[kMaxIterOperands] = {};
+  base[0] = reinterpret_cast<char*>(out) + program.space.offsets[0];
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    base[k + 1] = const_cast<char*>(reinterpret_cast<const char*>(inputs[k].data)) +
+                  program.space.offsets[k + 1];
+  }
+  const cuda::LaunchEnv env{impl_->multiprocessors, s.stream, s.dev_error, nullptr};
+  auto launch = std::make_shared<const cuda::ExprLaunch>(
+      cuda::PrepareExprLaunch(program, base, env, impl_->arch));
+  // Which op divided by zero, for the error: the flag does not say which node raised it.
+  std::string label = rtc::RaisingOps(program);
+  if (label.empty()) label = "expression";
+  cuda::ExprKernelCache::Shared().Get(
+      launch->source, impl_->arch,
+      [this, &s, launch, out, done = std::move(done), read_back,
+       label = std::move(label)](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> kernel) mutable {
+        if (!kernel.ok()) {
+          done(kernel.status());
+          return;
+        }
+        // The kernel stays loaded until this run completes.
+        auto finish = [done = std::move(done), held = *kernel](absl::Status st) { done(std::move(st)); };
+        RunOn(s,
+              [&](const cuda::LaunchEnv& e) { return cuda::LaunchExpr(*launch, **kernel, e.stream); },
+              out, std::move(finish), read_back, label);
+      });
+}
+
+void CudaDevice::RunOn(Stream& s, const Launch& launch, std::byte* out,
+                       std::function<void(absl::Status)> done, ReadBack read_back,
+                       const std::string& label) {
   // (Issue makes this device current.)
   // A slot for this run's results, taken before the stream's lock: one frees up as the
   // waiter reports earlier runs, and the waiter never needs that lock.
   const int slot_index = AcquireSlot(s);
   Slot& slot = s.slots[slot_index];
-  char* base[kMaxOperands] = {};
-  OperandBases(op.plan, out, inputs, base);
   // The stream's flag is reset, set by the kernel and copied out in stream order.
   const auto before = [&]() -> absl::Status {
     TC_CUDA_CHECK(cudaMemsetAsync(s.dev_error, 0, sizeof(int), s.stream), "cudaMemsetAsync");
@@ -231,9 +268,9 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
     }
     return absl::OkStatus();
   };
-  Issue(s, op, base, s.dev_error, before, after,
-        std::make_unique<Completion>(Completion{slot_index, std::move(done), op.op->spec.name,
-                                                read_back, 0, slot.host_error}));
+  Issue(s, launch, s.dev_error, before, after,
+        std::make_unique<Completion>(Completion{slot_index, std::move(done), label, read_back, 0,
+                                                slot.host_error}));
 }
 
 int64_t CudaDevice::max_small_bytes() const { return kReadBackBytes; }
@@ -291,7 +328,8 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
                   "cudaMemcpyAsync to host");
     return absl::OkStatus();
   };
-  Issue(s, op, base, reinterpret_cast<int*>(dev + flag_at), before, after,
+  Issue(s, [&](const cuda::LaunchEnv& env) { return cuda::LaunchOp(op, base, env); },
+        reinterpret_cast<int*>(dev + flag_at), before, after,
         std::make_unique<Completion>(Completion{
             slot_index, std::move(done), op.op->spec.name,
             ReadBack{host_out, plan.out_storage_bytes}, out_at,

@@ -6,8 +6,13 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "runtime/device.h"
+
+namespace tc::cuda {
+struct LaunchEnv;
+}  // namespace tc::cuda
 
 namespace tc::runtime {
 
@@ -62,10 +67,16 @@ class CudaDevice final : public Device {
   // with `error` as their flag; `after`: the flag and any read-back out; the slot's event),
   // then queues `completion` for the stream's waiter. When anything fails to issue, the slot
   // is released and the completion's `done` gets the error.
-  void Issue(gpu::Stream& s, const PreparedOp& op, char* const* base, int* error,
+  // Enqueues a run's kernels on the stream.
+  using Launch = std::function<absl::Status(const cuda::LaunchEnv&)>;
+  void Issue(gpu::Stream& s, const Launch& launch, int* error,
              const std::function<absl::Status()>& before,
              const std::function<absl::Status()>& after,
              std::unique_ptr<gpu::Completion> completion);
+  // Run's part once its kernels are known: a result slot, the flag's reset, the launch, the
+  // flag and any read-back out; `done` reports `label`'s run.
+  void RunOn(gpu::Stream& s, const Launch& launch, std::byte* out,
+             std::function<void(absl::Status)> done, ReadBack read_back, const std::string& label);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -17,6 +17,8 @@ namespace tc::runtime {
 struct CudaDevice::Impl {
   int index = 0;
   int multiprocessors = 0;
+  // Compute capability as 90 for 9.0: what expression kernels are compiled for.
+  int arch = 0;
   int64_t staging_bytes = 0;
   // The stream-ordered memory pool (decision 5), cuda_memory.cc.
   cudaMemPool_t pool = nullptr;

@@ -194,11 +194,6 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const std::vector<std::string> names(request.input_names().begin(),
                                          request.input_names().end());
     prepared = expr::PrepareExpression(request.expression(), names, job->views_, *output);
-    // Checked first, so that a bad expression says what is wrong on every backend.
-    if (prepared.ok() && !env.devices->at(0).host_memory()) {
-      return absl::UnimplementedError(
-          "expressions run on the CPU backend only for now; this server computes on GPUs");
-    }
   } else {
     auto attrs = DecodeAttributes(request.attributes());
     if (!attrs.ok()) return attrs.status();

@@ -36,6 +36,7 @@
 #include "server/resident.h"
 #include "server/service.h"
 #if TC_WITH_CUDA
+#include "kernels/cuda/expr_kernels.h"
 #include "runtime/cuda_device.h"
 #endif
 
@@ -293,6 +294,36 @@ void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devic
                      return std::vector<std::pair<std::string, double>>{
                          {"", static_cast<double>(resident.bytes())}};
                    });
+#if TC_WITH_CUDA
+  // Expression kernels (NVRTC), shared by every GPU of the process.
+  auto expr_stat = [](auto value) {
+    return [value] {
+      return std::vector<std::pair<std::string, double>>{
+          {"", static_cast<double>(value(tc::cuda::ExprKernelCache::Shared().stats()))}};
+    };
+  };
+  using Stats = tc::cuda::ExprCacheStats;
+  metrics.AddGauge("tensorcompute_expression_compiles_total",
+                   "Expression kernels compiled (NVRTC) since the server started.",
+                   expr_stat([](const Stats& s) { return s.compiles; }));
+  metrics.AddGauge("tensorcompute_expression_compile_seconds_total",
+                   "Time spent compiling and loading expression kernels.",
+                   expr_stat([](const Stats& s) { return s.compile_seconds; }));
+  metrics.AddGauge("tensorcompute_expression_compile_failures_total",
+                   "Expression kernels that failed to compile or load.",
+                   expr_stat([](const Stats& s) { return s.compile_failures; }));
+  metrics.AddGauge("tensorcompute_expression_cache_hits_total",
+                   "Expression requests whose kernel was already compiled.",
+                   expr_stat([](const Stats& s) { return s.hits; }));
+  metrics.AddGauge("tensorcompute_expression_cache_misses_total",
+                   "Expression requests that waited for a compilation.",
+                   expr_stat([](const Stats& s) { return s.misses; }));
+  metrics.AddGauge("tensorcompute_expression_compiles_refused_total",
+                   "Expression requests refused because too many compilations were waiting.",
+                   expr_stat([](const Stats& s) { return s.refused; }));
+  metrics.AddGauge("tensorcompute_expression_kernels", "Expression kernels cached.",
+                   expr_stat([](const Stats& s) { return s.entries; }));
+#endif
   if (regions == nullptr) return;
   metrics.AddGauge("tensorcompute_regions", "Shared-memory regions registered.", [regions] {
     return std::vector<std::pair<std::string, double>>{

@@ -188,10 +188,9 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
   cases.push_back(Unary("expression: beside an op", kInvalid, "both op and expression are set", [](auto& r) { r.set_expression("a + b"); }));
   cases.push_back(Unary("expression: attributes beside it", kInvalid, "attributes are written inside an expression", [](auto& r) {
     r.clear_op(); r.set_expression("a + b"); (*r.mutable_attributes())["alpha"].set_float_value(2); }));
-  // Runs only where expressions run (a GPU server answers UNIMPLEMENTED, checked here too).
-  const bool on_cpu = BackendFlag() == "--backend=cpu";
-  cases.push_back(Unary("expression: integer division by zero inside", on_cpu ? kInvalid : C::kUnimplemented,
-                        on_cpu ? "integer division by zero in 'floor_divide'" : "CPU backend only", [](auto& r) {
+  // Found while it runs, on either backend (a GPU's kernel is compiled for it first).
+  cases.push_back(Unary("expression: integer division by zero inside", kInvalid,
+                        "integer division by zero in 'floor_divide'", [](auto& r) {
     r.clear_op();
     r.set_expression("a // (b - b) + 1");
     *r.mutable_inputs(0) = Ints({2, 3}, {1, 2, 3, 4, 5, 6});

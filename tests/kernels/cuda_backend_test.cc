@@ -6,9 +6,12 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/support/cpu_backend.h"
+#include "kernels/cuda/expr_kernels.h"
 #include "kernels/cuda/launch_env.h"
+#include "kernels/expr/program.h"
 #include "runtime/cuda_device.h"
 #include "tests/support/device_backend.h"
 #include "tests/support/conformance.h"
@@ -265,6 +268,40 @@ TEST_F(CudaBackendTest, SmallPathMatchesTheReference) {
 TEST_F(CudaBackendTest, Budget) { testing::CheckBudget(MakeCuda); }
 TEST_F(CudaBackendTest, Copies) { testing::CheckCopies(MakeCuda); }
 TEST_F(CudaBackendTest, ConcurrentRunsShareStreams) { testing::CheckConcurrentRuns(MakeCuda); }
+
+}  // namespace
+}  // namespace tc
+
+namespace tc {
+namespace {
+
+// An expression's kernel is compiled once: a second request for the same tree with other
+// literals and attributes is a cache hit and computes with its own values.
+TEST_F(CudaBackendTest, ExpressionKernelsAreCompiledOnceAndShared) {
+  std::vector<float> x(1000), y(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) * 0.25f - 100.0f;
+  TensorView v;
+  v.dtype = DType::kFloat32;
+  v.shape = {1000};
+  v.strides = {1};
+  v.storage_bytes = 4000;
+  v.data = reinterpret_cast<const std::byte*>(x.data());
+  cuda::ExprKernelCache& cache = cuda::ExprKernelCache::Shared();
+  const cuda::ExprCacheStats before = cache.stats();
+  for (double bound : {0.0, 7.5}) {
+    const std::string text = absl::StrCat("clamp(a * 2 + 1, min=", bound, ") - 0.5");
+    auto p = expr::PrepareExpression(text, {}, {v});
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE(backend_->Run(*p, {v}, reinterpret_cast<std::byte*>(y.data())).ok());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(y[i], std::max(x[i] * 2.0f + 1.0f, static_cast<float>(bound)) - 0.5f) << text << " at " << i;
+    }
+  }
+  const cuda::ExprCacheStats after = cache.stats();
+  EXPECT_LE(after.compiles - before.compiles, 1u);
+  EXPECT_GE(after.hits - before.hits, 1u);
+  EXPECT_EQ(after.compile_failures, before.compile_failures);
+}
 
 }  // namespace
 }  // namespace tc

@@ -1,9 +1,12 @@
-// Expressions on the CPU backend: typing (PyTorch's promotion with Python scalars, the
+// Expressions on the CPU backend (or, with TC_TEST_BACKEND=cuda, on GPU 0: kernels generated
+// and compiled at run time, checked against the GPU's own op kernels): typing (PyTorch's promotion with Python scalars, the
 // catalog's checks at the right position), and evaluation against two references: the same
 // tree run op by op through the engine (bit for bit, over random trees, dtypes and layouts:
 // broadcasts, permutations, negative strides, misaligned offsets, short and long rows), and
 // hand-written double arithmetic for fixed expressions (one rounding at the output).
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -13,6 +16,11 @@
 #include "gtest/gtest.h"
 #include "kernels/expr/program.h"
 #include "tests/support/cpu_backend.h"
+#if TC_WITH_CUDA
+#include "kernels/rtc/codegen.h"
+#include "runtime/cuda_device.h"
+#include "tests/support/device_backend.h"
+#endif
 #include "tests/support/random_tensors.h"
 #include "tests/support/reference.h"
 
@@ -52,6 +60,45 @@ testing::ElementWriter Filler(DType dtype, std::mt19937_64& rng) {
   };
 }
 
+// The backend every test here runs on, expressions and their op-by-op references alike.
+Backend& TestBackend() {
+#if TC_WITH_CUDA
+  const char* which = std::getenv("TC_TEST_BACKEND");
+  if (which != nullptr && std::string(which) == "cuda") {
+    static Backend* gpu = [] {
+      auto d = runtime::CudaDevice::Create(0, {});
+      if (!d.ok()) {
+        std::fprintf(stderr, "TC_TEST_BACKEND=cuda: %s\n", d.status().ToString().c_str());
+        std::abort();
+      }
+      return new runtime::DeviceBackend(d->release());
+    }();
+    return *gpu;
+  }
+#endif
+  static Backend* cpu = new CpuBackend(2);
+  return *cpu;
+}
+
+// What a failure on the GPU needs to be read: the kernel generated for the expression
+// (with host pointers standing in for the device's, so its walk may differ) and the inputs'
+// layouts.
+std::string Explain(const PreparedOp& p, const std::vector<OwnedTensor>& in) {
+  std::string s;
+  for (const OwnedTensor& t : in) {
+    s += std::string(DTypeName(t.view.dtype)) + ShapeToString(t.view.shape) + " strides " +
+         ShapeToString(t.view.strides) + "\n";
+  }
+#if TC_WITH_CUDA
+  if (TestBackend().name() != "cpu" && p.expression != nullptr) {
+    std::vector<char*> base(in.size() + 1, nullptr);
+    for (size_t k = 0; k < in.size(); ++k) base[k + 1] = const_cast<char*>(in[k].view.data ? reinterpret_cast<const char*>(in[k].view.data) : nullptr);
+    s += rtc::GenerateSource(*p.expression, rtc::ChooseWalk(*p.expression, base.data()));
+  }
+#endif
+  return s;
+}
+
 absl::StatusOr<PreparedOp> Prepare(const std::string& text, const std::vector<OwnedTensor>& in,
                                    const OutputOptions& output = {}) {
   std::vector<TensorView> views;
@@ -61,7 +108,7 @@ absl::StatusOr<PreparedOp> Prepare(const std::string& text, const std::vector<Ow
 
 // Runs a prepared expression; the output as a tensor with the plan's strides.
 OwnedTensor Evaluate(const PreparedOp& p, const std::vector<OwnedTensor>& in, absl::Status* status) {
-  static CpuBackend backend(2);
+  Backend& backend = TestBackend();
   OwnedTensor out;
   out.view.dtype = p.plan.out_dtype;
   out.view.shape = p.plan.out_shape;
@@ -193,7 +240,7 @@ std::string RandomTree(std::mt19937_64& rng, int inputs, bool floating, int dept
 // (float64 or int64), which promote as Python scalars do for the trees above; for half
 // inputs everything runs in float32 and the result is rounded once at the end.
 OwnedTensor OpByOp(const Expression& e, const std::vector<OwnedTensor>& inputs, DType out) {
-  CpuBackend backend(1);
+  Backend& backend = TestBackend();
   std::vector<OwnedTensor> values(e.nodes.size());
   for (size_t i = 0; i < e.nodes.size(); ++i) {
     const Node& n = e.nodes[i];
@@ -296,7 +343,10 @@ TEST(ExprEval, RandomTreesMatchTheOpsRunOneByOne) {
                       << ref::Read(got.view.dtype, w).AsDouble();
       }
     });
-    if (bad > 0) return;
+    if (bad > 0) {
+      ADD_FAILURE() << Explain(*p, in);
+      return;
+    }
   }
 }
 
@@ -417,8 +467,10 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
       if (!fl) {
         const int64_t gi = ref::Read(dtype, g).i;
         if (gi != v.back().i && bad++ < 3) {
+          std::string values;
+          for (size_t k = 0; k < v.size(); ++k) values += " " + std::to_string(v[k].i);
           ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << ": got "
-                        << gi << ", reference " << v.back().i;
+                        << gi << ", reference " << v.back().i << " (nodes:" << values << ")";
         }
         return;
       }
@@ -432,7 +484,10 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
                       << gf << ", reference " << want << " (largest value " << largest << ")";
       }
     });
-    if (bad > 0) return;
+    if (bad > 0) {
+      ADD_FAILURE() << Explain(*p, in);
+      return;
+    }
   }
 }
 
@@ -523,6 +578,48 @@ TEST(ExprEval, AttributesLiteralsAndExplicitCasts) {
   // An explicit cast rounds where it stands: 0.3 as float16 is 0.300048828125.
   EXPECT_EQ(run("cast(a, float16) + cast(a, float64)")[3], 0.300048828125 + 0.30000001192092896);
   EXPECT_EQ(run("a"), (std::vector<double>{-2, -0.5, 0, 0.30000001192092896, 1, 7}));
+}
+
+// Calls on literals alone (Python's int64 and float64 arithmetic) where a tensor op takes
+// their value: folded once on the CPU, computed per element in a GPU kernel.
+TEST(ExprEval, CallsOnLiteralsAlone) {
+  for (DType dtype : {DType::kInt16, DType::kInt64, DType::kFloat32})
+  for (bool permuted : {false, true}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)) + (permuted ? " permuted" : ""));
+    // Values -12..11 in order; the permuted view walks them in the same logical order.
+    OwnedTensor a = Contiguous(dtype, {2, 3, 4});
+    if (permuted) a.view.strides = {1, 2, 6};
+    for (int i = 0; i < 24; ++i) {
+      ref::Value v;
+      v.is_int = !IsFloating(dtype);
+      v.i = i - 12;
+      v.f = i - 12;
+      const int at = permuted ? (i / 12) + ((i / 4) % 3) * 2 + (i % 4) * 6 : i;
+      ref::Write(dtype, v, a.storage.data() + at * ItemSize(dtype));
+    }
+    auto run = [&](const std::string& text) {
+      auto p = Prepare(text, {a});
+      EXPECT_TRUE(p.ok()) << text << ": " << p.status();
+      absl::Status status;
+      OwnedTensor out = Evaluate(*p, {a}, &status);
+      EXPECT_TRUE(status.ok()) << status;
+      std::vector<double> v;
+      for (int i = 0; i < 24; i += 5) {
+        v.push_back(ref::Read(out.view.dtype, out.storage.data() + i * ItemSize(out.view.dtype)).AsDouble());
+      }
+      return v;
+    };
+    EXPECT_EQ(run("minimum(a, neg(3))"), (std::vector<double>{-12, -7, -3, -3, -3})) << "minimum(a, neg(3))";
+    EXPECT_EQ(run("a + neg(3)"), (std::vector<double>{-15, -10, -5, 0, 5}));
+    EXPECT_EQ(run("minimum(a + 5, neg(3))"), (std::vector<double>{-7, -3, -3, -3, -3}));
+    EXPECT_EQ(run("a * (2 - 5)"), (std::vector<double>{36, 21, 6, -9, -24}));
+    EXPECT_EQ(run("neg(a) - neg(neg(2))"), (std::vector<double>{10, 5, 0, -5, -10}));
+    if (!IsFloating(dtype)) {
+      EXPECT_EQ(run("minimum(bitwise_and(5, a), neg(3))"), (std::vector<double>{-3, -3, -3, -3, -3}));
+      EXPECT_EQ(run("minimum(bitwise_and(5, a), minimum(a, neg(3))) * (a - 1)"),
+                (std::vector<double>{156, 56, 9, -6, -21}));
+    }
+  }
 }
 
 TEST(ExprEval, EmptyAndZeroDimTensors) {

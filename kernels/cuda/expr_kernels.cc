@@ -1,0 +1,202 @@
+#include "kernels/cuda/expr_kernels.h"
+
+#include <chrono>
+#include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/rtc/compile.h"
+
+namespace tc::cuda {
+
+ExprKernel::~ExprKernel() { (void)cudaLibraryUnload(library_); }
+
+ExprLaunch PrepareExprLaunch(const expr::Program& program, char* const* base,
+                             const LaunchEnv& env, int arch) {
+  ExprLaunch l;
+  const rtc::Walk walk = rtc::ChooseWalk(program, base);
+  l.source = rtc::GenerateSource(program, walk);
+  l.arch = arch;
+  l.params.push_back(rtc::WalkArgs(program, walk, base, env.multiprocessors, &l.geometry));
+  l.params.push_back(rtc::EvaluatorParam(program, env.error));
+  return l;
+}
+
+absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel, cudaStream_t stream) {
+  // Each parameter from its own 16-byte aligned copy: the launch reads them as the kernel's
+  // parameter types, whose alignment is at most 16.
+  std::vector<std::unique_ptr<std::max_align_t[]>> copies;
+  std::vector<void*> args;
+  for (const std::string& p : launch.params) {
+    copies.emplace_back(new std::max_align_t[(p.size() + sizeof(std::max_align_t) - 1) /
+                                                 sizeof(std::max_align_t) + 1]);
+    std::memcpy(copies.back().get(), p.data(), p.size());
+    args.push_back(copies.back().get());
+  }
+  const rtc::Geometry& g = launch.geometry;
+  const cudaError_t e = cudaLaunchKernel(
+      reinterpret_cast<const void*>(kernel.kernel()), dim3(g.grid[0], g.grid[1], g.grid[2]),
+      dim3(g.block[0], g.block[1], g.block[2]), args.data(), 0, stream);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::InternalError(absl::StrCat("expression kernel launch failed: ", cudaGetErrorString(e)));
+  }
+  return absl::OkStatus();
+}
+
+struct ExprKernelCache::State {
+  Options options;
+  mutable std::mutex mu;
+  std::condition_variable work;
+  struct Entry {
+    std::shared_ptr<const ExprKernel> kernel;  // null while compiling
+    std::vector<Ready> waiting;
+    std::list<std::string>::iterator lru;
+  };
+  // Key: arch, then the source.
+  std::unordered_map<std::string, Entry> entries;
+  std::list<std::string> lru;  // compiled entries, most recently used first
+  std::deque<std::pair<std::string, int>> queue;  // keys to compile, with their arch
+  std::vector<std::thread> threads;
+  bool stop = false;
+  ExprCacheStats stats;
+};
+
+ExprKernelCache& ExprKernelCache::Shared() {
+  // Never destroyed: its threads may be compiling when the process exits.
+  static ExprKernelCache* cache = new ExprKernelCache(Options{});
+  return *cache;
+}
+
+ExprKernelCache::ExprKernelCache(Options options) : state_(new State) {
+  state_->options = options;
+  for (int i = 0; i < options.max_compiling; ++i) state_->threads.emplace_back([this] { Work(); });
+}
+
+ExprKernelCache::~ExprKernelCache() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->work.notify_all();
+  for (std::thread& t : state_->threads) t.join();
+}
+
+void ExprKernelCache::Get(const std::string& source, int arch, Ready ready) {
+  State& s = *state_;
+  std::string key = absl::StrCat(arch, "\n", source);
+  std::unique_lock<std::mutex> lock(s.mu);
+  auto it = s.entries.find(key);
+  if (it != s.entries.end() && it->second.kernel != nullptr) {
+    s.lru.splice(s.lru.begin(), s.lru, it->second.lru);
+    ++s.stats.hits;
+    std::shared_ptr<const ExprKernel> kernel = it->second.kernel;
+    lock.unlock();
+    ready(std::move(kernel));
+    return;
+  }
+  if (it != s.entries.end()) {
+    ++s.stats.misses;
+    it->second.waiting.push_back(std::move(ready));
+    return;
+  }
+  if (static_cast<int>(s.queue.size()) >= s.options.max_waiting) {
+    ++s.stats.refused;
+    lock.unlock();
+    ready(absl::ResourceExhaustedError(absl::StrCat(
+        "too many new expressions are waiting to be compiled (", s.options.max_waiting,
+        "); retry shortly")));
+    return;
+  }
+  ++s.stats.misses;
+  State::Entry& e = s.entries[key];
+  e.waiting.push_back(std::move(ready));
+  e.lru = s.lru.end();
+  s.queue.emplace_back(std::move(key), arch);
+  lock.unlock();
+  s.work.notify_one();
+}
+
+void ExprKernelCache::Work() {
+  State& s = *state_;
+  for (;;) {
+    std::string key;
+    int arch = 0;
+    {
+      std::unique_lock<std::mutex> lock(s.mu);
+      s.work.wait(lock, [&] { return s.stop || !s.queue.empty(); });
+      if (s.stop) return;
+      key = std::move(s.queue.front().first);
+      arch = s.queue.front().second;
+      s.queue.pop_front();
+      ++s.stats.compiling;
+    }
+    const std::string source = key.substr(key.find('\n') + 1);
+    absl::StatusOr<std::shared_ptr<const ExprKernel>> result;
+    const auto start = std::chrono::steady_clock::now();
+    auto compiled = rtc::CompileToCubin(source, arch);
+    if (!compiled.ok()) {
+      result = compiled.status();
+    } else {
+      cudaLibrary_t library;
+      cudaKernel_t kernel;
+      cudaError_t e = cudaLibraryLoadData(&library, compiled->cubin.data(), nullptr, nullptr, 0,
+                                          nullptr, nullptr, 0);
+      if (e == cudaSuccess) {
+        e = cudaLibraryGetKernel(&kernel, library, "tc_expr");
+        if (e != cudaSuccess) (void)cudaLibraryUnload(library);
+      }
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        result = absl::InternalError(
+            absl::StrCat("loading an expression kernel failed: ", cudaGetErrorString(e)));
+      } else {
+        result = std::make_shared<const ExprKernel>(library, kernel);
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::vector<Ready> waiting;
+    std::vector<std::shared_ptr<const ExprKernel>> evicted;  // unloaded outside the lock
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      --s.stats.compiling;
+      auto it = s.entries.find(key);
+      waiting = std::move(it->second.waiting);
+      if (result.ok()) {
+        ++s.stats.compiles;
+        s.stats.compile_seconds += seconds;
+        it->second.kernel = *result;
+        s.lru.push_front(key);
+        it->second.lru = s.lru.begin();
+        while (s.lru.size() > s.options.max_entries) {
+          auto last = s.entries.find(s.lru.back());
+          evicted.push_back(std::move(last->second.kernel));
+          s.entries.erase(last);
+          s.lru.pop_back();
+          ++s.stats.evictions;
+        }
+      } else {
+        // Not kept: a later request tries again.
+        ++s.stats.compile_failures;
+        s.entries.erase(it);
+      }
+    }
+    for (Ready& r : waiting) r(result);
+  }
+}
+
+ExprCacheStats ExprKernelCache::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ExprCacheStats st = state_->stats;
+  st.entries = state_->lru.size();
+  return st;
+}
+
+}  // namespace tc::cuda
