@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
   TC_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
   impl->multiprocessors = prop.multiProcessorCount;
   impl->arch = prop.major * 10 + prop.minor;
+  cuda::ExprKernelCache::Shared().Warm(impl->arch);
   size_t free_bytes = 0, total_bytes = 0;
   TC_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   const int64_t budget = options.memory_budget > 0

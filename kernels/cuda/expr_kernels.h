@@ -90,6 +90,10 @@ class ExprKernelCache {
   // sources wait.
   void Get(const std::string& source, int arch, Ready ready);
 
+  // Has a compile thread load NVRTC and compile a kernel of no expression for `arch`, once,
+  // so that the first request does not also pay for NVRTC's start.
+  void Warm(int arch);
+
   ExprCacheStats stats() const;
 
  private:

@@ -47,6 +47,12 @@ DType ValueType(const Program& p, int i) {
 
 bool Fits32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
 
+std::string Inputs(int inputs, const std::string& prefix, const std::string& suffix) {
+  std::string s;
+  for (int k = 1; k <= inputs; ++k) absl::StrAppend(&s, k > 1 ? ", " : "", prefix, k, suffix);
+  return s;
+}
+
 // A struct holding every literal and functor, whose call operator evaluates the tree over one
 // element of each input.
 void AppendEvaluator(const Program& p, std::string* s) {
@@ -88,6 +94,14 @@ void AppendEvaluator(const Program& p, std::string* s) {
     absl::StrAppend(s, k > 1 ? ", " : "", TypeName(OperandType(p, k)), " x", k);
   }
   absl::StrAppend(s, ") const {\n", body, "    return v", e.root(), ";\n  }\n};\n\n");
+  // One element out of line, for the rows' partial last packs: the tree's code once more,
+  // not once per call site (NVRTC's time grows with every inlined copy).
+  absl::StrAppend(s, "__device__ __noinline__ ", TypeName(p.out_dtype),
+                  " Element(const Evaluator& e", NumInputs(p) > 0 ? ", " : "");
+  for (int k = 1; k <= NumInputs(p); ++k) {
+    absl::StrAppend(s, k > 1 ? ", " : "", TypeName(OperandType(p, k)), " x", k);
+  }
+  absl::StrAppend(s, ") {\n  return e(", Inputs(NumInputs(p), "x", ""), ");\n}\n\n");
 }
 
 // The kernel's parameters: the walk's arguments, then the evaluator itself (its literals and
@@ -96,11 +110,6 @@ std::string Parameters(const std::string& walk_args) {
   return absl::StrCat(walk_args, " a, const Evaluator e");
 }
 
-std::string Inputs(int inputs, const std::string& prefix, const std::string& suffix) {
-  std::string s;
-  for (int k = 1; k <= inputs; ++k) absl::StrAppend(&s, k > 1 ? ", " : "", prefix, k, suffix);
-  return s;
-}
 
 void AppendRowsKernel(const Program& p, const Walk& w, std::string* s) {
   const int nops = NumInputs(p) + 1;
@@ -119,7 +128,7 @@ void AppendRowsKernel(const Program& p, const Walk& w, std::string* s) {
   }
   // One element at column c, for the partial pack (and every element when V is 1).
   std::string element = absl::StrCat("*reinterpret_cast<", TypeName(p.out_dtype),
-                                     "*>(row0 + c * a.step[0]) = e(");
+                                     "*>(row0 + c * a.step[0]) = Element(e, ");
   for (int k = 1; k < nops; ++k) {
     absl::StrAppend(&element, k > 1 ? ", " : "", "*reinterpret_cast<const ",
                     TypeName(OperandType(p, k)), "*>(row", k, " + c * a.step[", k, "])");
@@ -263,7 +272,13 @@ Walk ChooseWalk(const Program& p, char* const* base) {
     if (aligned) break;
   }
   w.vector = v;
-  w.unroll = v > 1 ? 2 : 4;
+  // Packs per thread and step: two keep more bytes in flight (H100: a row-broadcast chain of
+  // five cheap ops at 93% of copy with two, 66% with one), but each is another inlined copy
+  // of the tree, and a tree with transcendental functions then takes NVRTC about 25% longer
+  // (sigmoid(a * b + 1) * a: 117 against 92 ms on the 2-core machine) for a few percent.
+  bool heavy = false;
+  for (const Node& n : p.expression.nodes) heavy = heavy || (n.kind == NodeKind::kCall && Functor(n.op->index).heavy);
+  w.unroll = v > 1 && heavy ? 1 : 2;
   return w;
 }
 
