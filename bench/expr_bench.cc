@@ -1,0 +1,418 @@
+// Fused expressions on the GPU: each case's expression as one generated kernel (the server's
+// path: PrepareExpression, the NVRTC kernel cache, the launch) beside the same ops run one by
+// one through the engine's own kernels (PrepareOp and cuda::LaunchOp, intermediates in device
+// memory), a device-to-device copy moving as many bytes as the fused kernel does, and, with
+// --torch naming torch_expressions.py, PyTorch eager and torch.compile on the same expression
+// in the same invocation. Then what a new expression costs (first request: generation,
+// NVRTC, loading) and what a cached one adds on the host.
+//
+//   tensorcompute-expr-bench [--torch=bench/torch_expressions.py] [--reps=50] [--markdown=FILE]
+//
+// Times: median over --reps of CUDA events around the work (after 10 warm-ups), as
+// torch_expressions.py times PyTorch. The fused output is checked against the op-by-op one
+// (exactly where the ops' own dtypes are kept, within 2 ulps of float32 for half inputs,
+// whose op-by-op intermediates round to half at every op).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cuda/expr_kernels.h"
+#include "kernels/cuda/launch_env.h"
+#include "kernels/engine.h"
+#include "kernels/expr/parser.h"
+#include "kernels/expr/program.h"
+#include "kernels/rtc/codegen.h"
+#include "kernels/rtc/compile.h"
+#include "kernels/scalar_types.h"
+#include "tests/support/cpu_backend.h"
+
+namespace tc {
+namespace {
+
+#define CHECK_CUDA(expr)                                                              \
+  do {                                                                                \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess) {                                 \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+struct DevBuf {
+  std::byte* p = nullptr;
+  int64_t bytes = 0;
+};
+
+DevBuf Alloc(int64_t bytes) {
+  DevBuf b{nullptr, bytes};
+  CHECK_CUDA(cudaMalloc(&b.p, static_cast<size_t>(bytes)));
+  CHECK_CUDA(cudaMemset(b.p, 0, static_cast<size_t>(bytes)));
+  return b;
+}
+
+// Values in [-2, 2) from a fixed seed, as `dtype`.
+DevBuf Random(DType dtype, int64_t n, uint64_t seed) {
+  std::vector<char> host(static_cast<size_t>(n * ItemSize(dtype)));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const float f = static_cast<float>(x >> 40) / static_cast<float>(1 << 22) - 2.0f;
+    VisitDType(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T v = Convert<T>(f);
+      std::memcpy(host.data() + i * sizeof(T), &v, sizeof(T));
+    });
+  }
+  DevBuf b = Alloc(static_cast<int64_t>(host.size()));
+  CHECK_CUDA(cudaMemcpy(b.p, host.data(), host.size(), cudaMemcpyHostToDevice));
+  return b;
+}
+
+TensorView View(const DevBuf& b, DType dtype, DimVector shape) {
+  DimVector strides = ContiguousStrides(shape);
+  return TensorView{dtype, std::move(shape), std::move(strides), 0, b.p, b.bytes};
+}
+
+int64_t Numel(const DimVector& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+struct Case {
+  std::string name;
+  std::string text;  // the expression, over a, b, c, d
+  std::vector<DType> dtypes;
+  std::vector<DimVector> shapes;
+  DType out;
+};
+
+}  // namespace
+}  // namespace tc
+
+int main(int argc, char** argv) {
+  using namespace tc;
+  std::string torch_script, md_path;
+  int reps = 50;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--torch=", 0) == 0) torch_script = a.substr(8);
+    else if (a.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(a.c_str() + 7));
+    else if (a.rfind("--markdown=", 0) == 0) md_path = a.substr(11);
+    else {
+      std::fprintf(stderr, "usage: %s [--torch=torch_expressions.py] [--reps=R] [--markdown=FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const int arch = prop.major * 10 + prop.minor;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int* dev_error = nullptr;
+  CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
+  CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
+  const cuda::LaunchEnv env{prop.multiProcessorCount, stream, dev_error, nullptr};
+  std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  auto median_ms = [&](const std::function<void()>& fn) {
+    for (int i = 0; i < 10; ++i) fn();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<float> ts;
+    for (int i = 0; i < reps; ++i) {
+      CHECK_CUDA(cudaEventRecord(start, stream));
+      fn();
+      CHECK_CUDA(cudaEventRecord(stop, stream));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      ts.push_back(ms);
+    }
+    std::sort(ts.begin(), ts.end());
+    return static_cast<double>(ts[ts.size() / 2]);
+  };
+  const DevBuf copy_src = Alloc(int64_t{1} << 31), copy_dst = Alloc(int64_t{1} << 31);
+  auto copy_ms = [&](int64_t bytes) {
+    return median_ms([&] {
+      CHECK_CUDA(cudaMemcpyAsync(copy_dst.p, copy_src.p, static_cast<size_t>(bytes / 2),
+                                 cudaMemcpyDeviceToDevice, stream));
+    });
+  };
+
+  const int64_t N = int64_t{1} << 26, M = 8192;
+  const DType F32 = DType::kFloat32, F16 = DType::kFloat16;
+  const std::vector<Case> cases = {
+      {"chain_f32", "sigmoid(a * b + c) * d", {F32, F32, F32, F32}, {{N}, {N}, {N}, {N}}, F32},
+      {"chain_f16_in_f32_out", "sigmoid(a * b + c) * d", {F16, F16, F16, F16},
+       {{N}, {N}, {N}, {N}}, F32},
+      {"chain_f32_bcast_rows", "sigmoid(a * b + c) * d", {F32, F32, F32, F32},
+       {{M, M}, {M}, {M}, {M, M}}, F32},
+      {"affine_norm_f32", "(a - 0.5) * 1.7 * b + c", {F32, F32, F32},
+       {{M, M}, {M}, {M}}, F32},
+      {"where_f32", "where(a > 0, a * 0.1, b)", {F32, F32}, {{N}, {N}}, F32},
+  };
+
+  struct Row {
+    std::string name;
+    double fused = 0, opbyop = 0, copy = 0;
+    int64_t bytes = 0;
+    double torch_eager = 0, torch_compiled = 0;
+    std::string check;
+  };
+  std::vector<Row> rows;
+  cuda::ExprKernelCache& cache = cuda::ExprKernelCache::Shared();
+  for (const Case& k : cases) {
+    std::vector<DevBuf> in_bufs;
+    std::vector<TensorView> in;
+    for (size_t i = 0; i < k.dtypes.size(); ++i) {
+      in_bufs.push_back(Random(k.dtypes[i], Numel(k.shapes[i]), 11 + i));
+      in.push_back(View(in_bufs.back(), k.dtypes[i], k.shapes[i]));
+    }
+    OutputOptions output;
+    output.dtype = k.out;
+    auto prepared = expr::PrepareExpression(k.text, {}, in, output);
+    if (!prepared.ok()) {
+      std::fprintf(stderr, "%s: %s\n", k.name.c_str(), prepared.status().ToString().c_str());
+      return 1;
+    }
+    const expr::Program& program = *prepared->expression;
+    const DevBuf out = Alloc(prepared->plan.out_storage_bytes);
+    char* base[kMaxIterOperands];
+    base[0] = reinterpret_cast<char*>(out.p) + program.space.offsets[0];
+    for (size_t i = 0; i < in.size(); ++i) {
+      base[i + 1] = reinterpret_cast<char*>(in_bufs[i].p) + program.space.offsets[i + 1];
+    }
+    const cuda::ExprLaunch launch = cuda::PrepareExprLaunch(program, base, env, arch);
+    std::promise<std::shared_ptr<const cuda::ExprKernel>> got;
+    cache.Get(launch.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
+      if (!r.ok()) {
+        std::fprintf(stderr, "%s: %s\n", k.name.c_str(), r.status().ToString().c_str());
+        std::exit(1);
+      }
+      got.set_value(*r);
+    });
+    const std::shared_ptr<const cuda::ExprKernel> kernel = got.get_future().get();
+    Row row;
+    row.name = k.name;
+    row.fused = median_ms([&] {
+      if (auto st = cuda::LaunchExpr(launch, *kernel, stream); !st.ok()) {
+        std::fprintf(stderr, "%s: %s\n", k.name.c_str(), st.ToString().c_str());
+        std::exit(1);
+      }
+    });
+    row.bytes = prepared->plan.out_storage_bytes;
+    for (const TensorView& v : in) row.bytes += Numel(v.shape) * ItemSize(v.dtype);
+    row.copy = copy_ms(row.bytes);
+
+    // The same ops one by one, as separate requests would run them on the device.
+    auto tree = expr::Parse(k.text, expr::DefaultInputNames(static_cast<int>(in.size())));
+    if (!tree.ok()) {
+      std::fprintf(stderr, "%s: %s\n", k.name.c_str(), tree.status().ToString().c_str());
+      return 1;
+    }
+    const expr::Expression& e = *tree;
+    std::vector<TensorView> values(e.nodes.size());
+    std::vector<DevBuf> owned;
+    std::vector<PreparedOp> ops;
+    std::vector<std::vector<TensorView>> op_args;
+    std::vector<DevBuf> op_out;
+    for (size_t i = 0; i < e.nodes.size(); ++i) {
+      const expr::Node& n = e.nodes[i];
+      if (n.kind == expr::NodeKind::kInput) {
+        values[i] = in[static_cast<size_t>(n.input)];
+        continue;
+      }
+      if (n.kind == expr::NodeKind::kLiteral) {
+        // A zero-dim float64 or int64 tensor, as a Python scalar promotes.
+        const bool fl = n.literal == expr::LiteralKind::kFloat;
+        owned.push_back(Alloc(8));
+        if (fl) {
+          CHECK_CUDA(cudaMemcpy(owned.back().p, &n.float_value, 8, cudaMemcpyHostToDevice));
+        } else {
+          CHECK_CUDA(cudaMemcpy(owned.back().p, &n.int_value, 8, cudaMemcpyHostToDevice));
+        }
+        values[i] = View(owned.back(), fl ? DType::kFloat64 : DType::kInt64, {});
+        continue;
+      }
+      std::vector<TensorView> args;
+      for (int a : n.args) args.push_back(values[static_cast<size_t>(a)]);
+      OutputOptions o;
+      if (static_cast<int>(i) == e.root()) o.dtype = k.out;
+      auto p = PrepareOp(n.op->spec.name, args, n.attrs, o);
+      if (!p.ok()) {
+        std::fprintf(stderr, "%s op by op: %s\n", k.name.c_str(), p.status().ToString().c_str());
+        return 1;
+      }
+      owned.push_back(Alloc(p->plan.out_storage_bytes));
+      values[i] = View(owned.back(), p->plan.out_dtype, p->plan.out_shape);
+      ops.push_back(*p);
+      op_args.push_back(args);
+      op_out.push_back(owned.back());
+    }
+    auto run_ops = [&] {
+      for (size_t j = 0; j < ops.size(); ++j) {
+        char* b[kMaxOperands] = {};
+        OperandBases(ops[j].plan, op_out[j].p, op_args[j], b);
+        if (auto st = cuda::LaunchOp(ops[j], b, env); !st.ok()) {
+          std::fprintf(stderr, "%s op %zu: %s\n", k.name.c_str(), j, st.ToString().c_str());
+          std::exit(1);
+        }
+      }
+    };
+    row.opbyop = median_ms(run_ops);
+    // The results side by side.
+    std::vector<char> fused(static_cast<size_t>(out.bytes)), each(fused.size());
+    CHECK_CUDA(cudaMemcpy(fused.data(), out.p, fused.size(), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(each.data(), values.back().data, each.size(), cudaMemcpyDeviceToHost));
+    // And the CPU backend's evaluation of the same expression on the same values.
+    std::vector<std::vector<char>> host(in.size());
+    std::vector<TensorView> host_views = in;
+    for (size_t i = 0; i < in.size(); ++i) {
+      host[i].resize(static_cast<size_t>(in_bufs[i].bytes));
+      CHECK_CUDA(cudaMemcpy(host[i].data(), in_bufs[i].p, host[i].size(), cudaMemcpyDeviceToHost));
+      host_views[i].data = reinterpret_cast<const std::byte*>(host[i].data());
+    }
+    std::vector<char> cpu_out(fused.size());
+    {
+      static CpuBackend cpu(0);
+      auto hp = expr::PrepareExpression(k.text, {}, host_views, output);
+      if (!hp.ok() || !cpu.Run(*hp, host_views, reinterpret_cast<std::byte*>(cpu_out.data())).ok()) {
+        std::fprintf(stderr, "%s: CPU run failed\n", k.name.c_str());
+        return 1;
+      }
+    }
+    // float32 outputs: how many differ, and by how much at most.
+    auto compare = [&](const std::vector<char>& x, const std::vector<char>& y) {
+      int64_t differ = 0;
+      double worst = 0;
+      for (size_t at = 0; at + 4 <= x.size(); at += 4) {
+        float u, v;
+        std::memcpy(&u, x.data() + at, 4);
+        std::memcpy(&v, y.data() + at, 4);
+        if (std::memcmp(&u, &v, 4) != 0) {
+          ++differ;
+          worst = std::max(worst, static_cast<double>(std::fabs(u - v)));
+        }
+      }
+      return differ == 0 ? std::string("identical")
+                         : absl::StrFormat("%d differ, by %.2g at most", differ, worst);
+    };
+    row.check = absl::StrCat("one by one: ", compare(fused, each), "; CPU: ", compare(fused, cpu_out));
+    rows.push_back(row);
+  }
+
+  // PyTorch on the same expressions, in this invocation.
+  if (!torch_script.empty()) {
+    const std::string cmd = absl::StrCat("python3 ", torch_script, " --reps=", reps);
+    std::string outp;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      size_t n;
+      while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) outp.append(buf, n);
+      pclose(p);
+    }
+    std::istringstream lines(outp);
+    std::string line;
+    while (std::getline(lines, line)) {
+      char name[128];
+      double eager = 0, compiled = 0;
+      if (std::sscanf(line.c_str(), "%127s %lf %lf", name, &eager, &compiled) == 3) {
+        for (Row& r : rows) {
+          if (r.name == name) {
+            r.torch_eager = eager;
+            r.torch_compiled = compiled;
+          }
+        }
+      } else {
+        std::fprintf(stderr, "torch: %s\n", line.c_str());
+      }
+    }
+  }
+
+  std::string md = absl::StrFormat(
+      "| case | fused ms | GB/s | %% of copy | ops one by one ms | fused speedup | torch eager ms | "
+      "torch.compile ms | vs torch.compile | fused against |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    md += absl::StrFormat("| %s | %.3f | %.0f | %.1f%% | %.3f | %.2fx | %.3f | %.3f | %.2fx | %s |\n",
+                          r.name, r.fused, r.bytes / r.fused / 1e6, 100 * r.copy / r.fused,
+                          r.opbyop, r.opbyop / r.fused, r.torch_eager, r.torch_compiled,
+                          r.torch_compiled > 0 ? r.torch_compiled / r.fused : 0.0, r.check);
+  }
+
+  // A new expression: generation, NVRTC and loading, as the first request for it waits;
+  // and what a cached one adds on the host (generation, lookup), averaged.
+  {
+    cuda::ExprKernelCache fresh(cuda::ExprKernelCache::Options{});
+    const DevBuf x = Random(F32, 1 << 20, 3), y = Random(F32, 1 << 20, 4), z = Alloc(4 << 20);
+    const std::vector<TensorView> in = {View(x, F32, {1 << 20}), View(y, F32, {1 << 20})};
+    const char* texts[] = {"sigmoid(a * b + 1) * a", "tanh(a) * b - 2", "exp(-a * a) + b",
+                           "where(a > b, a, b * 0.5)", "clamp(a * b, min=0, max=6)",
+                           "log1p(abs(a)) / (b * b + 1)", "gelu(a) + silu(b)",
+                           "cast(a * 100, int32) // 7 + cast(b, int32)"};
+    std::vector<double> first_ms;
+    for (const char* text : texts) {
+      auto p = expr::PrepareExpression(text, {}, in);
+      if (!p.ok()) {
+        std::fprintf(stderr, "%s: %s\n", text, p.status().ToString().c_str());
+        return 1;
+      }
+      char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};
+      const auto t0 = std::chrono::steady_clock::now();
+      const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env, arch);
+      std::promise<void> done;
+      fresh.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
+        if (!r.ok()) std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+        done.set_value();
+      });
+      done.get_future().get();
+      first_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::vector<double> sorted = first_ms;
+    std::sort(sorted.begin(), sorted.end());
+    md += absl::StrFormat("\nFirst request for a new expression (generate, NVRTC, load), %zu expressions: "
+                          "median %.1f ms, min %.1f, max %.1f.\n",
+                          sorted.size(), sorted[sorted.size() / 2], sorted.front(), sorted.back());
+    // Cached: the chain over 2^26 elements, its launch prepared and found, 20000 times.
+    auto p = expr::PrepareExpression("sigmoid(a * b + 1) * a", {}, in);
+    char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};
+    const int kHits = 20000;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kHits; ++i) {
+      const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env, arch);
+      fresh.Get(l.source, arch, [](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>>) {});
+    }
+    const double hit_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kHits;
+    md += absl::StrFormat("A cached expression's host work per request (generate the source, find "
+                          "the kernel, build its arguments): %.2f us.\n", hit_us);
+  }
+  std::printf("%s", md.c_str());
+  if (!md_path.empty()) {
+    if (FILE* f = std::fopen(md_path.c_str(), "w")) {
+      std::fputs(md.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  return 0;
+}
