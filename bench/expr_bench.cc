@@ -107,11 +107,13 @@ int main(int argc, char** argv) {
   using namespace tc;
   std::string torch_script, md_path;
   int reps = 50;
+  bool sweep = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--torch=", 0) == 0) torch_script = a.substr(8);
     else if (a.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(a.c_str() + 7));
     else if (a.rfind("--markdown=", 0) == 0) md_path = a.substr(11);
+    else if (a == "--sweep") sweep = true;
     else {
       std::fprintf(stderr, "usage: %s [--torch=torch_expressions.py] [--reps=R] [--markdown=FILE]\n", argv[0]);
       return 2;
@@ -224,6 +226,36 @@ int main(int argc, char** argv) {
     row.bytes = prepared->plan.out_storage_bytes;
     for (const TensorView& v : in) row.bytes += Numel(v.shape) * ItemSize(v.dtype);
     row.copy = copy_ms(row.bytes);
+    // --sweep: the same expression with other pack widths and packs per thread than the
+    // walk ChooseWalk picks, for choosing that rule.
+    const rtc::Walk chosen = rtc::ChooseWalk(program, base);
+    if (sweep && chosen.kind == rtc::Walk::kRows && chosen.vector > 1) {
+      for (int v : {chosen.vector, 2 * chosen.vector}) {
+        for (int u : {1, 2}) {
+          rtc::Walk w = chosen;
+          w.vector = v;
+          w.unroll = u;
+          cuda::ExprLaunch l;
+          l.source = rtc::GenerateSource(program, w);
+          l.arch = arch;
+          l.params.push_back(rtc::WalkArgs(program, w, base, env.multiprocessors, &l.geometry));
+          l.params.push_back(rtc::EvaluatorParam(program, env.error));
+          const auto t0 = std::chrono::steady_clock::now();
+          std::promise<std::shared_ptr<const cuda::ExprKernel>> kp;
+          cache.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
+            if (!r.ok()) std::exit(1);
+            kp.set_value(*r);
+          });
+          const auto kern = kp.get_future().get();
+          const double compile_ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          const double ms = median_ms([&] { (void)cuda::LaunchExpr(l, *kern, stream); });
+          std::printf("sweep %-22s V=%d U=%d %s: %.3f ms, %.1f%% of copy, compiled in %.0f ms\n",
+                      k.name.c_str(), v, u, v == chosen.vector && u == chosen.unroll ? "(chosen)" : "        ",
+                      ms, 100 * row.copy / ms, compile_ms);
+        }
+      }
+    }
 
     // The same ops one by one, as separate requests would run them on the device.
     auto tree = expr::Parse(k.text, expr::DefaultInputNames(static_cast<int>(in.size())));

@@ -265,20 +265,43 @@ Walk ChooseWalk(const Program& p, char* const* base) {
     for (int k = 0; k < it.num_operands && aligned; ++k) {
       const int64_t item = ItemSize(OperandType(p, k));
       if (it.strides[k][0] != item) continue;
-      const int64_t bytes = item * v;
+      // A pack is aligned to its size, up to 16 bytes (wider ones are several accesses).
+      const int64_t bytes = std::min<int64_t>(item * v, 16);
       aligned = reinterpret_cast<uintptr_t>(base[k]) % static_cast<uintptr_t>(bytes) == 0 &&
                 (it.ndim < 2 || it.strides[k][1] % bytes == 0);
     }
     if (aligned) break;
   }
   w.vector = v;
-  // Packs per thread and step: two keep more bytes in flight (H100: a row-broadcast chain of
-  // five cheap ops at 93% of copy with two, 66% with one), but each is another inlined copy
-  // of the tree, and a tree with transcendental functions then takes NVRTC about 25% longer
-  // (sigmoid(a * b + 1) * a: 117 against 92 ms on the 2-core machine) for a few percent.
+  // Bytes in flight per thread, against NVRTC's time (each element of a pack and each pack
+  // per thread is another inlined copy of the tree). Measured on the H100 (--sweep of
+  // tensorcompute-expr-bench, % of a copy of the same bytes):
+  // - rows broadcast along a second dim ([8192, 8192] with [8192] rows) need 64 bytes of
+  //   each float32 operand per thread: sigmoid(a * b + c) * d at 85% with 16 (V=4 U=1), 88%
+  //   with 32 (V=8 U=1), 102% with 64 (V=8 U=2); (a - 0.5) * 1.7 * b + c at 84%, 85% and 97%;
+  // - one long row (contiguous data) is at 103-104% of copy with 16 bytes already, so a tree
+  //   with transcendental functions keeps one pack (NVRTC: sigmoid(a * b + 1) * a in 92
+  //   instead of 117 ms on the 2-core machine), cheaper trees two; float16 inputs with a
+  //   float32 output did best with one pack of four (89%, against 65-85% with more).
   bool heavy = false;
   for (const Node& n : p.expression.nodes) heavy = heavy || (n.kind == NodeKind::kCall && Functor(n.op->index).heavy);
-  w.unroll = v > 1 && heavy ? 1 : 2;
+  const bool several_rows = it.ndim == 2 && it.sizes[1] > 1;
+  if (v > 1 && several_rows) {
+    // Twice the pack, where every dense operand's row starts stay aligned for it.
+    bool wider = it.sizes[0] >= 2 * v;
+    for (int k = 0; k < it.num_operands && wider; ++k) {
+      const int64_t item = ItemSize(OperandType(p, k));
+      if (it.strides[k][0] != item) continue;
+      const int64_t bytes = std::min<int64_t>(item * 2 * v, 16);
+      wider = reinterpret_cast<uintptr_t>(base[k]) % static_cast<uintptr_t>(bytes) == 0 &&
+              it.strides[k][1] % bytes == 0;
+    }
+    if (wider) v *= 2;
+    w.vector = v;
+    w.unroll = 2;
+  } else {
+    w.unroll = v > 1 && heavy ? 1 : 2;
+  }
   return w;
 }
 
