@@ -94,14 +94,6 @@ void AppendEvaluator(const Program& p, std::string* s) {
     absl::StrAppend(s, k > 1 ? ", " : "", TypeName(OperandType(p, k)), " x", k);
   }
   absl::StrAppend(s, ") const {\n", body, "    return v", e.root(), ";\n  }\n};\n\n");
-  // One element out of line, for the rows' partial last packs: the tree's code once more,
-  // not once per call site (NVRTC's time grows with every inlined copy).
-  absl::StrAppend(s, "__device__ __noinline__ ", TypeName(p.out_dtype),
-                  " Element(const Evaluator& e", NumInputs(p) > 0 ? ", " : "");
-  for (int k = 1; k <= NumInputs(p); ++k) {
-    absl::StrAppend(s, k > 1 ? ", " : "", TypeName(OperandType(p, k)), " x", k);
-  }
-  absl::StrAppend(s, ") {\n  return e(", Inputs(NumInputs(p), "x", ""), ");\n}\n\n");
 }
 
 // The kernel's parameters: the walk's arguments, then the evaluator itself (its literals and
@@ -126,14 +118,6 @@ void AppendRowsKernel(const Program& p, const Walk& w, std::string* s) {
     absl::StrAppend(s, "    ", k == 0 ? "" : "const ", "char* row", k, " = a.base[", k,
                     "] + r * a.row_stride[", k, "];\n");
   }
-  // One element at column c, for the partial pack (and every element when V is 1).
-  std::string element = absl::StrCat("*reinterpret_cast<", TypeName(p.out_dtype),
-                                     "*>(row0 + c * a.step[0]) = Element(e, ");
-  for (int k = 1; k < nops; ++k) {
-    absl::StrAppend(&element, k > 1 ? ", " : "", "*reinterpret_cast<const ",
-                    TypeName(OperandType(p, k)), "*>(row", k, " + c * a.step[", k, "])");
-  }
-  absl::StrAppend(&element, ");");
   absl::StrAppend(s, "    for (long long p0 = blockIdx.x * tile + threadIdx.x; p0 < packs;"
                      " p0 += gridDim.x * tile) {\n");
   if (V == 1) {
@@ -167,23 +151,38 @@ void AppendRowsKernel(const Program& p, const Walk& w, std::string* s) {
       }
     }
     s->insert(s->rfind("    for (long long p0"), ones);
+    // A row's last, partial pack is loaded element by element, its missing elements copies
+    // of the row's last one (so they raise nothing the real ones do not), and evaluated by
+    // the same code as the full packs: the tree is compiled V * U times, not once more.
     absl::StrAppend(s, "#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
                     "        const long long q = p0 + u * static_cast<long long>(blockDim.x);\n",
                     "        if (q < full) {\n");
+    std::string partial;
     for (int k = 1; k < nops; ++k) {
       if (p.space.strides[k][0] == 0) continue;
-      absl::StrAppend(s, "          x", k, "[u] = reinterpret_cast<const tc::rtc::Pack<",
-                      TypeName(OperandType(p, k)), ", V>*>(row", k, ")[q];\n");
+      const char* t = TypeName(OperandType(p, k));
+      absl::StrAppend(s, "          x", k, "[u] = reinterpret_cast<const tc::rtc::Pack<", t,
+                      ", V>*>(row", k, ")[q];\n");
+      absl::StrAppend(&partial, "            x", k, "[u].v[j] = *reinterpret_cast<const ", t,
+                      "*>(row", k, " + c * a.step[", k, "]);\n");
     }
-    absl::StrAppend(s, "        }\n      }\n#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
+    absl::StrAppend(s, "        } else if (q < packs) {\n#pragma unroll\n",
+                    "          for (int j = 0; j < V; ++j) {\n",
+                    "            const long long c = min(q * V + j, a.cols - 1);\n", partial,
+                    "          }\n        }\n      }\n");
+    const char* out = TypeName(p.out_dtype);
+    absl::StrAppend(s, "#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
                     "        const long long q = p0 + u * static_cast<long long>(blockDim.x);\n",
-                    "        if (q < full) {\n",
-                    "          tc::rtc::Pack<", TypeName(p.out_dtype), ", V> y;\n",
+                    "        if (q < packs) {\n",
+                    "          tc::rtc::Pack<", out, ", V> y;\n",
                     "#pragma unroll\n          for (int j = 0; j < V; ++j) y.v[j] = e(", args, ");\n",
-                    "          reinterpret_cast<tc::rtc::Pack<", TypeName(p.out_dtype), ", V>*>(row0)[q] = y;\n",
-                    "        } else if (q < packs) {\n",
-                    "          for (long long c = q * V; c < a.cols; ++c) ", element, "\n",
-                    "        }\n      }\n");
+                    "          if (q < full) {\n",
+                    "            reinterpret_cast<tc::rtc::Pack<", out, ", V>*>(row0)[q] = y;\n",
+                    "          } else {\n#pragma unroll\n",
+                    "            for (int j = 0; j < V; ++j) {\n",
+                    "              if (q * V + j < a.cols) *reinterpret_cast<", out,
+                    "*>(row0 + (q * V + j) * a.step[0]) = y.v[j];\n",
+                    "            }\n          }\n        }\n      }\n");
   }
   absl::StrAppend(s, "    }\n  }\n}\n");
 }
@@ -249,17 +248,20 @@ Walk ChooseWalk(const Program& p, char* const* base) {
   w.kind = Walk::kRows;
   // 16 bytes of the widest dense operand per access, where every dense operand's rows start
   // aligned for it; any other step runs element by element.
-  int widest = 1;
+  // Mixed widths (float16 inputs, a float32 output) take 16 bytes of the narrowest, so up
+  // to 32 of the widest.
+  int widest = 1, narrowest = 16;
   bool packable = true;
   for (int k = 0; k < it.num_operands; ++k) {
     const int64_t item = ItemSize(OperandType(p, k)), step = it.strides[k][0];
     if (step == item) {
       widest = std::max<int>(widest, static_cast<int>(item));
+      narrowest = std::min<int>(narrowest, static_cast<int>(item));
     } else if (step != 0 || k == 0) {
       packable = false;
     }
   }
-  int v = packable ? 16 / widest : 1;
+  int v = packable ? std::min(16 / narrowest, 32 / widest) : 1;
   for (; v > 1; v /= 2) {
     bool aligned = true;
     for (int k = 0; k < it.num_operands && aligned; ++k) {
@@ -281,14 +283,16 @@ Walk ChooseWalk(const Program& p, char* const* base) {
   //   with 32 (V=8 U=1), 102% with 64 (V=8 U=2); (a - 0.5) * 1.7 * b + c at 84%, 85% and 97%;
   // - one long row (contiguous data) is at 103-104% of copy with 16 bytes already, so a tree
   //   with transcendental functions keeps one pack (NVRTC: sigmoid(a * b + 1) * a in 92
-  //   instead of 117 ms on the 2-core machine), cheaper trees two; float16 inputs with a
-  //   float32 output did best with one pack of four (89%, against 65-85% with more).
+  //   instead of 117 ms on the 2-core machine), cheaper trees two;
+  // - float16 inputs with a float32 output: one pack of 16 bytes of the inputs (V=8) at
+  //   102%, against 91% with V=4 U=1 and 85% with V=8 U=2.
   bool heavy = false;
   for (const Node& n : p.expression.nodes) heavy = heavy || (n.kind == NodeKind::kCall && Functor(n.op->index).heavy);
   const bool several_rows = it.ndim == 2 && it.sizes[1] > 1;
   if (v > 1 && several_rows) {
-    // Twice the pack, where every dense operand's row starts stay aligned for it.
-    bool wider = it.sizes[0] >= 2 * v;
+    // Twice the pack (up to 32 bytes of the widest), where every dense operand's row starts
+    // stay aligned for it.
+    bool wider = it.sizes[0] >= 2 * v && 2 * v * widest <= 32;
     for (int k = 0; k < it.num_operands && wider; ++k) {
       const int64_t item = ItemSize(OperandType(p, k));
       if (it.strides[k][0] != item) continue;
@@ -300,7 +304,7 @@ Walk ChooseWalk(const Program& p, char* const* base) {
     w.vector = v;
     w.unroll = 2;
   } else {
-    w.unroll = v > 1 && heavy ? 1 : 2;
+    w.unroll = v > 1 && (heavy || v * widest > 16) ? 1 : 2;
   }
   return w;
 }

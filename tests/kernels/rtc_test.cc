@@ -144,5 +144,36 @@ TEST(ExpressionKernels, ParametersCarryLiteralsInTheirComputeTypes) {
   EXPECT_EQ(alpha, 1.0);
 }
 
+// Packs of 16 bytes of the widest operand; with mixed widths 16 bytes of the narrowest (up to
+// 32 of the widest); rows repeated along a second dim twice that, up to 32 bytes.
+TEST(ExpressionKernels, PackWidthsFollowTheOperandsWidths) {
+  auto walk = [](DType in, DType out, const DimVector& shape) {
+    TensorView a;
+    a.dtype = in;
+    a.shape = shape;
+    a.strides = shape.size() == 1 ? DimVector{1} : DimVector{shape[1], 1};
+    a.storage_bytes = shape[0] * (shape.size() == 1 ? 1 : shape[1]) * ItemSize(in);
+    TensorView b = a;
+    b.shape = {shape.back()};
+    b.strides = {1};
+    b.storage_bytes = shape.back() * ItemSize(in);
+    OutputOptions o;
+    o.dtype = out;
+    auto p = expr::PrepareExpression("sigmoid(a * b)", {}, {a, b}, o);
+    EXPECT_TRUE(p.ok()) << p.status();
+    char* base[3] = {reinterpret_cast<char*>(4096), reinterpret_cast<char*>(8192),
+                     reinterpret_cast<char*>(12288)};
+    return ChooseWalk(*p->expression, base);
+  };
+  EXPECT_EQ(walk(DType::kFloat32, DType::kFloat32, {4096}).vector, 4);
+  EXPECT_EQ(walk(DType::kFloat16, DType::kFloat16, {4096}).vector, 8);
+  const Walk mixed = walk(DType::kFloat16, DType::kFloat32, {4096});
+  EXPECT_EQ(mixed.vector, 8);
+  EXPECT_EQ(mixed.unroll, 1);
+  EXPECT_EQ(walk(DType::kFloat64, DType::kFloat32, {4096}).vector, 4);
+  EXPECT_EQ(walk(DType::kFloat32, DType::kFloat32, {64, 64}).vector, 8);
+  EXPECT_EQ(walk(DType::kFloat16, DType::kFloat32, {64, 64}).vector, 8);
+}
+
 }  // namespace
 }  // namespace tc::rtc
