@@ -11,6 +11,8 @@
 //   assemble the output), and through shared-memory regions (tensors already in regions; and
 //   copied in from ordinary memory and out again); GB/s counts the bytes of 2 inputs and 1
 //   output.
+// - expressions: sigmoid(a * b + c) * d as one expression request against the four op
+//   requests it replaces, inputs and outputs inline or resident (--expression_elements).
 #include <civetweb.h>
 
 #include <algorithm>
@@ -58,6 +60,10 @@ ABSL_FLAG(int, rss_gib, 0,
           "If set: a streamed add of two inputs of this many GiB each on a fresh server, "
           "reporting the server's peak resident memory above idle.");
 ABSL_FLAG(std::string, json, "", "Write the results here as JSON.");
+ABSL_FLAG(std::string, expression_elements, "1024,16777216",
+          "Sizes (float32 elements per tensor) of the expression runs: sigmoid(a * b + c) * d "
+          "as one expression request against four op requests; empty: none.");
+ABSL_FLAG(int, expression_reps, 0, "Repetitions of each expression run; 0: by size.");
 ABSL_FLAG(std::string, label, "", "Machine description for the results.");
 
 namespace {
@@ -405,6 +411,152 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
   return Seconds(std::chrono::steady_clock::now() - t0);
 }
 
+// ------------------------------------------------------- one expression against four ops
+
+struct ExprResult {
+  int64_t elements = 0;
+  std::string mode;
+  double four_ms = 0, one_ms = 0;
+  bool ok = false;
+};
+
+// n float32 in [-2, 2).
+v1::Tensor SmallFloats(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  for (float& x : v) x = static_cast<float>(static_cast<int>(rng() % 1000) - 500) / 250.0f;
+  v1::Tensor t;
+  t.set_dtype(v1::float32);
+  t.add_shape(n);
+  t.set_data(std::string(reinterpret_cast<const char*>(v.data()), static_cast<size_t>(n) * 4));
+  return t;
+}
+
+// A new resident tensor holding t's bytes; "" on failure.
+std::string UploadResident(v1::TensorService::Stub& stub, const v1::Tensor& t, int64_t chunk) {
+  grpc::ClientContext ctx;
+  Deadline(ctx);
+  v1::UploadResponse r;
+  auto w = stub.Upload(&ctx, &r);
+  v1::UploadRequest h;
+  v1::Tensor* meta = h.mutable_header()->mutable_tensor();
+  meta->set_dtype(t.dtype());
+  *meta->mutable_shape() = t.shape();
+  meta->set_storage_bytes(static_cast<int64_t>(t.data().size()));
+  bool good = w->Write(h);
+  for (size_t at = 0; good && at < t.data().size(); at += static_cast<size_t>(chunk)) {
+    v1::UploadRequest m;
+    m.mutable_chunk()->set_offset(static_cast<int64_t>(at));
+    m.mutable_chunk()->set_data(t.data().substr(at, static_cast<size_t>(chunk)));
+    good = w->Write(m);
+  }
+  w->WritesDone();
+  return Check(w->Finish(), "upload") ? r.tensor().handle() : std::string();
+}
+
+void Release(v1::TensorService::Stub& stub, const std::vector<std::string>& handles) {
+  grpc::ClientContext ctx;
+  Deadline(ctx);
+  v1::ReleaseRequest rel;
+  for (const std::string& h : handles) rel.add_handles(h);
+  v1::ReleaseResponse rr;
+  (void)Check(stub.Release(&ctx, rel, &rr), "release");
+}
+
+// sigmoid(a * b + c) * d over n float32 elements per tensor, as a client sends it: one
+// request carrying the expression, or four requests (mul, add, sigmoid, mul), each reply
+// an input of the next. Inline: every input and output crosses the connection; resident:
+// the four inputs are uploaded before timing and every output is kept on the server (the
+// handles released after each timed repetition, untimed). Medians of `reps`, the two
+// alternating; the two final outputs are compared byte for byte (inline) each repetition.
+std::vector<ExprResult> ExpressionAgainstFourOps(v1::TensorService::Stub& stub, int64_t n,
+                                                 int reps, int64_t chunk) {
+  std::vector<v1::Tensor> in;
+  for (uint64_t k = 0; k < 4; ++k) in.push_back(SmallFloats(n, 40 + k));
+  auto compute = [&](v1::ComputeRequest& req, v1::ComputeResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    return Check(stub.Compute(&ctx, req, resp), "compute");
+  };
+  std::vector<ExprResult> out;
+  for (const bool resident : {false, true}) {
+    ExprResult r;
+    r.elements = n;
+    r.mode = resident ? "resident inputs and outputs" : "inline inputs and outputs";
+    r.ok = true;
+    std::vector<v1::Tensor> args = in;
+    std::vector<std::string> inputs;
+    if (resident) {
+      for (const v1::Tensor& t : in) {
+        inputs.push_back(UploadResident(stub, t, chunk));
+        r.ok = r.ok && !inputs.back().empty();
+      }
+      for (size_t k = 0; k < 4; ++k) {
+        args[k] = v1::Tensor();
+        args[k].set_handle(inputs[k]);
+      }
+    }
+    std::vector<double> four, one;
+    for (int rep = 0; rep < reps && r.ok; ++rep) {
+      std::vector<std::string> made;
+      std::string four_bytes, one_bytes;
+      // Four requests.
+      auto t0 = std::chrono::steady_clock::now();
+      v1::Tensor value;
+      const char* ops[] = {"mul", "add", "sigmoid", "mul"};
+      for (int step = 0; step < 4 && r.ok; ++step) {
+        v1::ComputeRequest req;
+        req.set_op(ops[step]);
+        *req.add_inputs() = step == 0 ? args[0] : value;
+        if (step == 0) *req.add_inputs() = args[1];
+        if (step == 1) *req.add_inputs() = args[2];
+        if (step == 3) *req.add_inputs() = args[3];
+        req.set_keep_output_resident(resident);
+        v1::ComputeResponse resp;
+        r.ok = compute(req, &resp);
+        value = v1::Tensor();
+        if (resident) {
+          value.set_handle(resp.output().handle());
+          made.push_back(resp.output().handle());
+        } else {
+          value = std::move(*resp.mutable_output());
+        }
+      }
+      four.push_back(Seconds(std::chrono::steady_clock::now() - t0) * 1e3);
+      four_bytes = value.data();
+      // One expression.
+      t0 = std::chrono::steady_clock::now();
+      v1::ComputeRequest req;
+      req.set_expression("sigmoid(a * b + c) * d");
+      for (const v1::Tensor& t : args) *req.add_inputs() = t;
+      req.set_keep_output_resident(resident);
+      v1::ComputeResponse resp;
+      r.ok = r.ok && compute(req, &resp);
+      one.push_back(Seconds(std::chrono::steady_clock::now() - t0) * 1e3);
+      if (resident) {
+        made.push_back(resp.output().handle());
+        Release(stub, made);
+      } else {
+        one_bytes = resp.output().data();
+        if (one_bytes.size() != static_cast<size_t>(n) * 4 || one_bytes != four_bytes) {
+          std::fprintf(stderr, "expression %lld: the two outputs differ\n", static_cast<long long>(n));
+          r.ok = false;
+        }
+      }
+    }
+    if (resident) Release(stub, inputs);
+    if (!four.empty()) {
+      r.four_ms = Median(four);
+      r.one_ms = Median(one);
+    }
+    std::fprintf(stderr, "expression %lld elements, %s: four requests %.3f ms, one %.3f ms (%.2fx)%s\n",
+                 static_cast<long long>(n), r.mode.c_str(), r.four_ms, r.one_ms,
+                 r.one_ms > 0 ? r.four_ms / r.one_ms : 0.0, r.ok ? "" : " (ERRORS)");
+    out.push_back(r);
+  }
+  return out;
+}
+
 struct RssResult {
   double gib = 0, seconds = 0, gbps = 0;
   int64_t idle_kb = 0, peak_kb = 0;
@@ -685,6 +837,16 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::vector<ExprResult> expressions;
+  for (absl::string_view e : absl::StrSplit(absl::GetFlag(FLAGS_expression_elements), ',')) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(e, &n) || n <= 0) continue;
+    int reps = absl::GetFlag(FLAGS_expression_reps);
+    if (reps <= 0) reps = n <= (1 << 16) ? 300 : 7;
+    auto stub = v1::TensorService::NewStub(Channel(ours.target(), 300));
+    for (ExprResult& r : ExpressionAgainstFourOps(*stub, n, reps, chunk)) expressions.push_back(r);
+  }
+
   RssResult rss;
   if (const int gib = absl::GetFlag(FLAGS_rss_gib); gib > 0) {
     rss = StreamedAddRss(binary, flags, gib, chunk);
@@ -713,6 +875,18 @@ int main(int argc, char** argv) {
   for (const LargeResult& r : large) {
     std::printf("| %lld | %s | %s | %.3f | %.2f%s |\n", static_cast<long long>(r.mib),
                 r.service.c_str(), r.mode.c_str(), r.seconds, r.gbps, r.ok ? "" : " (errors)");
+  }
+
+  if (!expressions.empty()) {
+    std::printf("\nsigmoid(a * b + c) * d over float32 tensors: one expression request against "
+                "the four op requests (mul, add, sigmoid, mul) a client sends without it; median "
+                "ms per evaluation, one client, unary Compute:\n\n");
+    std::printf("| elements | mode | four requests ms | one expression ms | speedup |\n|---|---|---|---|---|\n");
+    for (const ExprResult& r : expressions) {
+      std::printf("| %lld | %s | %.3f | %.3f | %.2fx%s |\n", static_cast<long long>(r.elements),
+                  r.mode.c_str(), r.four_ms, r.one_ms, r.one_ms > 0 ? r.four_ms / r.one_ms : 0.0,
+                  r.ok ? "" : " (errors)");
+    }
   }
 
   if (rss.gib > 0) {
