@@ -34,11 +34,13 @@ std::string AttrValueToString(const AttrValue& v) {
 
 namespace {
 
-// Matches `v` to type `t`, converting an int to a float where a float is declared.
+// Matches `v` to type `t`, converting an int or a bool to a float where a float is declared
+// (as PyTorch takes add(x, y, alpha=2) or alpha=True).
 bool Coerce(AttrType t, AttrValue& v) {
   switch (t) {
     case AttrType::kFloat:
       if (auto* i = std::get_if<int64_t>(&v)) v = static_cast<double>(*i);
+      if (auto* b = std::get_if<bool>(&v)) v = *b ? 1.0 : 0.0;
       return std::holds_alternative<double>(v);
     case AttrType::kInt:
       return std::holds_alternative<int64_t>(v);

@@ -227,6 +227,11 @@ TEST(PrepareOp, ChecksOpArityDtypeAndAttributes) {
   ExpectInvalid(PrepareOp("add", two, {{"alpha", std::string("x")}}).status(),
                 "must be of type float");
   EXPECT_TRUE(PrepareOp("add", two, {{"alpha", int64_t{2}}}).ok());  // int where float is fine
+  EXPECT_TRUE(PrepareOp("add", two, {{"alpha", true}}).ok());        // and bool, as PyTorch's
+  TensorView flags = Contiguous({2});
+  flags.dtype = DType::kBool;
+  const TensorView bools[] = {flags, flags};
+  EXPECT_TRUE(PrepareOp("add", bools, {{"alpha", true}}).ok());
   TensorView i32 = Contiguous({2});
   i32.dtype = DType::kInt32;
   const TensorView ints[] = {i32, i32};
