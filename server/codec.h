@@ -47,6 +47,16 @@ absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view w
 // [p, p + n), counted from byte `base` of `what`'s storage.
 absl::Status CheckBoolBytes(const void* p, int64_t n, absl::string_view what, int64_t base = 0);
 
+// The bytes of a bool view's storage that its elements lie at (as byte offsets from the
+// storage's start), for checking those alone: a view may leave bytes it never reaches holding
+// anything. Empty when every byte is to be checked: the view reaches them all, or its
+// overlapping dims would take longer to walk than the storage is long.
+std::vector<bool> ReachedBytes(const TensorView& v);
+
+// CheckBoolBytes over the bytes `reached` marks (all of them when it is empty).
+absl::Status CheckBoolBytesReached(const void* p, int64_t n, const std::vector<bool>& reached,
+                                   absl::string_view what, int64_t base = 0);
+
 // Every tensor inline (DecodeInline), named "input i".
 absl::StatusOr<DecodedInputs> DecodeInputs(
     const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors);

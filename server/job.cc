@@ -70,7 +70,9 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
   // GPU memory cannot be read from here: its bool bytes are the caller's to keep 0 or 1 (any
   // other value only changes that caller's result).
   if (v.dtype == DType::kBool && (*r)->device == nullptr) {
-    if (auto s = CheckBoolBytes(v.data, v.storage_bytes, what); !s.ok()) return s;
+    if (auto s = CheckBoolBytesReached(v.data, v.storage_bytes, ReachedBytes(v), what); !s.ok()) {
+      return s;
+    }
   }
   return std::make_pair(std::move(v), *std::move(r));
 }
@@ -295,7 +297,10 @@ absl::Status ComputeJob::AcceptChunk(const v1::DataChunk& chunk) {
                                                    views_[i].storage_bytes, " bytes"));
   }
   if (views_[i].dtype == DType::kBool) {
-    if (auto b = CheckBoolBytes(chunk.data().data(), len, absl::StrCat("input ", i), have);
+    if (reached_.empty()) reached_.resize(views_.size());
+    if (have == 0) reached_[i] = ReachedBytes(views_[i]);
+    if (auto b = CheckBoolBytesReached(chunk.data().data(), len, reached_[i],
+                                       absl::StrCat("input ", i), have);
         !b.ok()) {
       return b;
     }

@@ -77,6 +77,9 @@ class ComputeJob {
   // device), and for streamed ones how many bytes have arrived (-1: not streamed).
   std::vector<runtime::StoragePtr> storages_;
   std::vector<int64_t> received_;
+  // Per streamed bool input, the bytes its view reaches (ReachedBytes), made with its first
+  // chunk.
+  std::vector<std::vector<bool>> reached_;
   // Inline blobs copied for alignment.
   std::vector<std::unique_ptr<std::string>> owned_;
   // Resident inputs, held so a Release during the request cannot free them; regions alike.

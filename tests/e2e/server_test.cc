@@ -112,6 +112,29 @@ TEST_F(ServerTest, StridedViewsWithOffsetsAndNegativeStrides) {
   EXPECT_EQ(Values(*out), (std::vector<float>{12, 11, 9, 8, 6, 5}));
 }
 
+// A strided bool view's unreached bytes may hold anything, inline and streamed alike.
+TEST_F(ServerTest, BoolViewsLeaveUnreachedBytesAlone) {
+  v1::ComputeRequest req;
+  req.set_op("logical_not");
+  v1::Tensor* t = req.add_inputs();
+  t->set_dtype(v1::bool_);
+  t->add_shape(3);
+  t->add_strides(2);
+  t->set_offset(1);
+  t->set_data(std::string("\xbd\x01\xbd\x00\xbd\x01", 6));  // bytes 1, 3, 5
+  for (const bool streamed : {false, true}) {
+    auto out = streamed ? client_->ComputeStreamed(req, 2) : client_->Compute(req);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->data(), std::string("\x00\x01\x00", 3)) << streamed;
+  }
+  t->set_offset(0);  // bytes 0, 2, 4
+  for (const bool streamed : {false, true}) {
+    auto out = streamed ? client_->ComputeStreamed(req, 2) : client_->Compute(req);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << streamed;
+    EXPECT_NE(out.status().message().find("byte 0 is 189"), std::string::npos) << out.status();
+  }
+}
+
 TEST_F(ServerTest, OutputDtypeAndLayoutOptions) {
   v1::ComputeRequest r;
   r.set_op("add");

@@ -45,6 +45,48 @@ TEST(Codec, ContiguousByDefault) {
   EXPECT_TRUE(d->owned.empty());
 }
 
+// Only the bytes a bool view reaches must be 0 or 1.
+TEST(Codec, BoolViewsAreCheckedWhereTheyReach) {
+  auto bools = [](const std::string& bytes, DimVector shape, DimVector strides, int64_t offset) {
+    v1::Tensor t;
+    t.set_dtype(v1::bool_);
+    for (int64_t d : shape) t.add_shape(d);
+    for (int64_t s : strides) t.add_strides(s);
+    t.set_offset(offset);
+    t.set_data(bytes);
+    return t;
+  };
+  // Every other byte, from the last one backwards: bytes 5, 3, 1.
+  const std::string storage("\xbd\x01\xbd\x00\xbd\x01", 6);
+  google::protobuf::RepeatedPtrField<v1::Tensor> ts;
+  *ts.Add() = bools(storage, {3}, {-2}, 5);
+  EXPECT_TRUE(DecodeInputs(ts).ok());
+  // The same bytes, read whole or from byte 0 on: byte 0 is 189.
+  ts.Clear();
+  *ts.Add() = bools(storage, {3}, {2}, 0);
+  EXPECT_EQ(DecodeInputs(ts).status().message(),
+            "input 0: byte 0 is 189, but bool elements must be 0 or 1");
+  ts.Clear();
+  *ts.Add() = bools(storage, {6}, {}, 0);
+  EXPECT_FALSE(DecodeInputs(ts).ok());
+  // Broadcast dims and overlaps reach what their moving dims reach.
+  ts.Clear();
+  *ts.Add() = bools(storage, {4, 2, 3}, {0, 0, 2}, 1);
+  EXPECT_TRUE(DecodeInputs(ts).ok());
+
+  TensorView v;
+  v.dtype = DType::kBool;
+  v.shape = {2, 2};
+  v.strides = {3, 1};
+  v.offset = 1;
+  v.storage_bytes = 6;
+  EXPECT_EQ(ReachedBytes(v), (std::vector<bool>{false, true, true, false, true, true}));
+  v.shape = {6};
+  v.strides = {1};
+  v.offset = 0;
+  EXPECT_TRUE(ReachedBytes(v).empty());  // all of them
+}
+
 TEST(Codec, RejectsMalformedTensors) {
   v1::Tensor t = Floats({2, 3}, {1, 2, 3, 4, 5});
   ExpectInvalid(DecodeOne(t), "reach elements 0..5, but the storage holds 5");
