@@ -190,6 +190,9 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
     case TypeRule::kPromoteToFloat:
       if (!IsFloating(compute)) compute = out = DType::kFloat32;
       break;
+    case TypeRule::kBoolToInt64:
+      if (compute == DType::kBool) compute = out = DType::kInt64;
+      break;
     case TypeRule::kToBool:
       out = DType::kBool;
       break;

@@ -108,6 +108,9 @@ absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
       case TypeRule::kPromoteToFloat:
         if (!IsFloating(t.result)) t.compute = t.dtype = DType::kFloat32;
         break;
+      case TypeRule::kBoolToInt64:
+        if (t.result == DType::kBool) t.compute = t.dtype = DType::kInt64;
+        break;
       case TypeRule::kToBool:
         t.dtype = DType::kBool;
         break;

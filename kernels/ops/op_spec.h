@@ -30,6 +30,9 @@ enum class TypeRule : uint8_t {
   kPromote,
   // Like kPromote, but bool and integer result types compute in float32 (div, exp...).
   kPromoteToFloat,
+  // Like kPromote, but a bool result type computes and outputs int64 (square, as PyTorch's
+  // pow(a, 2) does).
+  kBoolToInt64,
   // Compute in the result type, output bool (eq, logical_and, isnan...).
   kToBool,
   // Compute in the input's dtype, output the `dtype` attribute (cast).

@@ -31,9 +31,9 @@ TC_UNARY_OP(NegOp,
             ("neg", kNumericTypes, "-a (integers wrap)"),
             kNumericTypes, T, { return math::WrapNeg(a); })
 TC_UNARY_OP(AbsOp,
-            ("abs", kNumericTypes, "|a| (abs of the most negative integer wraps)"),
-            kNumericTypes, T, {
-  if constexpr (std::is_unsigned_v<T>) {
+            ("abs", kAllTypes, "|a| (abs of the most negative integer wraps; bool unchanged)"),
+            kAllTypes, T, {
+  if constexpr (std::is_unsigned_v<T> || kIsBool<T>) {
     return a;
   } else if constexpr (kIsInt<T>) {
     return a < 0 ? math::WrapNeg(a) : a;
@@ -41,10 +41,16 @@ TC_UNARY_OP(AbsOp,
     return std::fabs(a);
   }
 })
-// NaN gives 0, as PyTorch's sign does.
+// NaN gives 0, as PyTorch's sign does; bool is unchanged.
 TC_UNARY_OP(SignOp,
-            ("sign", kNumericTypes, "-1, 0 or 1; NaN gives 0"),
-            kNumericTypes, T, { return static_cast<T>((T(0) < a) - math::IsNegative(a)); })
+            ("sign", kAllTypes, "-1, 0 or 1; NaN gives 0; bool unchanged"),
+            kAllTypes, T, {
+  if constexpr (kIsBool<T>) {
+    return a;
+  } else {
+    return static_cast<T>((T(0) < a) - math::IsNegative(a));
+  }
+})
 // NaN stays NaN.
 TC_UNARY_OP(ReluOp,
             ("relu", kNumericTypes, "max(a, 0); NaN stays NaN"),
@@ -77,7 +83,7 @@ TC_UNARY_OP(ReciprocalOp,
             ("reciprocal", kAllTypes, "1 / a", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return T(1) / a; })
 TC_UNARY_OP(SquareOp,
-            ("square", kNumericTypes, "a * a (integers wrap)"),
+            ("square", kAllTypes, "a * a (integers wrap; bool gives int64)", TypeRule::kBoolToInt64),
             kNumericTypes, T, { return math::WrapMul(a, a); })
 TC_UNARY_FLOAT_ROW_OP(SinOp,
             ("sin", kAllTypes, "sine", TypeRule::kPromoteToFloat),

@@ -297,8 +297,8 @@ std::vector<Op> Ops(std::mt19937_64& rng) {
     add({name, 1, Kind::kToFloat, kAll, [=](const double* x) { return f(x[0]); }, inone, {}, -1, -1, -1, tol});
   };
   add({"neg", 1, Kind::kSame, kNum, [](const double* x) { return -x[0]; }, [](const int64_t* x) { return -I(x[0]); }});
-  add({"abs", 1, Kind::kSame, kNum, [](const double* x) { return std::fabs(x[0]); }, [](const int64_t* x) { return x[0] < 0 ? -I(x[0]) : I(x[0]); }});
-  add({"sign", 1, Kind::kSame, kNum, [](const double* x) { return double((x[0] > 0) - (x[0] < 0)); }, [](const int64_t* x) { return I((x[0] > 0) - (x[0] < 0)); }});
+  add({"abs", 1, Kind::kSame, kAll, [](const double* x) { return std::fabs(x[0]); }, [](const int64_t* x) { return x[0] < 0 ? -I(x[0]) : I(x[0]); }});
+  add({"sign", 1, Kind::kSame, kAll, [](const double* x) { return double((x[0] > 0) - (x[0] < 0)); }, [](const int64_t* x) { return I((x[0] > 0) - (x[0] < 0)); }});
   add({"relu", 1, Kind::kSame, kNum, [](const double* x) { return std::isnan(x[0]) ? x[0] : std::max(x[0], 0.0); }, [](const int64_t* x) { return I(std::max<int64_t>(x[0], 0)); }});
   add({"leaky_relu", 1, Kind::kSame, kFloat, [=](const double* x) { return x[0] > 0 ? x[0] : slope * x[0]; }, inone, {{"negative_slope", slope}}});
   unary_f("sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); });
@@ -310,7 +310,7 @@ std::vector<Op> Ops(std::mt19937_64& rng) {
   unary_f("sqrt", [](double v) { return std::sqrt(v); }, 1);
   unary_f("rsqrt", [](double v) { return 1 / std::sqrt(v); });
   unary_f("reciprocal", [](double v) { return 1 / v; }, 1);
-  add({"square", 1, Kind::kSame, kNum, [](const double* x) { return x[0] * x[0]; }, [](const int64_t* x) { return I(x[0]) * x[0]; }});
+  add({"square", 1, Kind::kBoolToInt64, kAll, [](const double* x) { return x[0] * x[0]; }, [](const int64_t* x) { return I(x[0]) * x[0]; }});
   unary_f("sin", [](double v) { return std::sin(v); });
   unary_f("cos", [](double v) { return std::cos(v); });
   unary_f("erf", [](double v) { return std::erf(v); });

@@ -40,7 +40,7 @@ Value ConvertTo(DType t, const Value& v);
 // PyTorch's promotion table, written out.
 DType Promote(DType a, DType b);
 
-enum class Kind { kSame, kToFloat, kToBool, kCast, kQuantized };
+enum class Kind { kSame, kToFloat, kToBool, kCast, kQuantized, kBoolToInt64 };
 
 struct Op {
   std::string name;
