@@ -14,14 +14,9 @@ import torch
 from tensorcompute.v1 import tensor_service_pb2 as pb
 from tensorcompute.v1 import tensor_service_pb2_grpc as pb_grpc
 from harness import start_server, stop_server
+from torch_wire import DTYPES, from_pb
 
 ARGS = None
-DTYPES = {
-    torch.bool: "bool", torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16",
-    torch.int32: "int32", torch.int64: "int64", torch.float16: "float16",
-    torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
-}
-BY_NAME = {v: k for k, v in DTYPES.items()}
 
 
 def to_pb(t: torch.Tensor) -> pb.Tensor:
@@ -29,18 +24,6 @@ def to_pb(t: torch.Tensor) -> pb.Tensor:
     raw = t.view(torch.int16) if t.dtype in (torch.float16, torch.bfloat16) else t
     return pb.Tensor(dtype=pb.DType.Value(DTYPES[t.dtype]), shape=list(t.shape),
                      data=raw.numpy().tobytes())
-
-
-def from_pb(m: pb.Tensor) -> torch.Tensor:
-    name = pb.DType.Name(m.dtype)
-    dtype = BY_NAME[name]
-    size = torch.empty((), dtype=dtype).element_size()
-    n = len(m.data) // size
-    if n == 0:
-        return torch.empty(tuple(m.shape), dtype=dtype)
-    raw_dtype = torch.int16 if dtype in (torch.float16, torch.bfloat16) else dtype
-    flat = torch.frombuffer(bytearray(m.data), dtype=raw_dtype).view(dtype)
-    return torch.as_strided(flat, tuple(m.shape), tuple(m.strides), m.offset).clone()
 
 
 class AgainstTorch(unittest.TestCase):

@@ -35,14 +35,9 @@ import torch
 from tensorcompute.v1 import tensor_service_pb2 as pb
 from tensorcompute.v1 import tensor_service_pb2_grpc as pb_grpc
 from harness import start_server, stop_server
+from torch_wire import DTYPES, from_pb
 
 ARGS = None
-DTYPES = {
-    torch.bool: "bool", torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16",
-    torch.int32: "int32", torch.int64: "int64", torch.float16: "float16",
-    torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
-}
-BY_NAME = {v: k for k, v in DTYPES.items()}
 
 # Refusals that are documented differences (README, "Semantics"), by the op and a piece of the
 # server's message.
@@ -90,18 +85,6 @@ def to_pb(t: torch.Tensor) -> pb.Tensor:
     data, strides, offset = storage_of(t)
     return pb.Tensor(dtype=pb.DType.Value(DTYPES[t.dtype]), shape=list(t.shape),
                      strides=strides, offset=offset, data=data)
-
-
-def from_pb(m: pb.Tensor) -> torch.Tensor:
-    dtype = BY_NAME[pb.DType.Name(m.dtype)]
-    size = torch.empty((), dtype=dtype).element_size()
-    if len(m.data) == 0:
-        return torch.empty(tuple(m.shape), dtype=dtype)
-    raw_dtype = torch.int16 if dtype in (torch.float16, torch.bfloat16) else dtype
-    flat = torch.frombuffer(bytearray(m.data), dtype=raw_dtype).view(dtype)
-    strides = tuple(m.strides) if m.strides else torch.empty(tuple(m.shape)).stride()
-    assert len(m.data) // size >= 1
-    return torch.as_strided(flat, tuple(m.shape), strides, m.offset).clone()
 
 
 def attribute(v):
