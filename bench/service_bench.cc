@@ -310,6 +310,16 @@ bool Check(const grpc::Status& s, const char* step) {
   return s.ok();
 }
 
+// Frees resident tensors; false, with the reason on stderr, if that failed.
+bool Release(v1::TensorService::Stub& stub, const std::vector<std::string>& handles) {
+  grpc::ClientContext ctx;
+  Deadline(ctx);
+  v1::ReleaseRequest rel;
+  for (const std::string& h : handles) rel.add_handles(h);
+  v1::ReleaseResponse rr;
+  return Check(stub.Release(&ctx, rel, &rr), "release");
+}
+
 // The tensor spread over several connections: parts uploaded in parallel into reserved
 // resident tensors, one Compute on the handles (output kept resident), parts downloaded in
 // parallel, then released.
@@ -394,15 +404,8 @@ double SpreadOverConnections(const std::vector<std::unique_ptr<v1::TensorService
     }
     if (!Check(r->Finish(), "download")) good = false;
   });
-  {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::ReleaseRequest rel;
-    for (const std::string& h : handles) rel.add_handles(h);
-    rel.add_handles(cresp.output().handle());
-    v1::ReleaseResponse rr;
-    if (!Check(stubs[0]->Release(&ctx, rel, &rr), "release")) good = false;
-  }
+  handles.push_back(cresp.output().handle());
+  if (!Release(*stubs[0], handles)) good = false;
   if (got != out_bytes) {
     std::fprintf(stderr, "download: %lld of %lld bytes\n", static_cast<long long>(got.load()),
                  static_cast<long long>(out_bytes));
@@ -452,15 +455,6 @@ std::string UploadResident(v1::TensorService::Stub& stub, const v1::Tensor& t, i
   }
   w->WritesDone();
   return Check(w->Finish(), "upload") ? r.tensor().handle() : std::string();
-}
-
-void Release(v1::TensorService::Stub& stub, const std::vector<std::string>& handles) {
-  grpc::ClientContext ctx;
-  Deadline(ctx);
-  v1::ReleaseRequest rel;
-  for (const std::string& h : handles) rel.add_handles(h);
-  v1::ReleaseResponse rr;
-  (void)Check(stub.Release(&ctx, rel, &rr), "release");
 }
 
 // sigmoid(a * b + c) * d over n float32 elements per tensor, as a client sends it: one
@@ -535,7 +529,7 @@ std::vector<ExprResult> ExpressionAgainstFourOps(v1::TensorService::Stub& stub, 
       one.push_back(Seconds(std::chrono::steady_clock::now() - t0) * 1e3);
       if (resident) {
         made.push_back(resp.output().handle());
-        Release(stub, made);
+        (void)Release(stub, made);
       } else {
         one_bytes = resp.output().data();
         if (one_bytes.size() != static_cast<size_t>(n) * 4 || one_bytes != four_bytes) {
@@ -544,7 +538,7 @@ std::vector<ExprResult> ExpressionAgainstFourOps(v1::TensorService::Stub& stub, 
         }
       }
     }
-    if (resident) Release(stub, inputs);
+    if (resident) (void)Release(stub, inputs);
     if (!four.empty()) {
       r.four_ms = Median(four);
       r.one_ms = Median(one);

@@ -96,6 +96,10 @@ absl::Status CheckBoolBytesReached(const void* p, int64_t n, const std::vector<b
   return absl::OkStatus();
 }
 
+absl::Status CheckBoolView(const TensorView& v, absl::string_view what) {
+  return CheckBoolBytesReached(v.data, v.storage_bytes, ReachedBytes(v), what);
+}
+
 absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
                                         std::vector<std::unique_ptr<std::string>>& owned) {
   auto v = DecodeView(t, what);
@@ -109,10 +113,7 @@ absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view w
   v->storage_bytes = static_cast<int64_t>(blob->size());
   if (auto s = ValidateView(*v, what); !s.ok()) return s;
   if (v->dtype == DType::kBool) {
-    if (auto s = CheckBoolBytesReached(blob->data(), v->storage_bytes, ReachedBytes(*v), what);
-        !s.ok()) {
-      return s;
-    }
+    if (auto s = CheckBoolView(*v, what); !s.ok()) return s;
   }
   return v;
 }

@@ -57,6 +57,9 @@ std::vector<bool> ReachedBytes(const TensorView& v);
 absl::Status CheckBoolBytesReached(const void* p, int64_t n, const std::vector<bool>& reached,
                                    absl::string_view what, int64_t base = 0);
 
+// A bool view over bytes at hand (v.data holds its storage_bytes): the bytes it reaches.
+absl::Status CheckBoolView(const TensorView& v, absl::string_view what);
+
 // Every tensor inline (DecodeInline), named "input i".
 absl::StatusOr<DecodedInputs> DecodeInputs(
     const google::protobuf::RepeatedPtrField<v1::Tensor>& tensors);

@@ -70,9 +70,7 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
   // GPU memory cannot be read from here: its bool bytes are the caller's to keep 0 or 1 (any
   // other value only changes that caller's result).
   if (v.dtype == DType::kBool && (*r)->device == nullptr) {
-    if (auto s = CheckBoolBytesReached(v.data, v.storage_bytes, ReachedBytes(v), what); !s.ok()) {
-      return s;
-    }
+    if (auto s = CheckBoolView(v, what); !s.ok()) return s;
   }
   return std::make_pair(std::move(v), *std::move(r));
 }
