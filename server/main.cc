@@ -83,7 +83,8 @@ ABSL_FLAG(std::string, unix_socket, "",
           "skip the TCP stack. Empty: TCP only.");
 ABSL_FLAG(std::string, region_socket, "auto",
           "Unix socket where same-host clients register shared-memory regions: a path, "
-          "'@name' (abstract namespace), 'auto' ('@tensorcompute-PORT'), or 'off'.");
+          "'@name' (abstract namespace), 'auto' ('@tensorcompute-PORT', or -PORT-PID when "
+          "that is taken), or 'off'.");
 ABSL_FLAG(int64_t, region_quota_bytes, int64_t{64} << 30,
           "Bytes of shared-memory regions one client may have registered.");
 ABSL_FLAG(int, region_max_count, 256, "Shared-memory regions one client may have registered.");
@@ -455,12 +456,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (regions != nullptr) {
-    const std::string at = region_socket == "auto"
-                               ? absl::StrCat("@tensorcompute-", bound_port)
-                               : region_socket;
-    if (absl::Status s = regions->Listen(at); !s.ok()) {
-      Fail(absl::StrCat("--region_socket: ", s.message()), 1);
+    std::string at = region_socket == "auto" ? absl::StrCat("@tensorcompute-", bound_port)
+                                             : region_socket;
+    absl::Status listening = regions->Listen(at);
+    if (!listening.ok() && region_socket == "auto") {
+      // An earlier server on this port may still be draining with the name; clients take
+      // the address from ServerInfo, so any free name serves.
+      at = absl::StrCat("@tensorcompute-", bound_port, "-", getpid());
+      listening = regions->Listen(at);
     }
+    if (!listening.ok()) Fail(absl::StrCat("--region_socket: ", listening.message()), 1);
     Log(absl::StrCat("shared-memory regions registered on unix socket ", at));
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();

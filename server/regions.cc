@@ -89,7 +89,10 @@ absl::Status RegionStore::Listen(const std::string& address) {
   listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) return absl::InternalError(Errno("socket"));
   if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), len) != 0) {
-    return absl::UnavailableError(Errno(absl::StrCat("region socket ", address)));
+    absl::Status failed = absl::UnavailableError(Errno(absl::StrCat("region socket ", address)));
+    close(listen_fd_);
+    listen_fd_ = -1;  // so that another address may be tried
+    return failed;
   }
   if (listen(listen_fd_, 64) != 0) return absl::InternalError(Errno("listen"));
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
