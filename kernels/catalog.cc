@@ -2,6 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
 #include "kernels/ops/op_list.h"
 
 namespace tc {
@@ -28,6 +31,24 @@ const CatalogEntry* FindOp(absl::string_view name) {
     if (e.spec.name == name) return &e;
   }
   return nullptr;
+}
+
+const CatalogEntry* FindOp(absl::string_view name, int arity) {
+  for (const CatalogEntry& e : Catalog()) {
+    if (e.spec.name == name && e.spec.arity == arity) return &e;
+  }
+  return nullptr;
+}
+
+std::string AritiesOf(absl::string_view name) {
+  std::vector<std::string> counts;
+  int last = 0;
+  for (const CatalogEntry& e : Catalog()) {
+    if (e.spec.name != name) continue;
+    counts.push_back(std::to_string(e.spec.arity));
+    last = e.spec.arity;
+  }
+  return absl::StrCat(absl::StrJoin(counts, " or "), last == 1 ? " input" : " inputs");
 }
 
 }  // namespace tc

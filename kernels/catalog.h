@@ -1,8 +1,10 @@
-// The op catalog: every op of op_list.h with its spec, found by name.
+// The op catalog: every op of op_list.h with its spec, found by name (and, where one name has
+// forms of different arities, like clamp with number or tensor bounds, by the inputs' count).
 #pragma once
 
 #include "absl/strings/string_view.h"
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/ops/op_spec.h"
@@ -22,7 +24,11 @@ struct CatalogEntry {
 
 const std::vector<CatalogEntry>& Catalog();
 
-// nullptr when there is no such op.
+// nullptr when there is no such op. Without an arity: the name's first form.
 const CatalogEntry* FindOp(absl::string_view name);
+// The form of `name` taking `arity` inputs; nullptr when it has none.
+const CatalogEntry* FindOp(absl::string_view name, int arity);
+// "1 input", "2 inputs", "1 or 3 inputs": what the forms of `name` take.
+std::string AritiesOf(absl::string_view name);
 
 }  // namespace tc

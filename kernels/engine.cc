@@ -116,8 +116,12 @@ DType ResultType(absl::Span<const TensorView> inputs, int skip) {
   return ResultType(operands);
 }
 
-absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name) {
-  if (const CatalogEntry* e = FindOp(name)) return e;
+absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name, int inputs) {
+  if (const CatalogEntry* e = FindOp(name, inputs)) return e;
+  if (FindOp(name) != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("op '", name, "' takes ", AritiesOf(name), ", got ", inputs));
+  }
   std::vector<std::string> names;
   for (const CatalogEntry& e : Catalog()) names.push_back(e.spec.name);
   return absl::InvalidArgumentError(
@@ -143,7 +147,7 @@ void OperandBases(const Plan& plan, std::byte* out, absl::Span<const TensorView>
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const TensorView> inputs,
                                      const AttrMap& attrs, const OutputOptions& output,
                                      TileRule tiles) {
-  auto entry = LookupOp(name);
+  auto entry = LookupOp(name, static_cast<int>(inputs.size()));
   if (!entry.ok()) return entry.status();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (auto s = ValidateView(inputs[i], absl::StrCat("input ", i)); !s.ok()) return s;

@@ -65,8 +65,9 @@ DType ResultType(absl::Span<const TensorView> inputs, int skip = -1);
 absl::StatusOr<DimVector> OutputStridesFor(absl::Span<const TensorView> inputs,
                                            const OutputOptions& output);
 
-// The catalog entry of `name`, or INVALID_ARGUMENT listing the ops there are.
-absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name);
+// The catalog entry of `name` that takes `inputs` inputs, or INVALID_ARGUMENT listing the ops
+// there are (an unknown name) or the input counts the op takes.
+absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name, int inputs);
 
 // Finds the op, checks arity, every input view (ValidateView), dtypes, attributes and output
 // options, and plans the iteration. Every failure is INVALID_ARGUMENT with a message for the

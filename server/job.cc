@@ -94,7 +94,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     if (request.input_names_size() > 0) {
       return absl::InvalidArgumentError("input_names name an expression's inputs; op is set");
     }
-    auto found = LookupOp(request.op());
+    auto found = LookupOp(request.op(), request.inputs_size());
     if (!found.ok()) return found.status();
     op = *found;
   }

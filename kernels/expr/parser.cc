@@ -168,14 +168,20 @@ class Parser {
     return CheckCall(n) && Add(std::move(n));
   }
 
-  // The op's arity, and its attributes as the catalog resolves them for a request.
-  bool CheckCall(const Node& n) {
-    const OpSpec& spec = n.op->spec;
-    if (static_cast<int>(n.args.size()) != spec.arity) {
-      Fail(n.position, absl::StrCat(spec.name, " takes ", spec.arity, " input",
-                                    spec.arity == 1 ? "" : "s", ", not ", n.args.size()));
-      return false;
+  // The op's form for the arguments' count (clamp(x, lo, hi) is clamp's tensor form), and its
+  // attributes as the catalog resolves them for a request.
+  bool CheckCall(Node& n) {
+    const int count = static_cast<int>(n.args.size());
+    if (count != n.op->spec.arity) {
+      const CatalogEntry* form = FindOp(n.op->spec.name, count);
+      if (form == nullptr) {
+        Fail(n.position, absl::StrCat(n.op->spec.name, " takes ", AritiesOf(n.op->spec.name),
+                                      ", not ", count));
+        return false;
+      }
+      n.op = form;
     }
+    const OpSpec& spec = n.op->spec;
     auto resolved = Attrs::Resolve(spec.name, spec.attrs, n.attrs);
     if (!resolved.ok()) {
       Fail(n.position, resolved.status().message());

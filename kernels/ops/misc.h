@@ -1,5 +1,5 @@
-// Ops with attributes (clamp, cast, fill), ternary ops (where, addcmul, lerp) and quantized
-// int8/uint8 arithmetic.
+// Ops with attributes (clamp, cast, fill), ternary ops (clamp with tensor bounds, where,
+// addcmul, lerp) and quantized int8/uint8 arithmetic.
 #pragma once
 
 #include <cmath>
@@ -50,6 +50,29 @@ struct ClampOp {
       if (a > h) a = h;
     }
     return a;
+  }
+};
+
+// clamp's tensor form, inputs (a, min, max) promoted and broadcast like any inputs, as
+// PyTorch's clamp with tensor bounds: min(max(a, min), max), NaN where any of the three is NaN
+// (the same values as minimum(maximum(a, min), max)); a min above the max gives the max.
+struct ClampTensorOp {
+  static constexpr uint32_t kComputeTypes = kNumericTypes;
+  static constexpr int kArity = 3;
+#ifndef __CUDACC_RTC__
+  static OpSpec Spec() {
+    return MakeSpec("clamp", kNumericTypes,
+                    "tensor bounds: inputs (a, min, max), min(max(a, min), max), NaN if any is NaN");
+  }
+  static ClampTensorOp Make(const MakeArgs&) { return {}; }
+#endif
+  template <typename T>
+  TC_HOST_DEVICE T operator()(T a, T lo, T hi) const {
+    if (math::IsNan(a)) return a;
+    if (math::IsNan(lo)) return lo;
+    if (math::IsNan(hi)) return hi;
+    if (a < lo) a = lo;
+    return hi < a ? hi : a;
   }
 };
 

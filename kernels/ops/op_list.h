@@ -25,8 +25,8 @@
   X(CosOp) X(FloorOp) X(CeilOp) X(RoundOp) X(TruncOp) X(ErfOp) X(GeluOp) X(SiluOp)            \
   X(BitwiseNotOp)
 #define TC_OTHER_OPS(X)                                                                        \
-  X(ClampOp) X(CastOp) X(FillOp) X(WhereOp) X(AddcmulOp) X(LerpOp) X(QAddOp) X(QSubOp)        \
-  X(QMulOp)
+  X(ClampOp) X(ClampTensorOp) X(CastOp) X(FillOp) X(WhereOp) X(AddcmulOp) X(LerpOp) X(QAddOp) \
+  X(QSubOp) X(QMulOp)
 
 #define TC_FOR_EACH_OP(X) \
   TC_ARITHMETIC_OPS(X) TC_COMPARISON_OPS(X) TC_UNARY_OPS(X) TC_OTHER_OPS(X)

@@ -223,6 +223,9 @@ TEST(PrepareOp, ChecksOpArityDtypeAndAttributes) {
   ExpectInvalid(PrepareOp("nope", two, {}).status(), "unknown op 'nope'");
   const TensorView one[] = {Contiguous({2})};
   ExpectInvalid(PrepareOp("add", one, {}).status(), "takes 2 inputs, got 1");
+  ExpectInvalid(PrepareOp("clamp", two, {}).status(), "op 'clamp' takes 1 or 3 inputs, got 2");
+  const TensorView three[] = {Contiguous({2}), Contiguous({2}), Contiguous({2})};
+  EXPECT_TRUE(PrepareOp("clamp", three, {}).ok());
   ExpectInvalid(PrepareOp("add", two, {{"beta", 1.0}}).status(), "no attribute 'beta'");
   ExpectInvalid(PrepareOp("add", two, {{"alpha", std::string("x")}}).status(),
                 "must be of type float");

@@ -84,6 +84,11 @@ TEST(ExprParser, BadExpressionsSayWhereAndWhat) {
   EXPECT_EQ(Error("sigmod(a)"), "expression: at 0: unknown function 'sigmod' (ListOps lists the ops)");
   EXPECT_EQ(Error("a + where(a, b)"), "expression: at 4: where takes 3 inputs, not 2");
   EXPECT_EQ(Error("neg(a, b)"), "expression: at 0: neg takes 1 input, not 2");
+  // clamp has two forms: number bounds as attributes, or tensor bounds as inputs.
+  EXPECT_EQ(Error("clamp(a, b)"), "expression: at 0: clamp takes 1 or 3 inputs, not 2");
+  EXPECT_EQ(Canon("clamp(a, b, c)"), "clamp($0,$1,$2)");
+  EXPECT_EQ(Error("clamp(a, b, c, min=1)"),
+            "expression: at 0: op 'clamp' has no attribute 'min' (it takes: none)");
   EXPECT_EQ(Error("(a + b"), "expression: at 6: expected ')' to close the '(' at 0, found the end");
   EXPECT_EQ(Error("a + b)"), "expression: at 5: unexpected ')' after a complete expression");
   EXPECT_EQ(Error("a + z"), "expression: at 4: 'z' names no input (inputs: a, b, c)");

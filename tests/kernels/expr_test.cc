@@ -190,10 +190,11 @@ struct TreeOp {
 const std::vector<TreeOp> kFloatOps = {{"add", 2},     {"sub", 2},     {"mul", 2},
                                        {"maximum", 2}, {"minimum", 2}, {"neg", 1},
                                        {"abs", 1},     {"sigmoid", 1}, {"tanh", 1},
-                                       {"sin", 1}};
+                                       {"sin", 1},     {"clamp", 3}};
 const std::vector<TreeOp> kIntOps = {{"add", 2},         {"sub", 2},     {"mul", 2},
                                      {"bitwise_and", 2}, {"bitwise_xor", 2}, {"maximum", 2},
-                                     {"minimum", 2},     {"neg", 1},     {"abs", 1}};
+                                     {"minimum", 2},     {"neg", 1},     {"abs", 1},
+                                     {"clamp", 3}};
 
 // A random expression over `inputs` names, every input used, with literals of the inputs'
 // category, comparisons feeding where() now and then (whose last argument is never a literal:
@@ -374,6 +375,9 @@ RefValue RefCall(const std::string& op, DType t, const std::vector<RefValue>& x,
   if (op == "mul") return fl ? fv(a * b) : wrap(static_cast<__int128>(ia) * ib);
   if (op == "maximum") return fl ? fv(std::max(a, b)) : wrap(std::max(ia, ib));
   if (op == "minimum") return fl ? fv(std::min(a, b)) : wrap(std::min(ia, ib));
+  if (op == "clamp") {
+    return fl ? fv(std::min(std::max(a, b), x[2].f)) : wrap(std::min(std::max(ia, ib), x[2].i));
+  }
   if (op == "neg") return fl ? fv(-a) : wrap(-static_cast<__int128>(ia));
   if (op == "abs") return fl ? fv(std::fabs(a)) : wrap(ia < 0 ? -static_cast<__int128>(ia) : ia);
   if (op == "sigmoid") return fv(1 / (1 + std::exp(-a)));

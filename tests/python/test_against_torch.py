@@ -115,6 +115,18 @@ class AgainstTorch(unittest.TestCase):
         self.check(self.run_op("clamp", a, min=0.5, max=2.0), torch.clamp(a, 0.5, 2.0))
         self.check(self.run_op("relu", a), torch.relu(a))
 
+    def test_clamp_with_tensor_bounds(self):
+        # Promoted and broadcast like any inputs; NaN from any of the three; min above max
+        # gives max.
+        a = torch.tensor([[1.0, math.nan, 3.0, -math.inf, 0.5, 7.0]], dtype=torch.float32)
+        lo = torch.tensor([[0.0], [math.nan], [4.0]], dtype=torch.float64)
+        hi = torch.tensor([2, 2, 1, 2, 2, 9], dtype=torch.int32)
+        self.check(self.run_op("clamp", a, lo, hi), torch.clamp(a, lo, hi))
+        i = torch.tensor([-5, 0, 5, 100], dtype=torch.int16)
+        lo_i = torch.tensor(-1, dtype=torch.int8)
+        hi_i = torch.tensor([3, 3, 3, -2], dtype=torch.int64)
+        self.check(self.run_op("clamp", i, lo_i, hi_i), torch.clamp(i, lo_i, hi_i))
+
     def test_unary_float_functions(self):
         x = torch.linspace(-6, 6, 97, dtype=torch.float32)
         pos = torch.linspace(0.01, 20, 97, dtype=torch.float32)

@@ -340,6 +340,12 @@ std::vector<Op> Ops(std::mt19937_64& rng) {
   if (bounds != 1) clamp_attrs["min"] = lo;
   if (bounds != 0) clamp_attrs["max"] = hi;
   add({"clamp", 1, Kind::kSame, kNum, fnone, inone, clamp_attrs});
+  // The tensor form: NaN from any input (the first NaN), then max with min and min with max.
+  add({"clamp", 3, Kind::kSame, kNum, [](const double* x) {
+         for (int k = 0; k < 3; ++k) if (std::isnan(x[k])) return x[k];
+         const double a = x[0] < x[1] ? x[1] : x[0];
+         return x[2] < a ? x[2] : a;
+       }, [](const int64_t* x) { return I(std::min(std::max(x[0], x[1]), x[2])); }});
   add({"cast", 1, Kind::kCast, kAll, fnone, inone, {{"dtype", kAll[rng() % kAll.size()]}}});
   add({"fill", 1, Kind::kSame, kAll, fnone, inone, {{"value", Choice(rng, {0, 1, -2.5, 300.75})}}});
   add({"where", 3, Kind::kSame, kAll, [](const double* x) { return x[0] != 0 ? x[1] : x[2]; },
