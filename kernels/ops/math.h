@@ -182,6 +182,24 @@ TC_HOST_DEVICE T IntPow(T base, T exp) {
 }
 
 // Round half to even (the current rounding mode, which is never changed here).
+// a * b rounded on its own. The device compiler would fuse a product into the sum that uses
+// it (one rounding where the host, without FMA, rounds twice); ops whose results every
+// backend must give alike round their products with this.
+template <typename T>
+TC_HOST_DEVICE T MulRounded(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) {
+    return __fmul_rn(a, b);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return __dmul_rn(a, b);
+  } else {
+    return a * b;
+  }
+#else
+  return a * b;
+#endif
+}
+
 template <typename T>
 TC_HOST_DEVICE T RoundHalfEven(T x) {
   return std::nearbyint(x);

@@ -234,7 +234,9 @@ struct QuantizedOp {
   float a_scale, a_zero, b_scale, b_zero, inv_out_scale, out_zero, qmin, qmax;
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
-    const T x = (a - T(a_zero)) * T(a_scale), y = (b - T(b_zero)) * T(b_scale);
+    // Products rounded on their own: the CUDA and CPU backends give the same integers.
+    const T x = math::MulRounded(a - T(a_zero), T(a_scale));
+    const T y = math::MulRounded(b - T(b_zero), T(b_scale));
     const T r = kKind == 0 ? x + y : kKind == 1 ? x - y : x * y;
     T q = math::RoundHalfEven(r * T(inv_out_scale)) + T(out_zero);
     if (!(q >= T(qmin))) q = T(qmin);  // NaN too

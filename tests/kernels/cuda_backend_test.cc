@@ -81,6 +81,37 @@ TEST_F(CudaBackendTest, LargeContiguousMatchesCpu) {
   EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), n * 4), 0);
 }
 
+// Quantized ops on every pair of int8 (and uint8) values, bit for bit the CPU's result: the
+// device keeps each product rounded on its own (no multiply-add fused across them), so the
+// requantized integers agree even on ties.
+TEST_F(CudaBackendTest, QuantizedOpsMatchCpuOnEveryPair) {
+  CpuBackend cpu_backend;
+  for (DType t : {DType::kInt8, DType::kUInt8}) {
+    std::vector<uint8_t> a(65536), b(65536);
+    for (int i = 0; i < 65536; ++i) {
+      a[i] = static_cast<uint8_t>(i & 255);
+      b[i] = static_cast<uint8_t>(i >> 8);
+    }
+    const TensorView inputs[] = {
+        {t, {65536}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), 65536},
+        {t, {65536}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), 65536}};
+    const int64_t zero = t == DType::kUInt8 ? 2 : -2;
+    const AttrMap attrs = {{"a_scale", 0.05},     {"a_zero_point", int64_t{3}},
+                           {"b_scale", 0.1},      {"b_zero_point", zero},
+                           {"scale", 0.2},        {"zero_point", int64_t{1}}};
+    for (const char* name : {"quantized_add", "quantized_sub", "quantized_mul"}) {
+      auto op = PrepareOp(name, inputs, attrs);
+      ASSERT_TRUE(op.ok()) << op.status();
+      std::vector<uint8_t> gpu(65536), cpu(65536);
+      ASSERT_TRUE(backend_->Run(*op, inputs, reinterpret_cast<std::byte*>(gpu.data())).ok());
+      ASSERT_TRUE(cpu_backend.Run(*op, inputs, reinterpret_cast<std::byte*>(cpu.data())).ok());
+      int differ = 0;
+      for (int i = 0; i < 65536; ++i) differ += gpu[i] != cpu[i];
+      EXPECT_EQ(differ, 0) << name << " " << DTypeName(t);
+    }
+  }
+}
+
 // Layouts that take the shared-memory tile kernel (an input dense along the dim the output is
 // not: transposed inputs, a transposed output, channels-first read into channels-last) with
 // odd sizes, partial tiles, a batch dim, a misaligned offset and a reversed operand read in
