@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/gpu_common.h"
 #include "kernels/cuda/expr_kernels.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
@@ -41,25 +42,8 @@
 namespace tc {
 namespace {
 
-#define CHECK_CUDA(expr)                                                              \
-  do {                                                                                \
-    if (cudaError_t e_ = (expr); e_ != cudaSuccess) {                                 \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
-struct DevBuf {
-  std::byte* p = nullptr;
-  int64_t bytes = 0;
-};
-
-DevBuf Alloc(int64_t bytes) {
-  DevBuf b{nullptr, bytes};
-  CHECK_CUDA(cudaMalloc(&b.p, static_cast<size_t>(bytes)));
-  CHECK_CUDA(cudaMemset(b.p, 0, static_cast<size_t>(bytes)));
-  return b;
-}
+using bench::Alloc;
+using bench::DevBuf;
 
 // Values in [-2, 2) from a fixed seed, as `dtype`.
 DevBuf Random(DType dtype, int64_t n, uint64_t seed) {
@@ -77,7 +61,7 @@ DevBuf Random(DType dtype, int64_t n, uint64_t seed) {
     });
   }
   DevBuf b = Alloc(static_cast<int64_t>(host.size()));
-  CHECK_CUDA(cudaMemcpy(b.p, host.data(), host.size(), cudaMemcpyHostToDevice));
+  TC_CHECK_CUDA(cudaMemcpy(b.p, host.data(), host.size(), cudaMemcpyHostToDevice));
   return b;
 }
 
@@ -125,42 +109,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  TC_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const int arch = prop.major * 10 + prop.minor;
   cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  TC_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int* dev_error = nullptr;
-  CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
-  CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
+  TC_CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
+  TC_CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
   const cuda::LaunchEnv env{prop.multiProcessorCount, stream, dev_error, nullptr};
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  auto median_ms = [&](const std::function<void()>& fn) {
-    for (int i = 0; i < 10; ++i) fn();
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    std::vector<float> ts;
-    for (int i = 0; i < reps; ++i) {
-      CHECK_CUDA(cudaEventRecord(start, stream));
-      fn();
-      CHECK_CUDA(cudaEventRecord(stop, stream));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-      ts.push_back(ms);
-    }
-    std::sort(ts.begin(), ts.end());
-    return static_cast<double>(ts[ts.size() / 2]);
-  };
-  const DevBuf copy_src = Alloc(int64_t{1} << 31), copy_dst = Alloc(int64_t{1} << 31);
-  auto copy_ms = [&](int64_t bytes) {
-    return median_ms([&] {
-      CHECK_CUDA(cudaMemcpyAsync(copy_dst.p, copy_src.p, static_cast<size_t>(bytes / 2),
-                                 cudaMemcpyDeviceToDevice, stream));
-    });
-  };
+  bench::Timer timer(stream, reps, int64_t{1} << 32);
+  auto median_ms = [&](const std::function<void()>& fn) { return timer.MedianMs(fn); };
+  auto copy_ms = [&](int64_t bytes) { return timer.CopyMs(bytes); };
 
   const int64_t N = int64_t{1} << 26, M = 8192;
   const DType F32 = DType::kFloat32, F16 = DType::kFloat16;
@@ -280,9 +241,9 @@ int main(int argc, char** argv) {
         const bool fl = n.literal == expr::LiteralKind::kFloat;
         owned.push_back(Alloc(8));
         if (fl) {
-          CHECK_CUDA(cudaMemcpy(owned.back().p, &n.float_value, 8, cudaMemcpyHostToDevice));
+          TC_CHECK_CUDA(cudaMemcpy(owned.back().p, &n.float_value, 8, cudaMemcpyHostToDevice));
         } else {
-          CHECK_CUDA(cudaMemcpy(owned.back().p, &n.int_value, 8, cudaMemcpyHostToDevice));
+          TC_CHECK_CUDA(cudaMemcpy(owned.back().p, &n.int_value, 8, cudaMemcpyHostToDevice));
         }
         values[i] = View(owned.back(), fl ? DType::kFloat64 : DType::kInt64, {});
         continue;
@@ -315,14 +276,14 @@ int main(int argc, char** argv) {
     row.opbyop = median_ms(run_ops);
     // The results side by side.
     std::vector<char> fused(static_cast<size_t>(out.bytes)), each(fused.size());
-    CHECK_CUDA(cudaMemcpy(fused.data(), out.p, fused.size(), cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(each.data(), values.back().data, each.size(), cudaMemcpyDeviceToHost));
+    TC_CHECK_CUDA(cudaMemcpy(fused.data(), out.p, fused.size(), cudaMemcpyDeviceToHost));
+    TC_CHECK_CUDA(cudaMemcpy(each.data(), values.back().data, each.size(), cudaMemcpyDeviceToHost));
     // And the CPU backend's evaluation of the same expression on the same values.
     std::vector<std::vector<char>> host(in.size());
     std::vector<TensorView> host_views = in;
     for (size_t i = 0; i < in.size(); ++i) {
       host[i].resize(static_cast<size_t>(in_bufs[i].bytes));
-      CHECK_CUDA(cudaMemcpy(host[i].data(), in_bufs[i].p, host[i].size(), cudaMemcpyDeviceToHost));
+      TC_CHECK_CUDA(cudaMemcpy(host[i].data(), in_bufs[i].p, host[i].size(), cudaMemcpyDeviceToHost));
       host_views[i].data = reinterpret_cast<const std::byte*>(host[i].data());
     }
     std::vector<char> cpu_out(fused.size());

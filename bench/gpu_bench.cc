@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/cpu_backend.h"
+#include "bench/gpu_common.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
 #include "kernels/scalar_types.h"
@@ -37,39 +37,11 @@
 namespace tc {
 namespace {
 
-#define CHECK_CUDA(expr)                                                              \
-  do {                                                                                \
-    if (cudaError_t e_ = (expr); e_ != cudaSuccess) {                                 \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
-// Device memory with its size.
-struct DevBuf {
-  std::byte* p = nullptr;
-  int64_t bytes = 0;
-  TensorView View(DType t, DimVector shape, DimVector strides = {}, int64_t offset = 0) const {
-    if (strides.empty()) strides = ContiguousStrides(shape);
-    return TensorView{t, std::move(shape), std::move(strides), offset, p, bytes};
-  }
-};
+using bench::DevBuf;
 
 template <typename T>
 DevBuf Upload(const std::vector<T>& host) {
-  DevBuf b;
-  b.bytes = static_cast<int64_t>(host.size() * sizeof(T));
-  CHECK_CUDA(cudaMalloc(&b.p, static_cast<size_t>(b.bytes)));
-  CHECK_CUDA(cudaMemcpy(b.p, host.data(), static_cast<size_t>(b.bytes), cudaMemcpyHostToDevice));
-  return b;
-}
-
-DevBuf Empty(int64_t bytes) {
-  DevBuf b;
-  b.bytes = bytes;
-  CHECK_CUDA(cudaMalloc(&b.p, static_cast<size_t>(bytes)));
-  CHECK_CUDA(cudaMemset(b.p, 0, static_cast<size_t>(bytes)));
-  return b;
+  return bench::Upload(host.data(), static_cast<int64_t>(host.size() * sizeof(T)));
 }
 
 // Uniform floats in [0, 1) from a fixed seed, quickly.
@@ -148,51 +120,26 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  TC_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t stream;
-  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  TC_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   int* dev_error = nullptr;
-  CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
-  CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
+  TC_CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
+  TC_CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
   const cuda::LaunchEnv env{prop.multiProcessorCount, stream, dev_error, nullptr};
 
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  auto median_ms = [&](const std::function<void()>& fn) {
-    for (int i = 0; i < 10; ++i) fn();
-    CHECK_CUDA(cudaStreamSynchronize(stream));
-    std::vector<float> ts;
-    for (int i = 0; i < reps; ++i) {
-      CHECK_CUDA(cudaEventRecord(start, stream));
-      fn();
-      CHECK_CUDA(cudaEventRecord(stop, stream));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float ms = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-      ts.push_back(ms);
-    }
-    std::sort(ts.begin(), ts.end());
-    return static_cast<double>(ts[ts.size() / 2]);
-  };
-
-  // The physical limit: a 1 GiB device-to-device copy. Its buffers stay for the same-size
-  // copies (no case moves more than 2 GiB).
+  bench::Timer timer(stream, reps, int64_t{2} << 30);
+  auto median_ms = [&](const std::function<void()>& fn) { return timer.MedianMs(fn); };
+  // A copy moving `bytes` (half read, half written); no case moves more than 2 GiB.
+  auto copy_ms = [&](int64_t bytes) { return timer.CopyMs(bytes); };
   const int64_t copy_bytes = int64_t{1} << 30;
-  const DevBuf copy_src = Empty(copy_bytes), copy_dst = Empty(copy_bytes);
-  const auto copy_ms = [&](int64_t bytes) {
-    return median_ms([&] {
-      CHECK_CUDA(cudaMemcpyAsync(copy_dst.p, copy_src.p, static_cast<size_t>(bytes),
-                                 cudaMemcpyDeviceToDevice, stream));
-    });
-  };
-  const double copy_gbs = 2.0 * static_cast<double>(copy_bytes) / copy_ms(copy_bytes) / 1e6;
+  const double copy_gbs = 2.0 * static_cast<double>(copy_bytes) / copy_ms(2 * copy_bytes) / 1e6;
   std::printf("copy 1GiB D2D: %.0f GB/s (read+write)\n", copy_gbs);
 
   const int64_t N = int64_t{1} << 26, M = 8192;
   const std::vector<float> ha = Uniform(N, 1), hb = Uniform(N, 2);
   const DevBuf a = Upload(ha), b = Upload(hb), c = Upload(Uniform(N, 3));
-  const DevBuf o = Empty(N * 4);
+  const DevBuf o = bench::Alloc(N * 4);
   std::vector<Half> hh1(N), hh2(N);
   std::vector<BFloat16> hg1(N), hg2(N);
   std::vector<int32_t> hi1(N), hi2(N);
@@ -207,13 +154,13 @@ int main(int argc, char** argv) {
     hx1[i] = ha[i] > 0.5f;
     hx2[i] = hb[i] > 0.5f;
   }
-  const DevBuf h1 = Upload(hh1), h2 = Upload(hh2), ho = Empty(N * 2);
-  const DevBuf g1 = Upload(hg1), g2 = Upload(hg2), go = Empty(N * 2);
-  const DevBuf i1 = Upload(hi1), i2 = Upload(hi2), io = Empty(N * 4);
-  const DevBuf x1 = Upload(hx1), x2 = Upload(hx2), bo = Empty(N);
+  const DevBuf h1 = Upload(hh1), h2 = Upload(hh2), ho = bench::Alloc(N * 2);
+  const DevBuf g1 = Upload(hg1), g2 = Upload(hg2), go = bench::Alloc(N * 2);
+  const DevBuf i1 = Upload(hi1), i2 = Upload(hi2), io = bench::Alloc(N * 4);
+  const DevBuf x1 = Upload(hx1), x2 = Upload(hx2), bo = bench::Alloc(N);
   const DevBuf s1 = Upload(Uniform(1, 4)), row = Upload(Uniform(M, 5)), col = Upload(Uniform(M, 6));
   const DevBuf big = Upload(Uniform(2 * N, 7)), bigb = Upload(Uniform(2 * N, 8));
-  const DevBuf sa = Upload(Uniform(4096, 9)), sb = Upload(Uniform(4096, 10)), so = Empty(4096 * 4);
+  const DevBuf sa = Upload(Uniform(4096, 9)), sb = Upload(Uniform(4096, 10)), so = bench::Alloc(4096 * 4);
 
   const DType F32 = DType::kFloat32, F16 = DType::kFloat16, BF16 = DType::kBFloat16,
               I32 = DType::kInt32, B = DType::kBool;
@@ -269,39 +216,11 @@ int main(int argc, char** argv) {
   // the timed kernels are the ones the numbers are about.
   CpuBackend cpu(0);
   int64_t bad_cases = 0;
+  // Floating results may differ by an ulp or two (pow, division); everything else exactly.
   auto check = [&](const Case& k, const PreparedOp& op) {
-    std::vector<std::vector<std::byte>> host(k.inputs.size());
-    std::vector<TensorView> views = k.inputs;
-    for (size_t i = 0; i < k.inputs.size(); ++i) {
-      host[i].resize(static_cast<size_t>(k.inputs[i].storage_bytes));
-      CHECK_CUDA(cudaMemcpy(host[i].data(), k.inputs[i].data, host[i].size(),
-                            cudaMemcpyDeviceToHost));
-      views[i].data = host[i].data();
-    }
-    std::vector<std::byte> want(static_cast<size_t>(op.plan.out_storage_bytes));
-    std::vector<std::byte> got(want.size());
-    if (auto st = cpu.Run(op, views, want.data()); !st.ok()) {
-      std::fprintf(stderr, "%s: CPU run: %s\n", k.name.c_str(), st.ToString().c_str());
-      ++bad_cases;
-      return;
-    }
-    CHECK_CUDA(cudaMemcpy(got.data(), k.out->p, got.size(), cudaMemcpyDeviceToHost));
-    // Floating results may differ by an ulp or two (pow, division); everything else exactly.
-    const DType t = op.plan.out_dtype;
-    const int64_t item = ItemSize(t);
-    int64_t mismatches = 0, worst = 0;
-    for (size_t at = 0; at + item <= got.size(); at += static_cast<size_t>(item)) {
-      int64_t g = 0, w = 0;
-      std::memcpy(&g, got.data() + at, static_cast<size_t>(item));
-      std::memcpy(&w, want.data() + at, static_cast<size_t>(item));
-      const bool floating = t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
-      const int64_t ulps = g > w ? g - w : w - g;
-      if (g != w && (!floating || ulps > 2)) ++mismatches;
-      worst = std::max(worst, g == w ? 0 : ulps);
-    }
-    if (mismatches > 0) {
-      std::fprintf(stderr, "%s: %lld elements differ from the CPU backend (largest bit distance %lld)\n",
-                   k.name.c_str(), static_cast<long long>(mismatches), static_cast<long long>(worst));
+    const std::string diff = bench::CheckAgainstCpu(cpu, op, k.inputs, k.out->p, 2);
+    if (!diff.empty()) {
+      std::fprintf(stderr, "%s: %s\n", k.name.c_str(), diff.c_str());
       ++bad_cases;
     }
   };
@@ -332,20 +251,20 @@ int main(int argc, char** argv) {
       return 1;
     }
     auto op = PrepareOp(k.op, k.inputs, k.attrs, k.output);
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    TC_CHECK_CUDA(cudaStreamSynchronize(stream));
     check(k, *op);
     int64_t out_numel = op->plan.numel;
     r.bytes = out_numel * ItemSize(op->plan.out_dtype);
     for (const TensorView& v : k.inputs) r.bytes += ViewBytes(v);
     r.gbs = static_cast<double>(r.bytes) / r.ms / 1e6;
     r.pct = 100.0 * r.gbs / copy_gbs;
-    r.copy_ms = copy_ms(std::min(r.bytes / 2, copy_bytes));
+    r.copy_ms = copy_ms(r.bytes);
     r.pct_same = 100.0 * r.copy_ms / r.ms;
     ours[k.name] = r;
   }
-  CHECK_CUDA(cudaStreamSynchronize(stream));
+  TC_CHECK_CUDA(cudaStreamSynchronize(stream));
   int host_error = 0;
-  CHECK_CUDA(cudaMemcpy(&host_error, dev_error, sizeof(int), cudaMemcpyDeviceToHost));
+  TC_CHECK_CUDA(cudaMemcpy(&host_error, dev_error, sizeof(int), cudaMemcpyDeviceToHost));
   if (host_error != 0) std::fprintf(stderr, "note: a kernel raised its error flag\n");
 
   // PyTorch, same machine, same invocation.
@@ -354,10 +273,11 @@ int main(int argc, char** argv) {
   std::string torch_version;
   if (!torch_script.empty()) {
     // Free our buffers first, so the script has the device's memory to itself.
-    for (const DevBuf* d : {&copy_src, &copy_dst, &a, &b, &c, &o, &h1, &h2, &ho, &g1, &g2, &go,
+    timer.Release();
+    for (const DevBuf* d : {&a, &b, &c, &o, &h1, &h2, &ho, &g1, &g2, &go,
                             &i1, &i2, &io, &x1, &x2, &bo, &s1, &row, &col, &big, &bigb, &sa, &sb,
                             &so}) {
-      CHECK_CUDA(cudaFree(d->p));
+      TC_CHECK_CUDA(cudaFree(d->p));
     }
     std::istringstream lines(Capture("python3 " + torch_script + " 2>&1"));
     std::string line;
