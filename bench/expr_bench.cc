@@ -103,20 +103,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
   cudaDeviceProp prop{};
-  TC_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (!bench::FirstDevice(&prop)) return 1;
   const int arch = prop.major * 10 + prop.minor;
-  cudaStream_t stream;
-  TC_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  int* dev_error = nullptr;
-  TC_CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
-  TC_CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
-  const cuda::LaunchEnv env{prop.multiProcessorCount, stream, dev_error, nullptr};
+  const cuda::LaunchEnv env = bench::MakeLaunchEnv(prop);
+  cudaStream_t stream = env.stream;
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
   bench::Timer timer(stream, reps, int64_t{1} << 32);

@@ -76,18 +76,6 @@ struct TorchRow {
   double ms = 0, gbs = 0, pct = 0;
 };
 
-std::string Capture(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
 }  // namespace
 }  // namespace tc
 
@@ -114,19 +102,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
   cudaDeviceProp prop{};
-  TC_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  cudaStream_t stream;
-  TC_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  int* dev_error = nullptr;
-  TC_CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
-  TC_CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
-  const cuda::LaunchEnv env{prop.multiProcessorCount, stream, dev_error, nullptr};
+  if (!bench::FirstDevice(&prop)) return 1;
+  const cuda::LaunchEnv env = bench::MakeLaunchEnv(prop);
+  cudaStream_t stream = env.stream;
+  int* dev_error = env.error;
 
   bench::Timer timer(stream, reps, int64_t{2} << 30);
   auto median_ms = [&](const std::function<void()>& fn) { return timer.MedianMs(fn); };
@@ -279,7 +259,7 @@ int main(int argc, char** argv) {
                             &so}) {
       TC_CHECK_CUDA(cudaFree(d->p));
     }
-    std::istringstream lines(Capture("python3 " + torch_script + " 2>&1"));
+    std::istringstream lines(bench::Capture("python3 " + torch_script + " 2>&1"));
     std::string line;
     while (std::getline(lines, line)) {
       double ms, gbs, pct;
@@ -290,12 +270,12 @@ int main(int argc, char** argv) {
         torch[name] = TorchRow{ms, gbs, pct};
       }
     }
-    torch_version = Capture("python3 -c 'import torch; print(torch.__version__)' 2>/dev/null");
+    torch_version = bench::Capture("python3 -c 'import torch; print(torch.__version__)' 2>/dev/null");
     if (torch.empty()) std::fprintf(stderr, "no figures from %s\n", torch_script.c_str());
   }
 
   const std::string driver =
-      Capture("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1");
+      bench::Capture("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1");
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));

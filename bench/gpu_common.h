@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
 #include "tests/support/cpu_backend.h"
 
@@ -55,6 +56,40 @@ inline DevBuf Upload(const void* host, int64_t bytes) {
   DevBuf b = Alloc(bytes);
   TC_CHECK_CUDA(cudaMemcpy(b.p, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
   return b;
+}
+
+// Device 0's properties; false, said on stderr, where there is no CUDA device.
+inline bool FirstDevice(cudaDeviceProp* prop) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "no CUDA device\n");
+    return false;
+  }
+  TC_CHECK_CUDA(cudaGetDeviceProperties(prop, 0));
+  return true;
+}
+
+// A launch environment of its own: a non-blocking stream and a zeroed device error flag.
+inline cuda::LaunchEnv MakeLaunchEnv(const cudaDeviceProp& prop) {
+  cudaStream_t stream;
+  TC_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  int* error = nullptr;
+  TC_CHECK_CUDA(cudaMalloc(&error, sizeof(int)));
+  TC_CHECK_CUDA(cudaMemset(error, 0, sizeof(int)));
+  return cuda::LaunchEnv{prop.multiProcessorCount, stream, error, nullptr};
+}
+
+// What a shell command prints, trailing blanks and newlines removed ("" where it cannot run).
+inline std::string Capture(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
 }
 
 // Times work on one stream; copies of any size up to `max_copy_bytes` in total.

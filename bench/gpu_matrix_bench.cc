@@ -420,18 +420,6 @@ struct Result {
   std::string error;
 };
 
-std::string Capture(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
 }  // namespace
 }  // namespace tc
 
@@ -487,13 +475,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no case matches\n");
     return 2;
   }
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::fprintf(stderr, "no CUDA device\n");
-    return 1;
-  }
   cudaDeviceProp prop{};
-  TC_CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (!bench::FirstDevice(&prop)) return 1;
 
   std::map<std::string, Result> results;
   // PyTorch first, with the device to itself.
@@ -502,7 +485,7 @@ int main(int argc, char** argv) {
     const std::string spec = "/tmp/tc_matrix_cases.json";
     std::ofstream(spec) << CasesJson(chosen);
     std::istringstream lines(
-        Capture(absl::StrCat("python3 ", torch_script, " --cases=", spec, " --reps=", reps, " 2>&1")));
+        bench::Capture(absl::StrCat("python3 ", torch_script, " --cases=", spec, " --reps=", reps, " 2>&1")));
     std::string line;
     int parsed = 0;
     while (std::getline(lines, line)) {
@@ -520,12 +503,9 @@ int main(int argc, char** argv) {
     if (parsed == 0) std::fprintf(stderr, "no figures from %s\n", torch_script.c_str());
   }
 
-  cudaStream_t stream;
-  TC_CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  int* dev_error = nullptr;
-  TC_CHECK_CUDA(cudaMalloc(&dev_error, sizeof(int)));
-  TC_CHECK_CUDA(cudaMemset(dev_error, 0, sizeof(int)));
-  const cuda::LaunchEnv env{prop.multiProcessorCount, stream, dev_error, nullptr};
+  const cuda::LaunchEnv env = bench::MakeLaunchEnv(prop);
+  cudaStream_t stream = env.stream;
+  int* dev_error = env.error;
   bench::Timer timer(stream, reps, int64_t{2} << 30);
   const double copy_gbs = 2.0 * (1 << 30) / timer.CopyMs(int64_t{2} << 30) / 1e6;
   std::printf("%s: copy 1 GiB D2D %.0f GB/s (read+write); %zu cases\n", prop.name, copy_gbs,
