@@ -308,15 +308,8 @@ int main(int argc, char** argv) {
 
   // PyTorch on the same expressions, in this invocation.
   if (!torch_script.empty()) {
-    const std::string cmd = absl::StrCat("python3 ", torch_script, " --reps=", reps);
-    std::string outp;
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char buf[4096];
-      size_t n;
-      while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) outp.append(buf, n);
-      pclose(p);
-    }
-    std::istringstream lines(outp);
+    std::istringstream lines(
+        bench::Capture(absl::StrCat("python3 ", torch_script, " --reps=", reps)));
     std::string line;
     while (std::getline(lines, line)) {
       char name[128];

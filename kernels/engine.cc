@@ -123,7 +123,10 @@ absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name, int inputs)
         absl::StrCat("op '", name, "' takes ", AritiesOf(name), ", got ", inputs));
   }
   std::vector<std::string> names;
-  for (const CatalogEntry& e : Catalog()) names.push_back(e.spec.name);
+  // Each name once (a name's forms of different arities are neighbours in the catalog).
+  for (const CatalogEntry& e : Catalog()) {
+    if (names.empty() || names.back() != e.spec.name) names.push_back(e.spec.name);
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown op '", name, "' (ops: ", absl::StrJoin(names, ", "), ")"));
 }

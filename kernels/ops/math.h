@@ -181,7 +181,6 @@ TC_HOST_DEVICE T IntPow(T base, T exp) {
   return result;
 }
 
-// Round half to even (the current rounding mode, which is never changed here).
 // a * b rounded on its own. The device compiler would fuse a product into the sum that uses
 // it (one rounding where the host, without FMA, rounds twice); ops whose results every
 // backend must give alike round their products with this.
@@ -200,6 +199,7 @@ TC_HOST_DEVICE T MulRounded(T a, T b) {
 #endif
 }
 
+// Round half to even (the current rounding mode, which is never changed here).
 template <typename T>
 TC_HOST_DEVICE T RoundHalfEven(T x) {
   return std::nearbyint(x);
