@@ -24,6 +24,12 @@ TC_HOST_DEVICE float BitsToFloat(uint32_t u) {
 }
 }  // namespace detail
 
+// Which NaN a conversion gives is not part of the contract: every NaN stays a NaN, but its
+// sign and payload may differ between backends. The GPU converts with single instructions,
+// which give the canonical NaN (0x7fff, 0x7fffffff) for any NaN; keeping the sign and payload
+// there takes integer tests on every element, which float16 kernels cannot afford at copy
+// bandwidth. The host keeps both (the x86 F16C instructions keep them too).
+
 // IEEE 754 binary16, converted with round-to-nearest-even.
 struct Half {
   uint16_t bits;
@@ -33,16 +39,16 @@ struct Half {
   TC_HOST_DEVICE operator float() const { return ToFloat(bits); }
 
   static TC_HOST_DEVICE uint16_t FromFloat(float f) {
+#if defined(__CUDA_ARCH__)
+    // One instruction, rounding to nearest even like the code below; a NaN becomes 0x7fff.
+    uint16_t h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     const uint32_t u = detail::FloatBits(f);
     const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
     const uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return sign | 0x7e00u;  // NaN (quiet)
-#if defined(__CUDA_ARCH__)
-    // The hardware conversion rounds to nearest even like the code below.
-    uint16_t h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#endif
     if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to infinity (>= 65520)
     if (a < 0x38800000u) {                        // below 2^-14: subnormal or zero
       // Align the 24-bit significand to a 2^-24 unit and round to nearest even.
@@ -58,19 +64,18 @@ struct Half {
     }
     const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
     return sign | static_cast<uint16_t>((rounded >> 13) - (112u << 10));
+#endif
   }
 
   static TC_HOST_DEVICE float ToFloat(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+    // One instruction, exact like the code below; a NaN becomes 0x7fffffff.
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-#if defined(__CUDA_ARCH__)
-    // Exact in hardware; infinities and NaNs (payload kept) as below.
-    if (exp != 0x1f) {
-      float f;
-      asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-      return f;
-    }
-#endif
     uint32_t u;
     if (exp == 0x1f) {
       u = sign | 0x7f800000u | (mant << 13);
@@ -83,6 +88,7 @@ struct Half {
       return detail::BitsToFloat(detail::FloatBits(static_cast<float>(mant) * 5.9604644775390625e-08f) | sign);
     }
     return detail::BitsToFloat(u);
+#endif
   }
 };
 
@@ -95,9 +101,16 @@ struct BFloat16 {
   TC_HOST_DEVICE operator float() const { return detail::BitsToFloat(static_cast<uint32_t>(bits) << 16); }
 
   static TC_HOST_DEVICE uint16_t FromFloat(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // One instruction, rounding like the code below; a NaN becomes 0x7fff.
+    uint16_t h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     const uint32_t u = detail::FloatBits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
     return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
   }
 };
 
