@@ -103,41 +103,92 @@ TC_HOST_DEVICE bool ZeroDivisor(T b, int* flag) {
   return true;
 }
 
-// Integer division and remainder, rounding toward zero (C) or toward negative infinity
-// (Python). min / -1 wraps to min and its remainder is 0, instead of trapping.
-template <typename T>
-TC_HOST_DEVICE T TruncDiv(T a, T b) {
+#if defined(__CUDA_ARCH__)
+// The quotient a / b (b != 0) of integers of at most 16 bits, rounded down (kFloor) or toward
+// zero, through float32 on the device: two conversions in, a reciprocal, a product and one
+// conversion out, where the integer division takes about twenty instructions, so 1- and
+// 2-byte division keeps up with memory. (Converting through the bits of 1.5 * 2^23 + v
+// instead of the conversion instructions was slower on the H100: floor_divide int8 0.086 ->
+// 0.098 ms.)
+//
+// Exact for every pair: the reciprocal instruction and the product are within 2^-22 of a / b
+// relative, which the nudge of 2^-19 (away from zero for truncation, up for floor) more than
+// covers, so an exact integer quotient never rounds to its neighbour; a quotient that is not an
+// integer lies at least 1/|b| from one, which no error below |a / b| * 2^-18 <= 2^-2 / |b| can
+// cross.
+template <bool kFloor>
+__device__ int32_t SmallIntQuotient(int32_t a, int32_t b) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(static_cast<float>(b)));
+  const float q = static_cast<float>(a) * r;
+  if constexpr (kFloor) {
+    return __float2int_rd(fmaf(fabsf(q), 0x1p-19f, q));
+  } else {
+    return __float2int_rz(q * (1.0f + 0x1p-19f));
+  }
+}
+#endif
+
+// The quotient through the integer division.
+template <bool kFloor, typename T>
+TC_HOST_DEVICE T WideIntQuotient(T a, T b) {
   if constexpr (kIsSignedInt<T>) {
     if (b == T(-1)) return WrapNeg(a);
   }
-  return static_cast<T>(a / b);
-}
-
-template <typename T>
-TC_HOST_DEVICE T TruncMod(T a, T b) {
-  if constexpr (kIsSignedInt<T>) {
-    if (b == T(-1)) return T(0);
-  }
-  return static_cast<T>(a % b);
-}
-
-template <typename T>
-TC_HOST_DEVICE T FloorDivInt(T a, T b) {
-  const T q = TruncDiv(a, b);
-  if constexpr (kIsSignedInt<T>) {
-    const T r = TruncMod(a, b);
-    if (r != 0 && ((r < 0) != (b < 0))) return static_cast<T>(q - 1);
+  T q = static_cast<T>(a / b);
+  if constexpr (kFloor && kIsSignedInt<T>) {
+    // Rounded toward zero; one less where the division was inexact and the signs differ.
+    if (WrapMul(q, b) != a && ((a < 0) != (b < 0))) q = static_cast<T>(q - 1);
   }
   return q;
 }
 
+// The truncated (C) or floored (Python) quotient of integers, b != 0. min / -1 wraps to min
+// instead of trapping. On the device, 1- and 2-byte types divide through float32 (exact), and
+// 8-byte values that fit in 32 bits through the 32-bit division (a fraction of the 64-bit
+// routine's cost).
+template <bool kFloor, typename T>
+TC_HOST_DEVICE T IntQuotient(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) <= 2) {
+    return static_cast<T>(SmallIntQuotient<kFloor>(a, b));
+  } else if constexpr (sizeof(T) == 8) {
+    using Narrow = std::conditional_t<kIsSignedInt<T>, int32_t, uint32_t>;
+    // INT32_MIN is left out: its quotient by -1 does not fit.
+    if (static_cast<Narrow>(a) == a && static_cast<Narrow>(b) == b &&
+        (!kIsSignedInt<T> || a != static_cast<T>(std::numeric_limits<Narrow>::min()))) {
+      return static_cast<T>(IntQuotient<kFloor>(static_cast<Narrow>(a), static_cast<Narrow>(b)));
+    }
+    return WideIntQuotient<kFloor>(a, b);
+  } else {
+    return WideIntQuotient<kFloor>(a, b);
+  }
+#else
+  return WideIntQuotient<kFloor>(a, b);
+#endif
+}
+
+// Integer division and remainder (b != 0), rounding toward zero (C) or toward negative
+// infinity (Python). min / -1 wraps to min and its remainder is 0. The remainder is
+// a - q * b, wrapping, from the same quotient.
+template <typename T>
+TC_HOST_DEVICE T TruncDiv(T a, T b) {
+  return IntQuotient<false>(a, b);
+}
+
+template <typename T>
+TC_HOST_DEVICE T TruncMod(T a, T b) {
+  return WrapSub(a, WrapMul(IntQuotient<false>(a, b), b));
+}
+
+template <typename T>
+TC_HOST_DEVICE T FloorDivInt(T a, T b) {
+  return IntQuotient<true>(a, b);
+}
+
 template <typename T>
 TC_HOST_DEVICE T FloorModInt(T a, T b) {
-  T r = TruncMod(a, b);
-  if constexpr (kIsSignedInt<T>) {
-    if (r != 0 && ((r < 0) != (b < 0))) r = static_cast<T>(r + b);
-  }
-  return r;
+  return WrapSub(a, WrapMul(IntQuotient<true>(a, b), b));
 }
 
 // PyTorch's floor division of floating values: exact where floor(a / b) would be off by one

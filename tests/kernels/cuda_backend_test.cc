@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -110,6 +111,106 @@ TEST_F(CudaBackendTest, QuantizedOpsMatchCpuOnEveryPair) {
       EXPECT_EQ(differ, 0) << name << " " << DTypeName(t);
     }
   }
+}
+
+// Integer division (floor_divide, remainder, fmod), bit for bit the CPU's integer division:
+// every pair of 1-byte values, every int16 dividend by divisors at the edges and at random
+// (the device divides 1- and 2-byte types through float32), and int64 pairs inside and
+// outside the 32-bit range (the device takes the 32-bit division for the first).
+TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
+  CpuBackend cpu_backend;
+  std::mt19937_64 rng(testing::TestSeed() ^ 0xd1d1ull);
+  const auto check = [&](DType t, const std::vector<std::byte>& a, DimVector a_shape,
+                         const std::vector<std::byte>& b, DimVector b_shape) {
+    const int64_t item = ItemSize(t);
+    const auto contiguous = [](const DimVector& shape) {
+      DimVector strides(shape.size());
+      int64_t step = 1;
+      for (size_t d = shape.size(); d-- > 0;) {
+        strides[d] = step;
+        step *= shape[d];
+      }
+      return strides;
+    };
+    const TensorView inputs[] = {
+        {t, a_shape, contiguous(a_shape), 0, a.data(), static_cast<int64_t>(a.size())},
+        {t, b_shape, contiguous(b_shape), 0, b.data(), static_cast<int64_t>(b.size())}};
+    for (const char* name : {"floor_divide", "remainder", "fmod"}) {
+      auto op = PrepareOp(name, inputs, {});
+      ASSERT_TRUE(op.ok()) << op.status();
+      const size_t bytes = static_cast<size_t>(op->plan.out_storage_bytes);
+      std::vector<std::byte> gpu(bytes), cpu(bytes);
+      ASSERT_TRUE(backend_->Run(*op, inputs, gpu.data()).ok()) << name;
+      ASSERT_TRUE(cpu_backend.Run(*op, inputs, cpu.data()).ok()) << name;
+      int64_t differ = 0;
+      for (size_t i = 0; i < bytes; i += static_cast<size_t>(item)) {
+        differ += std::memcmp(&gpu[i], &cpu[i], static_cast<size_t>(item)) != 0;
+      }
+      EXPECT_EQ(differ, 0) << name << " " << DTypeName(t);
+    }
+  };
+  const auto bytes_of = [](const auto& values) {
+    std::vector<std::byte> out(values.size() * sizeof(values[0]));
+    std::memcpy(out.data(), values.data(), out.size());
+    return out;
+  };
+  // Every pair of 1-byte values, the divisor never zero.
+  for (DType t : {DType::kUInt8, DType::kInt8}) {
+    std::vector<uint8_t> a, b;
+    for (int i = 0; i < 256; ++i) {
+      for (int j = 0; j < 256; ++j) {
+        if (static_cast<uint8_t>(j) == 0) continue;
+        a.push_back(static_cast<uint8_t>(i));
+        b.push_back(static_cast<uint8_t>(j));
+      }
+    }
+    const int64_t n = static_cast<int64_t>(a.size());
+    check(t, bytes_of(a), {n}, bytes_of(b), {n});
+  }
+  // Every int16 dividend [65536, 1] by 64 divisors [1, 64].
+  {
+    std::vector<int16_t> a(65536), b = {1, -1, 2, -2, 3, -3, 7, -7, 10, -10, 127, -128, 128, 255,
+                                        256, -256, 1000, -1001, 16384, -16384, 32767, -32767,
+                                        -32768, 32766};
+    for (int i = 0; i < 65536; ++i) a[i] = static_cast<int16_t>(i - 32768);
+    while (b.size() < 64) {
+      const auto v = static_cast<int16_t>(rng());
+      if (v != 0) b.push_back(v);
+    }
+    check(DType::kInt16, bytes_of(a), {65536, 1}, bytes_of(b), {1, 64});
+  }
+  // int64: small values, values just outside 32 bits, the extremes, and random 64-bit ones.
+  {
+    const std::vector<int64_t> edges = {0, 1, -1, 2, -2, 7, -7, 2147483647, -2147483647,
+                                        -2147483647 - 1, 2147483648, -2147483649,
+                                        std::numeric_limits<int64_t>::max(),
+                                        std::numeric_limits<int64_t>::min()};
+    std::vector<int64_t> a, b;
+    const auto random_value = [&]() -> int64_t {
+      switch (rng() % 4) {
+        case 0: return static_cast<int64_t>(rng() % 201) - 100;
+        case 1: return static_cast<int32_t>(rng());
+        case 2: return edges[rng() % edges.size()];
+        default: return static_cast<int64_t>(rng());
+      }
+    };
+    for (int64_t x : edges) {
+      for (int64_t y : edges) {
+        if (y == 0) continue;
+        a.push_back(x);
+        b.push_back(y);
+      }
+    }
+    while (a.size() < 100000) {
+      const int64_t y = random_value();
+      if (y == 0) continue;
+      a.push_back(random_value());
+      b.push_back(y);
+    }
+    const int64_t n = static_cast<int64_t>(a.size());
+    check(DType::kInt64, bytes_of(a), {n}, bytes_of(b), {n});
+  }
+  EXPECT_EQ(device_->memory_in_use(), 0);
 }
 
 // Layouts that take the shared-memory tile kernel (an input dense along the dim the output is
