@@ -137,32 +137,47 @@ bool ChooseAnyPermutedTiles(Plan& p) {
   return true;
 }
 
-// TileRule::kDenseSameTypes. Staged inputs: dense along dim 1 and not along dim 0 (nor
-// repeated along it). At most two tiles fit in shared memory, and a tile's offsets in 32 bits.
+// TileRule::kDenseSameTypes, any rank. Tiles span dim 0 (where the output is dense) and the
+// dim along which the most inputs that are not dense along dim 0 are dense ("staged": one or
+// two, as many tiles as fit in the shared memory a block may take), which the plan moves to
+// dim 1; the dims left are the tiles' batch dims. Both tile dims at least 16 long, a tile's
+// offsets within 32 bits.
 bool ChooseTiles(Plan& p, bool same_types) {
   const int64_t item = ItemSize(p.compute_dtype);
-  if (!same_types || p.ndim < 2 || p.ndim > 3 || p.strides[0][0] != ItemSize(p.dtypes[0]) ||
-      p.sizes[0] < 16 || p.sizes[1] < 16) {
+  if (!same_types || p.ndim < 2 || p.strides[0][0] != ItemSize(p.dtypes[0]) || p.sizes[0] < 16) {
     return false;
   }
   // Tiles of 32 or 64 along dim 0, at most 2^31 - 1 of them.
   if (p.sizes[0] / 32 >= INT32_MAX) return false;
-  int staged = 0;
-  int8_t index[kMaxOperands] = {-1, -1, -1, -1};
-  for (int k = 1; k < p.num_operands; ++k) {
-    if (p.strides[k][1] == item && p.strides[k][0] != item && p.strides[k][0] != 0) {
-      if (staged == 2) return false;
-      index[k] = static_cast<int8_t>(staged++);
+  const auto staged_along = [&](int k, int d) {
+    return p.strides[k][d] == item && p.strides[k][0] != item && p.strides[k][0] != 0;
+  };
+  int dim = -1, most = 0;
+  for (int d = 1; d < p.ndim; ++d) {
+    if (p.sizes[d] < 16) continue;
+    int count = 0;
+    for (int k = 1; k < p.num_operands; ++k) count += staged_along(k, d);
+    if (count > most) {
+      dim = d;
+      most = count;
     }
   }
-  if (staged == 0) return false;
+  if (most == 0 || most > 2) return false;
   for (int k = 0; k < p.num_operands; ++k) {
-    for (int d = 0; d < 2; ++d) {
+    for (int d : {0, dim}) {
       const int64_t s = p.strides[k][d];
       if (s <= -(int64_t{1} << 23) || s >= (int64_t{1} << 23)) return false;
     }
   }
-  std::copy(index, index + kMaxOperands, p.staged);
+  // Move `dim` to 1, the dims between it and 1 one place out, in order.
+  for (int d = dim; d > 1; --d) {
+    std::swap(p.sizes[d], p.sizes[d - 1]);
+    for (int k = 0; k < p.num_operands; ++k) std::swap(p.strides[k][d], p.strides[k][d - 1]);
+  }
+  int staged = 0;
+  for (int k = 1; k < p.num_operands; ++k) {
+    p.staged[k] = staged_along(k, 1) ? static_cast<int8_t>(staged++) : int8_t{-1};
+  }
   p.num_staged = staged;
   return true;
 }

@@ -62,10 +62,11 @@ absl::string_view KernelName(Kernel k);
 // Which plans a backend's tile kernel takes: the planner's rule for Kernel::kTiles, given by
 // whoever plans for that backend (Device::tile_rule in the server).
 enum class TileRule : uint8_t {
-  // Two or three dims, every operand of the op's own types, the output dense along dim 0,
-  // both tile dims at least 16 long, one or two inputs dense along dim 1 and not along dim 0
-  // staged (two tiles fill the shared memory a block may take). The CUDA tile kernel's; the
-  // default, since every backend runs such plans.
+  // Any rank of two or more, every operand of the op's own types, the output dense along
+  // dim 0; the dim along which one or two inputs are dense, and not along dim 0, moved to dim 1
+  // and those inputs staged (two tiles fill the shared memory a block may take); both tile
+  // dims at least 16 long, the other dims batches. The CUDA tile kernel's; the default, since
+  // every backend runs such plans.
   kDenseSameTypes,
   // Every permuted plan (Path::kPermuted) of two dims or more, any dtypes; the inputs that
   // move faster along dim 1 than along dim 0 staged, converted as they are copied. The CPU's.

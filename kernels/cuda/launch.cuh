@@ -57,24 +57,32 @@ inline absl::Status CheckLaunch() {
   return absl::OkStatus();
 }
 
-// kTiles: T x T tiles (T = 64, 32 for 8-byte types), one block each, the batch dim in z.
+// kTiles: T x T tiles (T = 64, 32 for 8-byte types), one block each, the batches in z.
 template <typename S, int N, typename F>
 absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
   TileArgs<N + 1> ta{};
   ta.size[0] = plan.sizes[0];
   ta.size[1] = plan.sizes[1];
-  ta.size[2] = plan.ndim == 3 ? plan.sizes[2] : 1;
+  ta.batch_dims = plan.ndim - 2;
+  ta.batches = 1;
+  for (int d = 2; d < plan.ndim; ++d) {
+    ta.batch_size[d - 2] = plan.sizes[d];
+    ta.batches *= plan.sizes[d];
+  }
   for (int k = 0; k <= N; ++k) {
     ta.base[k] = base[k];
-    for (int d = 0; d < 3; ++d) ta.stride[k][d] = d < plan.ndim ? plan.strides[k][d] : 0;
-    // Within a tile, offsets fit 32 bits (the planner checked the strides).
-    for (int d = 0; d < 2; ++d) ta.stride32[k][d] = static_cast<int32_t>(ta.stride[k][d]);
+    for (int d = 0; d < 2; ++d) {
+      ta.stride[k][d] = plan.strides[k][d];
+      // Within a tile, offsets fit 32 bits (the planner checked the strides).
+      ta.stride32[k][d] = static_cast<int32_t>(plan.strides[k][d]);
+    }
+    for (int d = 2; d < plan.ndim; ++d) ta.batch_stride[k][d - 2] = plan.strides[k][d];
     ta.staged[k] = plan.staged[k];
   }
   constexpr int kT = sizeof(S) == 8 ? 32 : 64;
   const int64_t gx = (ta.size[0] + kT - 1) / kT;
   const int64_t gy = std::min<int64_t>((ta.size[1] + kT - 1) / kT, 65535);
-  const int64_t gz = std::min<int64_t>(ta.size[2], 65535);
+  const int64_t gz = std::min<int64_t>(ta.batches, 65535);
   const size_t shared = static_cast<size_t>(plan.num_staged) * kT * (kT + 1) * sizeof(S);
   TileKernel<S, N, kT><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                               static_cast<unsigned>(gz)),
@@ -226,7 +234,7 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
                                                 " kernel for dtypes it does not take"));
       }
       if (plan.kernel == Kernel::kTiles) {
-        if (plan.ndim > 3 || plan.num_staged < 1 || plan.num_staged > 2) {
+        if (plan.num_staged < 1 || plan.num_staged > 2) {
           return absl::InternalError(
               "the plan's tiles are beyond the CUDA tile kernel (planned with another TileRule)");
         }

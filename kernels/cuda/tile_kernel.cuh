@@ -8,22 +8,31 @@
 #include <utility>
 
 #include "kernels/cuda/memory_access.cuh"
+#include "kernels/tensor_view.h"
 
 namespace tc::cuda {
 
-// Two dims (and a batch dim) where some inputs are dense along dim 1 while the output is
-// dense along dim 0 (a transposed input, or a transposed output with dense inputs, or
-// channels-first against channels-last). A block takes a T x T tile: the inputs dense along
-// dim 1 ("staged", at most two) are read along dim 1 into shared memory, then every thread
-// walks the tile along dim 0, reading the staged inputs across the shared tile and the
-// others from memory, so that every global access of a warp is coalesced.
+// Two dims (and any number of batch dims) where some inputs are dense along dim 1 while the
+// output is dense along dim 0 (a transposed input, or a transposed output with dense inputs,
+// or channels-first against channels-last, or any permutation whose fastest input dim is not
+// the output's). A block takes a T x T tile: the inputs dense along dim 1 ("staged", at most
+// two) are read along dim 1 into shared memory, then every thread walks the tile along dim 0,
+// reading the staged inputs across the shared tile and the others from memory, so that every
+// global access of a warp is coalesced.
+inline constexpr int kMaxTileBatchDims = kMaxRank - 2;
+
 template <int kOps>
 struct TileArgs {
-  int64_t size[3];
+  int64_t size[2];
   char* base[kOps];
-  int64_t stride[kOps][3];
+  int64_t stride[kOps][2];
   int32_t stride32[kOps][2];  // stride[k][0..1], which a tile's offsets keep within 32 bits
   int8_t staged[kOps];  // index into the shared tiles, -1 for an input read in place
+  // The batch dims (plan dims 2 and up), fastest first, and the number of batches in all.
+  int batch_dims;
+  int64_t batches;
+  int64_t batch_size[kMaxTileBatchDims];
+  int64_t batch_stride[kOps][kMaxTileBatchDims];
 };
 
 template <typename S, int N, int T, typename F>
@@ -39,7 +48,16 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   extern __shared__ __align__(16) unsigned char shared[];
   auto* tiles = reinterpret_cast<S(*)[T][T + 1]>(shared);
   const int lane = threadIdx.x % T, band = threadIdx.x / T;
-  for (int64_t b = blockIdx.z; b < a.size[2]; b += gridDim.z) {
+  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
+    // The batch's offset in each operand (once per batch, not per element).
+    int64_t batch_offset[N + 1] = {};
+    int64_t rest = b;
+    for (int d = 0; d < a.batch_dims; ++d) {
+      const int64_t i = rest % a.batch_size[d];
+      rest /= a.batch_size[d];
+#pragma unroll
+      for (int k = 0; k <= N; ++k) batch_offset[k] += i * a.batch_stride[k][d];
+    }
     for (int64_t t1 = blockIdx.y * int64_t{T}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T) {
       const int64_t t0 = blockIdx.x * int64_t{T};
       const int n0 = a.size[0] - t0 < T ? static_cast<int>(a.size[0] - t0) : T;
@@ -48,7 +66,7 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
       char* at[N + 1];
 #pragma unroll
       for (int k = 0; k <= N; ++k) {
-        at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + b * a.stride[k][2];
+        at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
       }
       // Staged inputs: each thread reads down dim 0 at i1 = lane, so that a warp reads
       // along dim 1, where they are dense. Offsets within a tile fit 32 bits (checked at

@@ -214,9 +214,10 @@ TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
 }
 
 // Layouts that take the shared-memory tile kernel (an input dense along the dim the output is
-// not: transposed inputs, a transposed output, channels-first read into channels-last) with
-// odd sizes, partial tiles, a batch dim, a misaligned offset and a reversed operand read in
-// place, in 1-, 2-, 4- and 8-byte types; bit for bit the CPU's result.
+// not: transposed inputs, a transposed output, channels-first read into channels-last, rank 3
+// and 5 permutations) with odd sizes, partial tiles, batch dims, a misaligned offset and a
+// reversed operand read in place, in 1-, 2-, 4- and 8-byte types: planned for the tile
+// kernel, bit for bit the CPU's result.
 TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
   constexpr int64_t R = 67, C = 131, B = 3, H = 45, W = 70;
   uint64_t x = testing::TestSeed() ^ 0x7157ull;
@@ -238,7 +239,8 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
   CpuBackend cpu_backend;
   for (const DType t : {DType::kUInt8, DType::kFloat16, DType::kInt32, DType::kFloat32, DType::kFloat64}) {
     const int64_t item = ItemSize(t);
-    const std::vector<std::byte> a = random_bytes(t, B * H * W + 1), b = random_bytes(t, B * H * W + 1);
+    constexpr int64_t kStorage = 5 * 17 * 3 * 4 * 18 + 1;  // the largest view below, and one
+    const std::vector<std::byte> a = random_bytes(t, kStorage), b = random_bytes(t, kStorage);
     const auto view = [&](const std::vector<std::byte>& s, DimVector shape, DimVector strides, int64_t offset) {
       return TensorView{t, std::move(shape), std::move(strides), offset, s.data(),
                         static_cast<int64_t>(s.size())};
@@ -256,6 +258,14 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
          {view(a, {R, C}, {-C, 1}, (R - 1) * C), view(b, {R, C}, {1, R}, 1)}, {}},
         {"channels-first into channels-last, batched",
          {view(a, {B, H, W}, {H * W, 1, H}, 0), view(b, {B, H, W}, {H * W, W, 1}, 0)}, {}},
+        // Dense along its outermost dim: the tile's second dim moves to plan dim 1.
+        {"rank 3, input dense along the outermost dim",
+         {view(a, {20, 5, 70}, {1, 20 * 70, 20}, 0), view(b, {20, 5, 70}, {5 * 70, 70, 1}, 1)}, {}},
+        // A [5, 17, 3, 4, 18] storage permuted (4, 2, 0, 3, 1): three batch dims.
+        {"rank 5, permuted, odd sizes",
+         {view(a, {18, 3, 5, 4, 17}, {3 * 5 * 4 * 17, 5 * 4 * 17, 4 * 17, 17, 1}, 0),
+          view(b, {18, 3, 5, 4, 17}, {1, 4 * 18, 17 * 3 * 4 * 18, 18, 3 * 4 * 18}, 0)},
+         {}},
     };
     for (const Case& c : cases) {
       for (const char* name : {"add", "maximum", "eq"}) {
@@ -263,6 +273,7 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
         out_options.strides = c.out_strides;
         auto op = PrepareOp(name, c.inputs, {}, out_options);
         ASSERT_TRUE(op.ok()) << op.status();
+        EXPECT_EQ(KernelName(op->plan.kernel), KernelName(Kernel::kTiles)) << c.name;
         const size_t bytes = static_cast<size_t>(op->plan.out_storage_bytes);
         std::vector<std::byte> gpu(bytes), cpu(bytes);
         ASSERT_TRUE(backend_->Run(*op, c.inputs, gpu.data()).ok());

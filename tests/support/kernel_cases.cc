@@ -108,6 +108,12 @@ std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
       {Dense(f32, {4, 5, 6, 7}, rng),
        Tensor(f32, {4, 5, 6, 7}, {1, 4 * 6 * 7, 4, 4 * 6}, 0, 4 * 5 * 6 * 7, rng)},
       Path::kPermuted, Kernel::kGeneral);
+  // A [5, 17, 3, 4, 18] storage permuted (4, 2, 0, 3, 1): tiles over the output's fastest dim
+  // and the input's (moved to plan dim 1), three batch dims.
+  add("rank 5, permuted, tile dims at least 16", "add",
+      {Dense(f32, {18, 3, 5, 4, 17}, rng),
+       Tensor(f32, {18, 3, 5, 4, 17}, {1, 72, 3672, 18, 216}, 0, 18360, rng)},
+      Path::kPermuted, Kernel::kTiles);
   add("every other element", "add",
       {Tensor(f32, {500}, {2}, 1, 1001, rng), Dense(f32, {500}, rng)}, Path::kStrided,
       Kernel::kCastRows);
