@@ -205,6 +205,11 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
       break;
     case TypeRule::kCastToAttr:
       out = p.attrs.Type("dtype");
+      // Computed in the wider of the two (the same values: the functor is the identity and
+      // either conversion is the cast's own), so that the cast row kernel sizes a thread's
+      // run of elements by the wider side (a widening cast to an 8-byte type writes 16 bytes
+      // a run, not 64).
+      if (ItemSize(out) > ItemSize(compute)) compute = out;
       break;
     case TypeRule::kQuantized:
       for (const TensorView& v : inputs) {

@@ -191,7 +191,7 @@ bool ChooseRows(Plan& p, bool same_types) {
   r.count = r.inner_rows * (p.ndim == 3 ? p.sizes[2] : 1);
   const int64_t item = ItemSize(p.compute_dtype);
   r.vector_elems = static_cast<int>(16 / item);
-  r.cast_elems = item == 8 ? 4 : 8;
+  r.cast_elems = item == 8 ? 2 : 8;
   bool fast = same_types && r.cols % r.vector_elems == 0;
   for (int k = 0; k < p.num_operands; ++k) {
     const int64_t step = p.strides[k][0];

@@ -88,7 +88,7 @@ struct RowGeometry {
   // operand takes vector accesses up to this wide where its first element is aligned as well.
   int8_t stride_align[kMaxOperands] = {};
   // Elements per vector access: 16 bytes of the compute type in kRows; in kCastRows, the run
-  // of elements one thread converts (8, or 4 for 8-byte types), in one access per operand
+  // of elements one thread converts (8, or 2 of 8-byte types), in one access per operand
   // where it is dense and aligned for it. (The CUDA launcher checks its compiled widths
   // against these.)
   int vector_elems = 1;

@@ -135,12 +135,16 @@ inline void RowGrid(int64_t rows, int64_t chunks_per_row, int per_thread, dim3* 
 }
 
 // The run lengths the row kernels are compiled for: a 16-byte pack of S in kRows; in
-// kCastRows, 8 elements (4 of 8-byte types). The planner states the same in Plan::rows
-// (vector_elems, cast_elems), and CheckRowWidths holds the two to agreeing.
+// kCastRows, 8 elements, 2 of 8-byte types (a chunk of 16 bytes of S; casts compute in the
+// wider type, so a widening cast writes 16 bytes a chunk: with 8 float32 elements a chunk, a
+// float32 -> float64 cast wrote 64 bytes a thread in four accesses, at 63% of copy bandwidth;
+// for narrower types 8 elements a chunk measured faster than 16 bytes' worth). The planner
+// states the same in Plan::rows (vector_elems, cast_elems), and CheckRowWidths holds the two
+// to agreeing.
 template <typename S>
 inline constexpr int kRowVector = 16 / sizeof(S) > 0 ? static_cast<int>(16 / sizeof(S)) : 1;
 template <typename S>
-inline constexpr int kCastRun = sizeof(S) == 8 ? 4 : 8;
+inline constexpr int kCastRun = sizeof(S) == 8 ? 2 : 8;
 
 template <typename S>
 absl::Status CheckRowWidths(const Plan& plan, bool rows) {
@@ -175,10 +179,13 @@ template <typename S, int N, typename F>
 absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
                             const LaunchEnv& env) {
   constexpr int kE = kCastRun<S>;
+  // Chunks per thread in flight: four of 8-byte types (two elements each), two for unary and
+  // binary ops of narrower types; ternary ops hold three operands' chunks already.
+  constexpr int kU = sizeof(S) == 8 ? (N <= 2 ? 4 : 2) : N <= 2 ? 2 : 1;
   const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kE);
   dim3 grid, block;
-  RowGrid(ra.rows, (ra.cols + kE - 1) / kE, 1, &grid, &block);
-  CastRowKernel<S, N, kE><<<grid, block, 0, env.stream>>>(f, ra);
+  RowGrid(ra.rows, (ra.cols + kE - 1) / kE, kU, &grid, &block);
+  CastRowKernel<S, N, kE, kU><<<grid, block, 0, env.stream>>>(f, ra);
   return CheckLaunch();
 }
 
