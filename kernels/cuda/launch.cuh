@@ -166,9 +166,12 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
     if (ra.access[k] == Access::kStrided) return false;
   }
   // Two packs per thread for 4- and 8-byte types, four for the float ops whose long dependent
-  // math needs more independent elements in flight; one for narrower types, whose 16-byte
-  // packs already carry 8 or 16 elements.
-  constexpr int kU = sizeof(S) == 4 && kLongMath<F> ? 4 : sizeof(S) >= 4 ? 2 : 1;
+  // math needs more independent elements in flight, one for the float64 functions that hold
+  // many registers; one for narrower types, whose 16-byte packs already carry 8 or 16 elements.
+  constexpr int kU = sizeof(S) == 4 && kLongMath<F>       ? 4
+                     : sizeof(S) == 8 && kWideDoubleMath<F> ? 1
+                     : sizeof(S) >= 4                       ? 2
+                                                            : 1;
   dim3 grid, block;
   RowGrid(ra.rows, ra.cols / kV, kU, &grid, &block);
   RowKernel<S, N, kV, kU><<<grid, block, 0, env.stream>>>(f, ra);

@@ -98,6 +98,12 @@ template <>
 inline constexpr bool kLongMath<SigmoidOp> = true;
 template <>
 inline constexpr bool kLongMath<ErfOp> = true;
+template <>
+inline constexpr bool kWideDoubleMath<ErfOp> = true;
+template <>
+inline constexpr bool kWideDoubleMath<LogOp> = true;
+template <>
+inline constexpr bool kWideDoubleMath<TanhOp> = true;
 // Integers are already whole: floor, ceil, round and trunc return them unchanged.
 TC_UNARY_OP(FloorOp,
             ("floor", kNumericTypes, "round down; integers unchanged"),
