@@ -57,7 +57,23 @@ inline absl::Status CheckLaunch() {
   return absl::OkStatus();
 }
 
-// kTiles: T x T tiles (T = 64, 32 for 8-byte types), one block each, the batches in z.
+// kTiles: T0 x T1 tiles, one block each, the batches in z. Square ones (64, 32 for 8-byte
+// types) unless the output's dim 0 is at most half a square's side while dim 1 is long: then
+// 16 along dim 0 and as many elements in all.
+template <typename S, int N, int T0, int T1, typename F>
+absl::Status LaunchTileShape(const F& f, const TileArgs<N + 1>& ta, int num_staged,
+                             cudaStream_t stream) {
+  const int64_t gx = (ta.size[0] + T0 - 1) / T0;
+  const int64_t gy = std::min<int64_t>((ta.size[1] + T1 - 1) / T1, 65535);
+  const int64_t gz = std::min<int64_t>(ta.batches, 65535);
+  const size_t shared =
+      static_cast<size_t>(num_staged) * T0 * (T1 + TilePad<S, T0>()) * sizeof(S);
+  TileKernel<S, N, T0, T1><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+                                  static_cast<unsigned>(gz)),
+                             256, shared, stream>>>(f, ta);
+  return CheckLaunch();
+}
+
 template <typename S, int N, typename F>
 absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
   TileArgs<N + 1> ta{};
@@ -79,15 +95,12 @@ absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const 
     for (int d = 2; d < plan.ndim; ++d) ta.batch_stride[k][d - 2] = plan.strides[k][d];
     ta.staged[k] = plan.staged[k];
   }
-  constexpr int kT = sizeof(S) == 8 ? 32 : 64;
-  const int64_t gx = (ta.size[0] + kT - 1) / kT;
-  const int64_t gy = std::min<int64_t>((ta.size[1] + kT - 1) / kT, 65535);
-  const int64_t gz = std::min<int64_t>(ta.batches, 65535);
-  const size_t shared = static_cast<size_t>(plan.num_staged) * kT * (kT + 1) * sizeof(S);
-  TileKernel<S, N, kT><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
-                              static_cast<unsigned>(gz)),
-                         256, shared, env.stream>>>(f, ta);
-  return CheckLaunch();
+  constexpr int kSide = sizeof(S) == 8 ? 32 : 64;
+  constexpr int kLong = kSide * kSide / 16;
+  if (ta.size[0] <= kSide / 2 && ta.size[1] >= kLong / 2) {
+    return LaunchTileShape<S, N, 16, kLong>(f, ta, plan.num_staged, env.stream);
+  }
+  return LaunchTileShape<S, N, kSide, kSide>(f, ta, plan.num_staged, env.stream);
 }
 
 // The row kernels' arguments, with each operand's access for runs of `elems` elements: its

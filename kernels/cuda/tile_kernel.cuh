@@ -15,10 +15,11 @@ namespace tc::cuda {
 // Two dims (and any number of batch dims) where some inputs are dense along dim 1 while the
 // output is dense along dim 0 (a transposed input, or a transposed output with dense inputs,
 // or channels-first against channels-last, or any permutation whose fastest input dim is not
-// the output's). A block takes a T x T tile: the inputs dense along dim 1 ("staged", at most
-// two) are read along dim 1 into shared memory, then every thread walks the tile along dim 0,
-// reading the staged inputs across the shared tile and the others from memory, so that every
-// global access of a warp is coalesced.
+// the output's). A block takes a T0 x T1 tile (square, or 16 along dim 0 where the output's
+// dim 0 is that short: a square tile ran a quarter full there): the inputs dense along dim 1
+// ("staged", at most two) are read along dim 1 into shared memory, then every thread walks
+// the tile along dim 0, reading the staged inputs across the shared tile and the others from
+// memory, so that every global access of a warp is coalesced.
 inline constexpr int kMaxTileBatchDims = kMaxRank - 2;
 
 template <int kOps>
@@ -35,19 +36,35 @@ struct TileArgs {
   int64_t batch_stride[kOps][kMaxTileBatchDims];
 };
 
-template <typename S, int N, int T, typename F>
+// A shared tile's row: T1 elements and a pad that keeps the reads down a column (a warp's
+// T0 rows, or 32 of them, over 32 / T0 columns where T0 is shorter) on distinct 4-byte banks:
+// 2 elements for float32 16-deep tiles (rows 258 words apart), and an odd number of words a
+// row for 1- and 2-byte types as for 4-byte ones (a pad of one element put a float16 tile's
+// rows 32.5 words apart; the H100 figures of the float16 and int8 permutations did not move
+// with the fix, at 35% of copy either way).
+template <typename S, int T0>
+constexpr int TilePad() {
+  const int words = T0 < 32 ? 32 / T0 : 1;
+  const int elems = 4 * words / static_cast<int>(sizeof(S));
+  return elems > 1 ? elems : 1;
+}
+
+template <typename S, int N, int T0, int T1, typename F>
 __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
-  // The block's 256 threads cover kBand lines of the tile at a time, kPasses times.
-  constexpr int kBand = 256 / T;
-  constexpr int kPasses = T / kBand;
-  // One T x (T + 1) tile per staged input (the extra column keeps a warp reading down a
-  // column on distinct banks).
+  // Staging, the block's 256 threads cover kBand1 lines of dim 1 (T1 long) at a time,
+  // kPasses1 times; computing, kBand0 lines of dim 0 (T0 long), kPasses0 times.
+  constexpr int kBand1 = 256 / T1, kPasses1 = T0 / kBand1;
+  constexpr int kBand0 = 256 / T0, kPasses0 = T1 / kBand0;
+  static_assert(kPasses1 % 4 == 0 && kPasses0 >= 1);
+  constexpr int kRow = T1 + TilePad<S, T0>();
+  // One T0 x kRow tile per staged input.
   extern __shared__ __align__(16) unsigned char shared[];
-  auto* tiles = reinterpret_cast<S(*)[T][T + 1]>(shared);
-  const int lane = threadIdx.x % T, band = threadIdx.x / T;
+  auto* tiles = reinterpret_cast<S(*)[T0][kRow]>(shared);
+  const int lane1 = threadIdx.x % T1, band1 = threadIdx.x / T1;
+  const int lane0 = threadIdx.x % T0, band0 = threadIdx.x / T0;
   for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
     // The batch's offset in each operand (once per batch, not per element).
     int64_t batch_offset[N + 1] = {};
@@ -58,64 +75,64 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
 #pragma unroll
       for (int k = 0; k <= N; ++k) batch_offset[k] += i * a.batch_stride[k][d];
     }
-    for (int64_t t1 = blockIdx.y * int64_t{T}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T) {
-      const int64_t t0 = blockIdx.x * int64_t{T};
-      const int n0 = a.size[0] - t0 < T ? static_cast<int>(a.size[0] - t0) : T;
-      const int n1 = a.size[1] - t1 < T ? static_cast<int>(a.size[1] - t1) : T;
-      const bool full = n0 == T && n1 == T;
+    for (int64_t t1 = blockIdx.y * int64_t{T1}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T1) {
+      const int64_t t0 = blockIdx.x * int64_t{T0};
+      const int n0 = a.size[0] - t0 < T0 ? static_cast<int>(a.size[0] - t0) : T0;
+      const int n1 = a.size[1] - t1 < T1 ? static_cast<int>(a.size[1] - t1) : T1;
+      const bool full = n0 == T0 && n1 == T1;
       char* at[N + 1];
 #pragma unroll
       for (int k = 0; k <= N; ++k) {
         at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
       }
-      // Staged inputs: each thread reads down dim 0 at i1 = lane, so that a warp reads
+      // Staged inputs: each thread reads down dim 0 at i1 = lane1, so that a warp reads
       // along dim 1, where they are dense. Offsets within a tile fit 32 bits (checked at
       // launch).
 #pragma unroll
       for (int k = 1; k <= N; ++k) {
         if (a.staged[k] < 0) continue;
-        S(*sh)[T + 1] = tiles[a.staged[k]];
-        const char* p = at[k] + lane * a.stride32[k][1] + band * a.stride32[k][0];
-        const int32_t step = kBand * a.stride32[k][0];
+        S(*sh)[kRow] = tiles[a.staged[k]];
+        const char* p = at[k] + lane1 * a.stride32[k][1] + band1 * a.stride32[k][0];
+        const int32_t step = kBand1 * a.stride32[k][0];
 #pragma unroll
-        for (int g = 0; g < kPasses; g += 4) {
+        for (int g = 0; g < kPasses1; g += 4) {
           S q[4] = {};
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            if (full || (lane < n1 && band + (g + i) * kBand < n0)) {
+            if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
               q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
             }
           }
 #pragma unroll
-          for (int i = 0; i < 4; ++i) sh[band + (g + i) * kBand][lane] = q[i];
+          for (int i = 0; i < 4; ++i) sh[band1 + (g + i) * kBand1][lane1] = q[i];
         }
       }
       __syncthreads();
-      // Every thread now walks dim 1 at i0 = lane: a warp reads and writes along dim 0. All
+      // Every thread now walks dim 1 at i0 = lane0: a warp reads and writes along dim 0. All
       // of a thread's lines are loaded before the first is computed (a loop over halves of
       // them was slower: 92% of copy bandwidth against 94.5% on a transposed-output add).
-      C x[N][kPasses];
+      C x[N][kPasses0];
 #pragma unroll
       for (int k = 1; k <= N; ++k) {
-        const char* p = at[k] + lane * a.stride32[k][0] + band * a.stride32[k][1];
-        const int32_t step = kBand * a.stride32[k][1];
+        const char* p = at[k] + lane0 * a.stride32[k][0] + band0 * a.stride32[k][1];
+        const int32_t step = kBand0 * a.stride32[k][1];
 #pragma unroll
-        for (int i = 0; i < kPasses; ++i) {
-          const int i1 = band + i * kBand;
+        for (int i = 0; i < kPasses0; ++i) {
+          const int i1 = band0 + i * kBand0;
           if (a.staged[k] >= 0) {
-            x[k - 1][i] = static_cast<C>(tiles[a.staged[k]][lane][i1]);
-          } else if (full || (lane < n0 && i1 < n1)) {
+            x[k - 1][i] = static_cast<C>(tiles[a.staged[k]][lane0][i1]);
+          } else if (full || (lane0 < n0 && i1 < n1)) {
             x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(p + i * step));
           } else {
             x[k - 1][i] = C{};
           }
         }
       }
-      char* out = at[0] + lane * a.stride32[0][0] + band * a.stride32[0][1];
-      const int32_t out_step = kBand * a.stride32[0][1];
+      char* out = at[0] + lane0 * a.stride32[0][0] + band0 * a.stride32[0][1];
+      const int32_t out_step = kBand0 * a.stride32[0][1];
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        if (full || (lane < n0 && band + i * kBand < n1)) {
+      for (int i = 0; i < kPasses0; ++i) {
+        if (full || (lane0 < n0 && band0 + i * kBand0 < n1)) {
           C v[N];
 #pragma unroll
           for (int k = 0; k < N; ++k) v[k] = x[k][i];

@@ -266,6 +266,14 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
          {view(a, {18, 3, 5, 4, 17}, {3 * 5 * 4 * 17, 5 * 4 * 17, 4 * 17, 17, 1}, 0),
           view(b, {18, 3, 5, 4, 17}, {1, 4 * 18, 17 * 3 * 4 * 18, 18, 3 * 4 * 18}, 0)},
          {}},
+        // The output's fastest dim short (16, 20) beside a long staged one: tiles 16 deep
+        // along it (8-byte types take them for 16 only), partial along both tile dims.
+        {"short output dim, 16",
+         {view(a, {7, 150, 16}, {150 * 16, 16, 1}, 0), view(b, {7, 150, 16}, {16 * 150, 1, 150}, 1)},
+         {}},
+        {"short output dim, 20, batched",
+         {view(a, {5, 140, 20}, {140 * 20, 1, 140}, 1), view(b, {5, 140, 20}, {140 * 20, 20, 1}, 0)},
+         {}},
     };
     for (const Case& c : cases) {
       for (const char* name : {"add", "maximum", "eq"}) {
