@@ -237,6 +237,10 @@ struct MinimumOp {
   }
 };
 
+// 1-byte max and min four at a time (on bools: or, and).
+TC_BYTE_WORDS(MaximumOp, __vmaxs4, __vmaxu4)
+TC_BYTE_WORDS(MinimumOp, __vmins4, __vminu4)
+
 // a if a > 0 else weight * a, with the weight broadcast like any input.
 struct PreluOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;
@@ -289,10 +293,7 @@ struct BitwiseAndOp {
   }
 };
 template <>
-struct Wordwise<BitwiseAndOp> {
-  static constexpr uint32_t kTypes = kIntegralBoolTypes;
-  using Op = BitwiseAndOp;
-};
+struct Wordwise<BitwiseAndOp> : BitwiseWords<BitwiseAndOp, kIntegralBoolTypes> {};
 
 struct BitwiseOrOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
@@ -315,10 +316,7 @@ struct BitwiseOrOp {
   }
 };
 template <>
-struct Wordwise<BitwiseOrOp> {
-  static constexpr uint32_t kTypes = kIntegralBoolTypes;
-  using Op = BitwiseOrOp;
-};
+struct Wordwise<BitwiseOrOp> : BitwiseWords<BitwiseOrOp, kIntegralBoolTypes> {};
 
 struct BitwiseXorOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
@@ -341,10 +339,7 @@ struct BitwiseXorOp {
   }
 };
 template <>
-struct Wordwise<BitwiseXorOp> {
-  static constexpr uint32_t kTypes = kIntegralBoolTypes;
-  using Op = BitwiseXorOp;
-};
+struct Wordwise<BitwiseXorOp> : BitwiseWords<BitwiseXorOp, kIntegralBoolTypes> {};
 
 // Shifts by a negative amount or by the type's width or more give 0 (left) or the sign fill
 // (right), where C++ leaves them undefined.

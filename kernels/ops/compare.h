@@ -30,21 +30,20 @@ TC_COMPARE_OP(LogicalOrOp, "logical_or", "a != 0 or b != 0", (a != T(0)) || (b !
 TC_COMPARE_OP(LogicalXorOp, "logical_xor", "(a != 0) != (b != 0)", (a != T(0)) != (b != T(0)))
 #undef TC_COMPARE_OP
 
+// 1-byte comparisons four at a time: each byte of the word 1 or 0.
+TC_BYTE_WORDS(EqOp, __vseteq4, __vseteq4)
+TC_BYTE_WORDS(NeOp, __vsetne4, __vsetne4)
+TC_BYTE_WORDS(LtOp, __vsetlts4, __vsetltu4)
+TC_BYTE_WORDS(LeOp, __vsetles4, __vsetleu4)
+TC_BYTE_WORDS(GtOp, __vsetgts4, __vsetgtu4)
+TC_BYTE_WORDS(GeOp, __vsetges4, __vsetgeu4)
+
 // On bools, the logical ops are the bitwise ones.
 template <>
-struct Wordwise<LogicalAndOp> {
-  static constexpr uint32_t kTypes = DTypeBit(DType::kBool);
-  using Op = BitwiseAndOp;
-};
+struct Wordwise<LogicalAndOp> : BitwiseWords<BitwiseAndOp, DTypeBit(DType::kBool)> {};
 template <>
-struct Wordwise<LogicalOrOp> {
-  static constexpr uint32_t kTypes = DTypeBit(DType::kBool);
-  using Op = BitwiseOrOp;
-};
+struct Wordwise<LogicalOrOp> : BitwiseWords<BitwiseOrOp, DTypeBit(DType::kBool)> {};
 template <>
-struct Wordwise<LogicalXorOp> {
-  static constexpr uint32_t kTypes = DTypeBit(DType::kBool);
-  using Op = BitwiseXorOp;
-};
+struct Wordwise<LogicalXorOp> : BitwiseWords<BitwiseXorOp, DTypeBit(DType::kBool)> {};
 
 }  // namespace tc

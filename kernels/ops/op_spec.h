@@ -107,15 +107,46 @@ inline constexpr bool kLongMath = false;
 template <typename F>
 inline constexpr bool kWideDoubleMath = false;
 
-// Wordwise<F>: for storage types in kTypes, F acts on each byte of its operands on its own,
-// as Op does on whole 32-bit words, so that a kernel may apply Op to four bytes at once.
-// Bitwise and/or/xor are their own Op on integers and bools; logical and/or/xor on bools
-// (whose bytes are 0 or 1: the server refuses others) are the bitwise ones.
+// Wordwise<F>: for storage types S in kTypes, Word<S>(a, b) gives in each byte of a 32-bit
+// word what F gives for the bytes of words a and b there, so that a kernel may apply F to
+// four bytes at once. Bitwise and/or/xor act bit by bit on integers and bools (BitwiseWords);
+// logical and/or/xor on bools (whose bytes are 0 or 1: the server refuses others) are the
+// bitwise ones; max, min and comparisons of 1-byte types take the GPU's byte-wise SIMD
+// instructions (device code only).
 template <typename F>
 struct Wordwise {
   static constexpr uint32_t kTypes = 0;
-  using Op = F;
 };
+
+template <typename Op, uint32_t kWordTypes>
+struct BitwiseWords {
+  static constexpr uint32_t kTypes = kWordTypes;
+  template <typename S>
+  static TC_HOST_DEVICE uint32_t Word(uint32_t a, uint32_t b) {
+    return Op{}(a, b);
+  }
+};
+
+// 1-byte types (bool among the unsigned ones) on the GPU's byte-wise SIMD instructions:
+// Wordwise<F> of an op whose bytes `Signed(a, b)` or `Unsigned(a, b)` compute.
+#if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
+#define TC_BYTE_WORDS(F, Signed, Unsigned)                                               \
+  template <>                                                                            \
+  struct Wordwise<F> {                                                                   \
+    static constexpr uint32_t kTypes =                                                   \
+        DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool);       \
+    template <typename S>                                                                \
+    static __device__ uint32_t Word(uint32_t a, uint32_t b) {                            \
+      if constexpr (std::is_signed_v<S>) {                                               \
+        return Signed(a, b);                                                             \
+      } else {                                                                           \
+        return Unsigned(a, b);                                                           \
+      }                                                                                  \
+    }                                                                                    \
+  };
+#else
+#define TC_BYTE_WORDS(F, Signed, Unsigned)
+#endif
 
 // kHasHostFloatRow<F>: F has `static void HostFloatRow(const float*..., float* out, int64_t n)`,
 // a vectorized float32 row the CPU calls instead of the functor per element (its results
