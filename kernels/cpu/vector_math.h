@@ -1,6 +1,7 @@
 // Vectorized rows of the transcendental functions that dominate their ops' time on the CPU,
-// through glibc's vector math library (libmvec, which picks SSE/AVX2/AVX-512 code at load time).
-// Results agree with the scalar functions to within a few ulps. The ops' HostFloatRow
+// through glibc's vector math library (libmvec, which picks SSE/AVX2/AVX-512 code at load time),
+// and pow's own AVX-512 code (within an ulp of the correctly rounded result). Results agree with
+// the scalar functions to within a few ulps. The ops' HostFloatRow
 // (binary.h, unary.h) are defined here.
 #pragma once
 

@@ -178,8 +178,8 @@ struct PowOp {
   }
   static PowOp Make(const MakeArgs&) { return {}; }
 #endif
-  // libmvec's vectorized powf (kernels/cpu/vector_math.cc): the scalar call per element is
-  // the CPU's bottleneck.
+  // A vectorized powf (kernels/cpu/vector_math.cc): the scalar call per element is the CPU's
+  // bottleneck.
   static void HostFloatRow(const float* a, const float* b, float* out, int64_t n);
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
