@@ -5,6 +5,7 @@ server would receive them, for the fuzzers to mutate. Run with the build's Pytho
 import os
 import struct
 
+from inference import grpc_service_pb2 as v2
 from tensorcompute.v1 import tensor_service_pb2 as pb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,4 +76,40 @@ for name, req in requests.items():
     blob = b"".join(struct.pack("<H", len(m.SerializeToString())) + m.SerializeToString()
                     for m in msgs)
     write("stream", name, blob)
+
+
+def infer(model, inputs, parameters=None, contents=False, **kw):
+    """A KServe v2 ModelInferRequest: inputs as (name, datatype, shape, bytes or contents)."""
+    req = v2.ModelInferRequest(model_name=model, **kw)
+    for name, datatype, shape, data in inputs:
+        t = req.inputs.add(name=name, datatype=datatype, shape=shape)
+        if contents:
+            t.contents.CopyFrom(data)
+        else:
+            req.raw_input_contents.append(data)
+    for key, p in (parameters or {}).items():
+        req.parameters[key].CopyFrom(p)
+    return req
+
+
+infer_requests = {
+    "add_broadcast": infer("add", [("INPUT0", "FP32", [2, 3], f32(*range(6))),
+                                   ("INPUT1", "FP32", [3], f32(1, 2, 3))],
+                           {"alpha": v2.InferParameter(double_param=2)}, id="a"),
+    "where_by_name": infer("where", [("INPUT2", "FP16", [], struct.pack("<e", 9.5)),
+                                     ("INPUT0", "BOOL", [3], b"\x01\x00\x01"),
+                                     ("INPUT1", "INT16", [3], struct.pack("<3h", 1, 2, 3))]),
+    "contents": infer("mul", [("INPUT0", "INT8", [3], v2.InferTensorContents(int_contents=[1, -2, 3])),
+                              ("INPUT1", "INT8", [1], v2.InferTensorContents(int_contents=[4]))],
+                      contents=True),
+    "cast": infer("cast", [("INPUT0", "FP64", [2], struct.pack("<2d", 1.5, -3))],
+                  {"dtype": v2.InferParameter(string_param="UINT8")}),
+    "expression": infer("expression", [("x", "FP32", [2], f32(1, 2)), ("y", "INT32", [], i32(3))],
+                        {"expression": v2.InferParameter(string_param="clamp(x * y, min=0)")}),
+    "div_zero": infer("floor_divide", [("INPUT0", "INT64", [2], struct.pack("<2q", 7, -7)),
+                                       ("INPUT1", "INT64", [2], struct.pack("<2q", 0, 2))],
+                      outputs=[v2.ModelInferRequest.InferRequestedOutputTensor(name="OUTPUT0")]),
+}
+for name, req in infer_requests.items():
+    write("model_infer", name, req.SerializeToString())
 print("corpus written")

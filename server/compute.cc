@@ -76,6 +76,37 @@ absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t li
       " bytes for one message; use ComputeStream, or keep the output resident"));
 }
 
+// The small-request fast path on a GPU: plans and hands the request to the device from the
+// gRPC thread. False (nothing finished) when it does not apply or the device is busy.
+bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
+                      const v1::ComputeRequest* request, v1::ComputeResponse* response,
+                      std::shared_ptr<UnaryCall> call) {
+  for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
+  // No handles and nothing kept: no identity needed.
+  auto prepared = ComputeJob::Prepare(*request, std::string(), false, env,
+                                      DeadlineOf(*ctx), /*stage_inline=*/false);
+  if (!prepared.ok()) {
+    call->Finish(prepared.status());
+    return true;
+  }
+  std::shared_ptr<ComputeJob> job = *std::move(prepared);
+  const Plan& plan = job->plan();
+  if (plan.out_storage_bytes + job->input_bytes() > job->device().max_small_bytes()) {
+    call->received = 0;
+    return false;
+  }
+  std::byte* out = PrepareOutput(plan, response->mutable_output());
+  std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
+  if (!job->TryRunSmall(out, done)) {
+    // Busy or short of memory: the ordinary path, which may wait.
+    response->clear_output();
+    call->received = 0;
+    return false;
+  }
+  call->sent = plan.out_storage_bytes;
+  return true;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext* ctx,
@@ -83,33 +114,39 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
                                                      v1::ComputeResponse* response) {
   auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "Compute",
                                                     OpLabel(*request)});
-  if (!call->Admit()) return call->reactor;
+  grpc::ServerUnaryReactor* reactor = call->reactor;
+  if (call->Admit()) StartCompute(env_, ctx, request, response, std::move(call));
+  return reactor;
+}
+
+void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
+                  const v1::ComputeRequest* request, v1::ComputeResponse* response,
+                  std::shared_ptr<UnaryCall> call) {
   // The caller's identity, needed up front where tokens are required, else only where
   // resident tensors are touched.
   std::string owner;
-  if (env_.auth->requires_token() || NeedsIdentity(*request)) {
-    auto id = env_.auth->Identify(*ctx);
+  if (env.auth->requires_token() || NeedsIdentity(*request)) {
+    auto id = env.auth->Identify(*ctx);
     if (!id.ok()) {
       call->Finish(id.status());
-      return call->reactor;
+      return;
     }
     owner = *std::move(id);
   }
   // `request` and `response` stay valid until Finish.
-  auto work = [this, ctx, request, response, call, owner] {
+  auto work = [&env, ctx, request, response, call, owner] {
     if (ctx->IsCancelled()) {
       call->Finish(absl::CancelledError("cancelled before it ran"));
       return;
     }
     for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
-    auto prepared = ComputeJob::Prepare(*request, owner, false, env_, DeadlineOf(*ctx));
+    auto prepared = ComputeJob::Prepare(*request, owner, false, env, DeadlineOf(*ctx));
     if (!prepared.ok()) {
       call->Finish(prepared.status());
       return;
     }
     std::shared_ptr<ComputeJob> job = *std::move(prepared);
     const Plan& plan = job->plan();
-    const Env& env = env_;
     if (job->output_region() != nullptr) {
       RunIntoRegion(env, *request, DeadlineOf(*ctx), job, response, call);
       return;
@@ -140,8 +177,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     }
 
     // The reply also carries the output's metadata and framing.
-    if (plan.out_storage_bytes > env_.options.max_message_bytes - kReplyFramingBytes) {
-      call->Finish(TooLargeForUnary(plan, OpLabel(*request), env_.options.max_message_bytes));
+    if (plan.out_storage_bytes > env.options.max_message_bytes - kReplyFramingBytes) {
+      call->Finish(TooLargeForUnary(plan, OpLabel(*request), env.options.max_message_bytes));
       return;
     }
     if (job->device().host_memory()) {
@@ -188,45 +225,14 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     inline_only =
         inline_only && t.handle().empty() && t.region().empty() && t.storage_bytes() == 0;
   }
-  if (bytes <= kInlineBytes && inline_only && env_.devices->size() == 1) {
-    if (env_.devices->at(0).host_memory()) {
+  if (bytes <= kInlineBytes && inline_only && env.devices->size() == 1) {
+    if (env.devices->at(0).host_memory()) {
       work();
-      return call->reactor;
+      return;
     }
-    if (TrySmallOnDevice(ctx, request, response, call)) return call->reactor;
+    if (TrySmallOnDevice(env, ctx, request, response, call)) return;
   }
-  env_.pool->Schedule(std::move(work));
-  return call->reactor;
-}
-
-bool TensorServiceImpl::TrySmallOnDevice(grpc::CallbackServerContext* ctx,
-                                         const v1::ComputeRequest* request,
-                                         v1::ComputeResponse* response,
-                                         std::shared_ptr<UnaryCall> call) {
-  for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
-  // No handles and nothing kept: no identity needed.
-  auto prepared = ComputeJob::Prepare(*request, std::string(), false, env_,
-                                      DeadlineOf(*ctx), /*stage_inline=*/false);
-  if (!prepared.ok()) {
-    call->Finish(prepared.status());
-    return true;
-  }
-  std::shared_ptr<ComputeJob> job = *std::move(prepared);
-  const Plan& plan = job->plan();
-  if (plan.out_storage_bytes + job->input_bytes() > job->device().max_small_bytes()) {
-    call->received = 0;
-    return false;
-  }
-  std::byte* out = PrepareOutput(plan, response->mutable_output());
-  std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
-  if (!job->TryRunSmall(out, done)) {
-    // Busy or short of memory: the ordinary path, which may wait.
-    response->clear_output();
-    call->received = 0;
-    return false;
-  }
-  call->sent = plan.out_storage_bytes;
-  return true;
+  env.pool->Schedule(std::move(work));
 }
 
 }  // namespace tc::server

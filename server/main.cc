@@ -31,6 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "runtime/cpu_device.h"
 #include "server/auth.h"
+#include "server/inference_service.h"
 #include "server/memory_release.h"
 #include "server/metrics.h"
 #include "server/resident.h"
@@ -429,6 +430,9 @@ int main(int argc, char** argv) {
   tc::server::Lifecycle life;
   tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, regions.get(),
                                         &metrics, &auth, options, &life);
+  // The open inference protocol (KServe v2) on the same port, through the same engine.
+  tc::server::InferenceServiceImpl inference(tc::server::ServiceEnv{
+      &devices, request_pool.get(), &resident, regions.get(), &metrics, &auth, options, &life});
   tc::server::MemoryReleaser releaser([&life] { return life.active() > 0; },
                                       absl::GetFlag(FLAGS_malloc_cushion_bytes));
 
@@ -450,6 +454,7 @@ int main(int argc, char** argv) {
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message));
   builder.RegisterService(&service);
+  builder.RegisterService(&inference);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     Log(absl::StrCat("cannot listen on ", address));
@@ -470,11 +475,13 @@ int main(int argc, char** argv) {
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), true);
+  health->SetServingStatus(inference::GRPCInferenceService::service_full_name(), true);
   health->SetServingStatus(true);
   health_service.store(health);
   // A failure before the store above has been logged but not yet reported.
   if (!devices.health().ok()) health->SetServingStatus(false);
-  Log(absl::StrCat("serving tensorcompute.v1.TensorService on ", absl::GetFlag(FLAGS_address),
+  Log(absl::StrCat("serving tensorcompute.v1.TensorService and inference.GRPCInferenceService on ",
+                   absl::GetFlag(FLAGS_address),
                    ":", bound_port, unix_socket.empty() ? "" : " and unix:", unix_socket));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     // Written whole under a temporary name, then renamed, so a reader never sees half of it.

@@ -55,11 +55,6 @@ class TensorServiceImpl final : public TensorServiceBase {
   using Env = ServiceEnv;
 
  private:
-  // The small-request fast path on a GPU: plans and hands the request to the device from the
-  // gRPC thread. False (nothing finished) when it does not apply or the device is busy.
-  bool TrySmallOnDevice(grpc::CallbackServerContext* ctx, const v1::ComputeRequest* request,
-                        v1::ComputeResponse* response, std::shared_ptr<UnaryCall> call);
-
   Env env_;
 };
 

@@ -54,6 +54,7 @@ class Lifecycle {
   }
   void Leave() { active_.fetch_sub(1, std::memory_order_acq_rel); }
   void StartDraining() { draining_.store(true, std::memory_order_release); }
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
   int active() const { return active_.load(std::memory_order_acquire); }
 
  private:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The ghz request files in deploy/ghz, used the way ghz uses them: the service's descriptors
-fetched through server reflection (the file containing the service symbol, with its
+fetched through server reflection (the file containing each service's symbol, with its
 dependencies), request types built from them, every file parsed with protobuf's JSON parser,
 and the requests sent. No generated stubs are involved."""
 import argparse
@@ -19,10 +19,12 @@ from harness import start_server, stop_server
 ARGS = None
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GHZ_DIR = os.path.join(REPO, "deploy", "ghz")
-SERVICE = "tensorcompute.v1.TensorService"
-# Every request file and the method the README runs it against.
-FILES = {"add.json": "Compute", "compute_stream.json": "ComputeStream",
-         "expression.json": "Compute"}
+V1 = "tensorcompute.v1.TensorService"
+V2 = "inference.GRPCInferenceService"
+# Every request file and the service and method the README runs it against.
+FILES = {"add.json": (V1, "Compute"), "compute_stream.json": (V1, "ComputeStream"),
+         "expression.json": (V1, "Compute"), "model_infer.json": (V2, "ModelInfer"),
+         "model_stream_infer.json": (V2, "ModelStreamInfer")}
 
 
 class GhzFilesTest(unittest.TestCase):
@@ -32,18 +34,20 @@ class GhzFilesTest(unittest.TestCase):
         cls.channel = grpc.insecure_channel(cls.target)
         # What ghz does: ask for the file that defines the service, with its dependencies.
         stub = reflection_pb2_grpc.ServerReflectionStub(cls.channel)
-        reply = next(stub.ServerReflectionInfo(iter([
-            reflection_pb2.ServerReflectionRequest(file_containing_symbol=SERVICE)]), timeout=10))
         cls.pool = descriptor_pool.DescriptorPool()
-        protos = [descriptor_pb2.FileDescriptorProto.FromString(b)
-                  for b in reply.file_descriptor_response.file_descriptor_proto]
         added = set()
-        while len(added) < len(protos):  # Dependencies first.
-            for p in protos:
-                if p.name not in added and all(d in added for d in p.dependency):
-                    cls.pool.Add(p)
-                    added.add(p.name)
-        cls.service = cls.pool.FindServiceByName(SERVICE)
+        for service in (V1, V2):
+            reply = next(stub.ServerReflectionInfo(iter([
+                reflection_pb2.ServerReflectionRequest(file_containing_symbol=service)]),
+                timeout=10))
+            protos = [descriptor_pb2.FileDescriptorProto.FromString(b)
+                      for b in reply.file_descriptor_response.file_descriptor_proto]
+            protos = [p for p in protos if p.name not in added]
+            while any(p.name not in added for p in protos):  # Dependencies first.
+                for p in protos:
+                    if p.name not in added and all(d in added for d in p.dependency):
+                        cls.pool.Add(p)
+                        added.add(p.name)
 
     @classmethod
     def tearDownClass(cls):
@@ -58,9 +62,9 @@ class GhzFilesTest(unittest.TestCase):
         self.assertEqual(shipped, sorted(FILES))
 
     def test_files_parse_and_run(self):
-        for name, method_name in FILES.items():
+        for name, (service, method_name) in FILES.items():
             with self.subTest(name):
-                method = self.service.FindMethodByName(method_name)
+                method = self.pool.FindServiceByName(service).FindMethodByName(method_name)
                 req_cls = self.message_class(method.input_type)
                 resp_cls = self.message_class(method.output_type)
                 with open(os.path.join(GHZ_DIR, name)) as f:
@@ -70,21 +74,31 @@ class GhzFilesTest(unittest.TestCase):
                 self.assertEqual(isinstance(data, list), method.client_streaming or
                                  method.server_streaming)
                 requests = [json_format.ParseDict(d, req_cls()) for d in items]
-                path = f"/{SERVICE}/{method_name}"
+                path = f"/{service}/{method_name}"
                 ser, de = (lambda m: m.SerializeToString()), resp_cls.FromString
                 if method.client_streaming and method.server_streaming:
-                    call = self.channel.stream_stream(path, ser, de)
-                    replies = list(call(iter(requests), timeout=10))
-                    header = replies[0].header
-                    data_bytes = b"".join(r.chunk.data for r in replies[1:])
+                    replies = list(self.channel.stream_stream(path, ser, de)(iter(requests),
+                                                                             timeout=10))
                 else:
-                    call = self.channel.unary_unary(path, ser, de)
-                    header = call(requests[0], timeout=10).output
-                    data_bytes = header.data
-                self.assertEqual(list(header.shape), [2, 3])
-                self.assertEqual(list(struct.unpack("<6f", data_bytes)),
-                                 [21, 42, 63, 24, 45, 66])
-
+                    replies = [self.channel.unary_unary(path, ser, de)(requests[0], timeout=10)]
+                if service == V1 and method.client_streaming:
+                    # A header, then the output's chunks.
+                    results = [(replies[0].header.shape,
+                                b"".join(r.chunk.data for r in replies[1:]))]
+                elif service == V1:
+                    results = [(replies[0].output.shape, replies[0].output.data)]
+                else:
+                    for r in replies:
+                        r = getattr(r, "infer_response", r)
+                        self.assertEqual(r.outputs[0].datatype, "FP32")
+                    results = [(getattr(r, "infer_response", r).outputs[0].shape,
+                                getattr(r, "infer_response", r).raw_output_contents[0])
+                               for r in replies]
+                self.assertEqual(len(results), 2 if method_name == "ModelStreamInfer" else 1)
+                for shape, data_bytes in results:
+                    self.assertEqual(list(shape), [2, 3])
+                    self.assertEqual(list(struct.unpack("<6f", data_bytes)),
+                                     [21, 42, 63, 24, 45, 66])
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

@@ -1,0 +1,26 @@
+// libFuzzer: bytes as a KServe v2 ModelInferRequest through the same path as the service:
+// the model, inputs, datatypes, shapes, contents and parameters turned into a Compute request,
+// then every check and the CPU kernels on what passes, and the result back as the model's
+// response.
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz/fuzz_env.h"
+#include "server/codec.h"
+#include "server/inference_service.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  inference::ModelInferRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  const tc::server::ServiceEnv& env = tc::fuzz::FuzzEnv();
+  tensorcompute::v1::ComputeRequest compute;
+  if (!tc::server::ToComputeRequest(request, env.options, &compute).ok()) return 0;
+  auto job = tc::server::ComputeJob::Prepare(compute, "fuzz", false, env, absl::InfiniteFuture());
+  if (!job.ok()) return 0;
+  if (!tc::fuzz::RunJob(**job).ok()) return 0;
+  tensorcompute::v1::ComputeResponse result;
+  tc::server::PrepareOutput((*job)->plan(), result.mutable_output());
+  inference::ModelInferResponse response;
+  (void)tc::server::ToInferResponse(request, result, &response);
+  return 0;
+}

@@ -1,0 +1,632 @@
+#include "server/inference_service.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/catalog.h"
+#include "kernels/engine.h"
+#include "server/codec.h"
+#include "server/grpc_status.h"
+#include "server/unary_call.h"
+
+#ifndef TC_VERSION
+#define TC_VERSION "unknown"
+#endif
+
+namespace tc::server {
+
+namespace {
+
+// The model that runs an expression; its text is the request parameter of the same name.
+constexpr char kExpressionModel[] = "expression";
+constexpr char kExpressionParameter[] = "expression";
+// Every model has this one version.
+constexpr char kVersion[] = "1";
+constexpr char kOutputName[] = "OUTPUT0";
+
+std::string InputName(int i) { return absl::StrCat("INPUT", i); }
+
+// Request parameters of the protocol that schedule requests in Triton; accepted, no effect.
+bool IsSchedulingParameter(absl::string_view key) {
+  return key == "priority" || key == "timeout" || key == "sequence_id" ||
+         key == "sequence_start" || key == "sequence_end" || absl::StartsWith(key, "triton_");
+}
+
+bool KnownModel(absl::string_view name) {
+  return name == kExpressionModel || FindOp(name) != nullptr;
+}
+
+absl::Status CheckVersion(absl::string_view model, absl::string_view version) {
+  if (version.empty() || version == kVersion) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("model '", model, "' has no version '", version,
+                                          "'; its one version is ", kVersion));
+}
+
+absl::Status UnknownModel(absl::string_view name) {
+  return absl::NotFoundError(absl::StrCat(
+      "unknown model '", name, "': the models are the server's ops (ListOps, or ModelMetadata "
+      "by name) and '", kExpressionModel, "'"));
+}
+
+// The metrics' op label: the model's name where it is one (a client's arbitrary strings never
+// become labels).
+std::string ModelLabel(absl::string_view name) {
+  return KnownModel(name) ? std::string(name) : std::string();
+}
+
+const char* ParameterTypeName(const inf::InferParameter& p) {
+  switch (p.parameter_choice_case()) {
+    case inf::InferParameter::kBoolParam: return "bool_param";
+    case inf::InferParameter::kInt64Param: return "int64_param";
+    case inf::InferParameter::kStringParam: return "string_param";
+    case inf::InferParameter::kDoubleParam: return "double_param";
+    case inf::InferParameter::kUint64Param: return "uint64_param";
+    case inf::InferParameter::PARAMETER_CHOICE_NOT_SET: break;
+  }
+  return "no value";
+}
+
+const AttrSpec* FindAttr(const OpSpec& spec, absl::string_view name) {
+  for (const AttrSpec& a : spec.attrs) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+// A request parameter as an op attribute.
+absl::Status ToAttribute(const OpSpec* spec, const std::string& key,
+                         const inf::InferParameter& p, v1::Attribute* out) {
+  switch (p.parameter_choice_case()) {
+    case inf::InferParameter::kBoolParam:
+      out->set_bool_value(p.bool_param());
+      return absl::OkStatus();
+    case inf::InferParameter::kInt64Param:
+      out->set_int_value(p.int64_param());
+      return absl::OkStatus();
+    case inf::InferParameter::kDoubleParam:
+      out->set_float_value(p.double_param());
+      return absl::OkStatus();
+    case inf::InferParameter::kUint64Param:
+      if (p.uint64_param() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter '", key, "': ", p.uint64_param(), " is out of range"));
+      }
+      out->set_int_value(static_cast<int64_t>(p.uint64_param()));
+      return absl::OkStatus();
+    case inf::InferParameter::kStringParam: {
+      // A dtype attribute takes a dtype's name, ours ("float16") or the protocol's ("FP16").
+      const AttrSpec* a = spec != nullptr ? FindAttr(*spec, key) : nullptr;
+      if (a != nullptr && a->type == AttrType::kDType) {
+        std::optional<DType> t = DTypeFromName(p.string_param());
+        if (!t) t = DTypeFromV2(p.string_param());
+        if (!t) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "parameter '", key, "': '", p.string_param(), "' is not a datatype"));
+        }
+        out->set_dtype_value(DTypeToProto(*t));
+        return absl::OkStatus();
+      }
+      out->set_string_value(p.string_param());
+      return absl::OkStatus();
+    }
+    case inf::InferParameter::PARAMETER_CHOICE_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("parameter '", key, "' has no value"));
+}
+
+// Shared-memory tensors are not served on this protocol yet.
+absl::Status CheckTensorParameters(
+    const google::protobuf::Map<std::string, inf::InferParameter>& params, absl::string_view what) {
+  for (const auto& [key, p] : params) {
+    if (absl::StartsWith(key, "shared_memory_")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": parameter '", key, "': shared-memory tensors are not served on this "
+          "protocol; tensorcompute.v1 takes regions (RegisterRegion) and CUDA IPC memory"));
+    }
+    if (key == "classification") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": classification outputs are not served: the ops' outputs are "
+                             "tensors"));
+    }
+    (void)p;
+  }
+  return absl::OkStatus();
+}
+
+// Typed contents as little-endian bytes of `t`; `count` values expected.
+absl::Status ContentsToBytes(const inf::InferTensorContents& c, DType t, int64_t count,
+                             absl::string_view what, std::string* out) {
+  const char* field = nullptr;
+  int64_t have = 0;
+  const auto take = [&](const auto& values, const char* name, auto convert) {
+    field = name;
+    have = values.size();
+    if (have != count) return;
+    out->resize(static_cast<size_t>(count * ItemSize(t)));
+    char* p = out->data();
+    for (const auto& v : values) {
+      const auto x = convert(v);
+      std::memcpy(p, &x, sizeof(x));
+      p += sizeof(x);
+    }
+  };
+  switch (t) {
+    case DType::kBool:
+      take(c.bool_contents(), "bool_contents", [](bool v) { return static_cast<uint8_t>(v); });
+      break;
+    case DType::kUInt8:
+      take(c.uint_contents(), "uint_contents", [](uint32_t v) { return static_cast<uint8_t>(v); });
+      break;
+    case DType::kInt8:
+      take(c.int_contents(), "int_contents", [](int32_t v) { return static_cast<int8_t>(v); });
+      break;
+    case DType::kInt16:
+      take(c.int_contents(), "int_contents", [](int32_t v) { return static_cast<int16_t>(v); });
+      break;
+    case DType::kInt32:
+      take(c.int_contents(), "int_contents", [](int32_t v) { return v; });
+      break;
+    case DType::kInt64:
+      take(c.int64_contents(), "int64_contents", [](int64_t v) { return v; });
+      break;
+    case DType::kFloat32:
+      take(c.fp32_contents(), "fp32_contents", [](float v) { return v; });
+      break;
+    case DType::kFloat64:
+      take(c.fp64_contents(), "fp64_contents", [](double v) { return v; });
+      break;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", V2DatatypeName(t), " has no typed contents; send it in raw_input_contents"));
+  }
+  if (have != count) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": its shape holds ", count,
+                                                   " elements, contents.", field, " has ", have));
+  }
+  return absl::OkStatus();
+}
+
+// Elements of `shape`, checked: dims >= 0, at most `max_rank` of them, at most `max_elements`.
+absl::StatusOr<int64_t> CountElements(const google::protobuf::RepeatedField<int64_t>& shape,
+                                      const ServiceOptions& options, absl::string_view what) {
+  if (shape.size() > options.max_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", shape.size(),
+                                                   " is over this server's limit of ",
+                                                   options.max_rank));
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": shape [", absl::StrJoin(shape, ","), "] has a negative dim"));
+    }
+    if (__builtin_mul_overflow(n, d, &n) || n > options.max_elements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": shape [", absl::StrJoin(shape, ","), "] holds more than this server's limit of ",
+          options.max_elements, " elements"));
+    }
+  }
+  return n;
+}
+
+// The datatype ModelMetadata gives an op's input: float32 where the op takes it, else the
+// first it takes; a condition's bool.
+DType MetadataInputType(const CatalogEntry& op, int i) {
+  if (i == op.spec.condition_input) return DType::kBool;
+  if (Accepts(op.spec, DType::kFloat32)) return DType::kFloat32;
+  const std::vector<DType> accepted = DTypesIn(op.spec.dtypes);
+  return accepted.empty() ? DType::kFloat32 : accepted.front();
+}
+
+// The output's datatype for inputs of those types (the engine's own rules: promotion, bool
+// comparisons), float32 where that cannot be planned without attributes (an expression, an
+// op with a required attribute).
+DType MetadataOutputType(absl::string_view name) {
+  const CatalogEntry* op = FindOp(name);
+  if (op == nullptr) return DType::kFloat32;
+  static const std::byte zeros[8] = {};
+  std::vector<TensorView> inputs(op->spec.arity);
+  for (int i = 0; i < op->spec.arity; ++i) {
+    inputs[i].dtype = MetadataInputType(*op, i);
+    inputs[i].data = zeros;
+    inputs[i].storage_bytes = sizeof(zeros);
+  }
+  auto prepared = PrepareOp(name, inputs, {});
+  return prepared.ok() ? prepared->plan.out_dtype : DType::kFloat32;
+}
+
+}  // namespace
+
+const char* V2DatatypeName(DType t) {
+  switch (t) {
+    case DType::kBool: return "BOOL";
+    case DType::kUInt8: return "UINT8";
+    case DType::kInt8: return "INT8";
+    case DType::kInt16: return "INT16";
+    case DType::kInt32: return "INT32";
+    case DType::kInt64: return "INT64";
+    case DType::kFloat16: return "FP16";
+    case DType::kBFloat16: return "BF16";
+    case DType::kFloat32: return "FP32";
+    case DType::kFloat64: return "FP64";
+  }
+  return "UNKNOWN";
+}
+
+std::optional<DType> DTypeFromV2(absl::string_view name) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const DType t = static_cast<DType>(i);
+    if (name == V2DatatypeName(t)) return t;
+  }
+  return std::nullopt;
+}
+
+absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOptions& options,
+                              v1::ComputeRequest* out) {
+  const std::string& model = request.model_name();
+  const bool expression = model == kExpressionModel;
+  const int n = request.inputs_size();
+  const CatalogEntry* op = nullptr;
+  if (!expression) {
+    if (FindOp(model) == nullptr) return UnknownModel(model);
+    op = FindOp(model, n);
+  }
+  if (absl::Status s = CheckVersion(model, request.model_version()); !s.ok()) return s;
+  if (!expression && op == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", model, "' takes ",
+                                                   AritiesOf(model), " inputs, got ", n));
+  }
+
+  // Where each input goes: the op's inputs are INPUT0..INPUTn-1, in any order; an
+  // expression's are its variables, in the request's order.
+  std::vector<int> slot(n, -1);
+  if (expression) {
+    for (int i = 0; i < n; ++i) slot[i] = i;
+  } else {
+    std::vector<std::string> expected;
+    for (int i = 0; i < n; ++i) expected.push_back(InputName(i));
+    for (int i = 0; i < n; ++i) {
+      const std::string& name = request.inputs(i).name();
+      const auto it = std::find(expected.begin(), expected.end(), name);
+      if (it == expected.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("model '", model, "' has no input '",
+                                                       name, "'; its inputs are ",
+                                                       absl::StrJoin(expected, ", ")));
+      }
+      const int k = static_cast<int>(it - expected.begin());
+      if (std::find(slot.begin(), slot.end(), k) != slot.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model '", model, "': input '", name, "' is given twice"));
+      }
+      slot[i] = k;
+    }
+  }
+
+  const bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_input_contents has ", request.raw_input_contents_size(), " entries for ", n,
+        " inputs: one per input, in input order"));
+  }
+  if (expression) {
+    out->set_op("");
+  } else {
+    out->set_op(model);
+  }
+  for (int i = 0; i < n; ++i) out->add_inputs();
+  for (int i = 0; i < n; ++i) {
+    inf::ModelInferRequest::InferInputTensor& in = *request.mutable_inputs(i);
+    const std::string what = absl::StrCat("input '", in.name(), "'");
+    if (absl::Status s = CheckTensorParameters(in.parameters(), what); !s.ok()) return s;
+    const std::optional<DType> t = DTypeFromV2(in.datatype());
+    if (!t) {
+      std::vector<std::string> names;
+      for (int k = 0; k < kNumDTypes; ++k) names.push_back(V2DatatypeName(static_cast<DType>(k)));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": datatype '", in.datatype(),
+                                                     "' is not served; the datatypes are ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    auto count = CountElements(in.shape(), options, what);
+    if (!count.ok()) return count.status();
+    v1::Tensor* tensor = out->mutable_inputs(slot[i]);
+    tensor->set_dtype(DTypeToProto(*t));
+    tensor->mutable_shape()->CopyFrom(in.shape());
+    const int64_t bytes = *count * ItemSize(*t);
+    if (raw) {
+      if (in.has_contents()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": contents and raw_input_contents are not taken together"));
+      }
+      std::string* data = request.mutable_raw_input_contents(i);
+      if (static_cast<int64_t>(data->size()) != bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": shape [", absl::StrJoin(in.shape(), ","), "] of ", in.datatype(), " is ",
+            bytes, " bytes, raw_input_contents[", i, "] has ", data->size()));
+      }
+      tensor->mutable_data()->swap(*data);
+    } else if (absl::Status s = ContentsToBytes(in.contents(), *t, *count, what,
+                                                tensor->mutable_data());
+               !s.ok()) {
+      return s;
+    }
+    if (expression) out->add_input_names(in.name());
+  }
+
+  for (const auto& [key, p] : request.parameters()) {
+    if (IsSchedulingParameter(key)) continue;
+    if (expression && key == kExpressionParameter) {
+      if (p.parameter_choice_case() != inf::InferParameter::kStringParam) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", key, "' must be a string_param, got ", ParameterTypeName(p)));
+      }
+      out->set_expression(p.string_param());
+      continue;
+    }
+    v1::Attribute attr;
+    if (absl::Status s = ToAttribute(op != nullptr ? &op->spec : nullptr, key, p, &attr);
+        !s.ok()) {
+      return s;
+    }
+    (*out->mutable_attributes())[key] = std::move(attr);
+  }
+  if (expression && out->expression().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", kExpressionModel,
+                                                   "' needs the request parameter '",
+                                                   kExpressionParameter, "' (a string_param)"));
+  }
+
+  for (const auto& requested : request.outputs()) {
+    if (requested.name() != kOutputName) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", model, "' has no output '",
+                                                     requested.name(), "'; its output is ",
+                                                     kOutputName));
+    }
+    if (absl::Status s = CheckTensorParameters(requested.parameters(),
+                                               absl::StrCat("output '", requested.name(), "'"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ToInferResponse(const inf::ModelInferRequest& request,
+                             v1::ComputeResponse& result, inf::ModelInferResponse* out) {
+  v1::Tensor& t = *result.mutable_output();
+  auto dtype = DTypeFromProto(t.dtype());
+  if (!dtype.ok()) return absl::InternalError(dtype.status().message());
+  int64_t n = 1;
+  for (int64_t d : t.shape()) n *= d;
+  if (static_cast<int64_t>(t.data().size()) != n * ItemSize(*dtype) || t.offset() != 0) {
+    return absl::InternalError("the result is not a dense tensor");
+  }
+  out->set_model_name(request.model_name());
+  out->set_model_version(kVersion);
+  out->set_id(request.id());
+  inf::ModelInferResponse::InferOutputTensor* o = out->add_outputs();
+  o->set_name(kOutputName);
+  o->set_datatype(V2DatatypeName(*dtype));
+  o->mutable_shape()->CopyFrom(t.shape());
+  out->add_raw_output_contents()->swap(*t.mutable_data());
+  return absl::OkStatus();
+}
+
+bool InferenceServiceImpl::Ready() const {
+  return !env_.life->draining() && env_.devices->health().ok();
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ServerLive(grpc::CallbackServerContext* ctx,
+                                                           const inf::ServerLiveRequest*,
+                                                           inf::ServerLiveResponse* response) {
+  // Like the standard health service: no token needed, answered while draining.
+  response->set_live(true);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ServerReady(grpc::CallbackServerContext* ctx,
+                                                            const inf::ServerReadyRequest*,
+                                                            inf::ServerReadyResponse* response) {
+  response->set_ready(Ready());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelReady(grpc::CallbackServerContext* ctx,
+                                                           const inf::ModelReadyRequest* request,
+                                                           inf::ModelReadyResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "ModelReady", ModelLabel(request->name())};
+  if (!call.Admit()) return call.reactor;
+  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  // An unknown model or version is not ready, not an error.
+  response->set_ready(KnownModel(request->name()) &&
+                      CheckVersion(request->name(), request->version()).ok() && Ready());
+  call.Finish(absl::OkStatus());
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
+    grpc::CallbackServerContext* ctx, const inf::ServerMetadataRequest*,
+    inf::ServerMetadataResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "ServerMetadata", ""};
+  if (!call.Admit()) return call.reactor;
+  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  response->set_name("tensorcompute");
+  response->set_version(TC_VERSION);
+  // Request parameters carry the ops' attributes.
+  response->add_extensions("parameters");
+  call.Finish(absl::OkStatus());
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
+    grpc::CallbackServerContext* ctx, const inf::ModelMetadataRequest* request,
+    inf::ModelMetadataResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "ModelMetadata", ModelLabel(request->name())};
+  if (!call.Admit()) return call.reactor;
+  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  const std::string& name = request->name();
+  if (!KnownModel(name)) {
+    call.Finish(UnknownModel(name));
+    return call.reactor;
+  }
+  if (absl::Status s = CheckVersion(name, request->version()); !s.ok()) {
+    call.Finish(s);
+    return call.reactor;
+  }
+  response->set_name(name);
+  response->add_versions(kVersion);
+  response->set_platform("tensorcompute");
+  // Shapes are any size at any rank (inputs broadcast together); the datatype given is the
+  // one a generated request should use: float32 where the op takes it, a condition's bool.
+  // An expression's inputs are its variables, named by the caller.
+  if (const CatalogEntry* op = FindOp(name); op != nullptr) {
+    for (int i = 0; i < op->spec.arity; ++i) {
+      auto* in = response->add_inputs();
+      in->set_name(InputName(i));
+      in->set_datatype(V2DatatypeName(MetadataInputType(*op, i)));
+      in->add_shape(-1);
+    }
+  }
+  auto* out = response->add_outputs();
+  out->set_name(kOutputName);
+  out->set_datatype(V2DatatypeName(MetadataOutputType(name)));
+  out->add_shape(-1);
+  call.Finish(absl::OkStatus());
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx,
+                                                           const inf::ModelInferRequest* request,
+                                                           inf::ModelInferResponse* response) {
+  auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "ModelInfer",
+                                                    ModelLabel(request->model_name())});
+  grpc::ServerUnaryReactor* reactor = call->reactor;
+  if (!call->Admit()) return reactor;
+  struct State {
+    v1::ComputeRequest request;
+    v1::ComputeResponse result;
+  };
+  auto state = std::make_shared<State>();
+  // The request is this call's until it finishes, and nothing reads its raw inputs after this:
+  // their bytes move into the Compute request instead of being copied.
+  auto& mutable_request = const_cast<inf::ModelInferRequest&>(*request);
+  for (const std::string& raw : request->raw_input_contents()) call->received += raw.size();
+  if (absl::Status s = ToComputeRequest(mutable_request, env_.options, &state->request);
+      !s.ok()) {
+    call->Finish(s);
+    return reactor;
+  }
+  call->complete = [state, request, response, reactor](const absl::Status& s) {
+    absl::Status out = s;
+    if (out.ok()) out = ToInferResponse(*request, state->result, response);
+    reactor->Finish(ToGrpcStatus(out));
+  };
+  StartCompute(env_, ctx, &state->request, &state->result, std::move(call));
+  return reactor;
+}
+
+namespace {
+
+// ModelStreamInfer: requests one at a time, each answered before the next is read; a request
+// that fails is answered with its error_message (and its id) and the stream goes on.
+class StreamInferReactor final
+    : public grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse> {
+ public:
+  StreamInferReactor(const ServiceEnv* env, grpc::CallbackServerContext* ctx)
+      : env_(env), ctx_(ctx) {
+    if (!env_->life->Enter()) {
+      Finish(ToGrpcStatus(ShuttingDown()));
+      return;
+    }
+    entered_ = true;
+    if (env_->auth->requires_token()) {
+      if (auto id = env_->auth->Identify(*ctx_); !id.ok()) {
+        Finish(ToGrpcStatus(id.status()));
+        return;
+      }
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client is done sending
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (env_->life->draining()) {
+      Finish(ToGrpcStatus(ShuttingDown()));
+      return;
+    }
+    auto call = std::make_shared<UnaryCall>(
+        UnaryCall{env_, nullptr, "ModelStreamInfer", ModelLabel(request_.model_name())});
+    for (const std::string& raw : request_.raw_input_contents()) call->received += raw.size();
+    compute_ = v1::ComputeRequest();
+    result_ = v1::ComputeResponse();
+    call->complete = [this](const absl::Status& s) {
+      absl::Status out = s;
+      response_.Clear();
+      if (out.ok()) out = ToInferResponse(request_, result_, response_.mutable_infer_response());
+      if (!out.ok()) {
+        response_.Clear();
+        response_.set_error_message(std::string(out.message()));
+        response_.mutable_infer_response()->set_id(request_.id());
+      }
+      StartWrite(&response_);
+    };
+    if (absl::Status s = ToComputeRequest(request_, env_->options, &compute_); !s.ok()) {
+      call->Finish(s);
+      return;
+    }
+    StartCompute(*env_, ctx_, &compute_, &result_, std::move(call));
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the response could not be written"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override {
+    if (entered_) env_->life->Leave();
+    delete this;
+  }
+
+ private:
+  const ServiceEnv* env_;
+  grpc::CallbackServerContext* ctx_;
+  bool entered_ = false;
+  inf::ModelInferRequest request_;
+  v1::ComputeRequest compute_;
+  v1::ComputeResponse result_;
+  inf::ModelStreamInferResponse response_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>*
+InferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
+  return new StreamInferReactor(&env_, ctx);
+}
+
+}  // namespace tc::server

@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""The open inference protocol (KServe v2 / Triton's inference.GRPCInferenceService) through the
+real server, spoken only in the protocol's own messages (generated from proto/inference), with
+Debian's python3-grpcio; results compared with PyTorch on the same inputs.
+
+    test_kserve_v2.py --server build/server/tensorcompute-server [--backend=cpu|cuda]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import urllib.request
+
+import grpc
+import numpy as np
+import torch
+
+from inference import grpc_service_pb2 as v2
+from inference import grpc_service_pb2_grpc as v2_grpc
+from tc_std import health_pb2, health_pb2_grpc, reflection_pb2, reflection_pb2_grpc
+from tensorcompute.v1 import tensor_service_pb2 as pb
+from tensorcompute.v1 import tensor_service_pb2_grpc as pb_grpc
+from harness import start_server, stop_server
+
+ARGS = None
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKEN = "v2-client-token-0123456789"
+
+# The protocol's datatype names and PyTorch's dtypes.
+DATATYPES = {
+    "BOOL": torch.bool, "UINT8": torch.uint8, "INT8": torch.int8, "INT16": torch.int16,
+    "INT32": torch.int32, "INT64": torch.int64, "FP16": torch.float16, "BF16": torch.bfloat16,
+    "FP32": torch.float32, "FP64": torch.float64,
+}
+NAMES = {v: k for k, v in DATATYPES.items()}
+
+
+def raw_bytes(t: torch.Tensor) -> bytes:
+    """Little-endian row-major bytes, as raw_input_contents carries them."""
+    t = t.contiguous().reshape(-1)
+    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def tensor_from(datatype: str, shape, raw: bytes) -> torch.Tensor:
+    dtype = DATATYPES[datatype]
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    return flat.view(dtype).reshape(tuple(shape))
+
+
+def random_tensor(rng, shape, dtype):
+    if dtype == torch.bool:
+        return torch.from_numpy(rng.integers(0, 2, size=shape).astype(np.bool_))
+    if dtype.is_floating_point:
+        return torch.from_numpy(rng.standard_normal(size=shape)).to(dtype)
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -100), min(info.max, 100)
+    return torch.from_numpy(rng.integers(lo, hi + 1, size=shape)).to(dtype)
+
+
+def infer_request(model, tensors, parameters=None, **kw):
+    """A ModelInferRequest with the tensors as INPUT0, INPUT1, ... (or the names given as
+    (name, tensor) pairs), their bytes in raw_input_contents."""
+    req = v2.ModelInferRequest(model_name=model, **kw)
+    for i, t in enumerate(tensors):
+        name, t = t if isinstance(t, tuple) else (f"INPUT{i}", t)
+        req.inputs.add(name=name, datatype=NAMES[t.dtype], shape=list(t.shape))
+        req.raw_input_contents.append(raw_bytes(t))
+    for key, value in (parameters or {}).items():
+        p = req.parameters[key]
+        if isinstance(value, bool):
+            p.bool_param = value
+        elif isinstance(value, int):
+            p.int64_param = value
+        elif isinstance(value, float):
+            p.double_param = value
+        else:
+            p.string_param = value
+    return req
+
+
+def output_of(resp: v2.ModelInferResponse) -> torch.Tensor:
+    assert len(resp.outputs) == 1 and len(resp.raw_output_contents) == 1
+    out = resp.outputs[0]
+    return tensor_from(out.datatype, out.shape, resp.raw_output_contents[0])
+
+
+def rpc_error(test, code, fn, *args, **kw):
+    with test.assertRaises(grpc.RpcError) as e:
+        fn(*args, **kw)
+    test.assertEqual(e.exception.code(), code, e.exception.details())
+    return e.exception.details()
+
+
+class KServeV2Test(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.target = start_server(ARGS.server, f"--backend={ARGS.backend}")
+        # As tritonclient does: messages of any size up to gRPC's 2 GB.
+        cls.channel = grpc.insecure_channel(cls.target, options=[
+            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+        cls.stub = v2_grpc.GRPCInferenceServiceStub(cls.channel)
+        cls.rng = np.random.default_rng()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        stop_server(cls.proc)
+
+    def infer(self, model, *tensors, parameters=None):
+        return output_of(self.stub.ModelInfer(infer_request(model, tensors, parameters), timeout=30))
+
+    def assert_same(self, got, want):
+        self.assertEqual(got.dtype, want.dtype)
+        self.assertEqual(tuple(got.shape), tuple(want.shape))
+        if want.dtype.is_floating_point:
+            torch.testing.assert_close(got, want, equal_nan=True)
+        else:
+            self.assertTrue(torch.equal(got, want), f"{got} != {want}")
+
+    def test_health_live_ready(self):
+        self.assertTrue(self.stub.ServerLive(v2.ServerLiveRequest(), timeout=10).live)
+        self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
+        health = health_pb2_grpc.HealthStub(self.channel)
+        r = health.Check(health_pb2.HealthCheckRequest(service="inference.GRPCInferenceService"),
+                         timeout=10)
+        self.assertEqual(r.status, health_pb2.HealthCheckResponse.SERVING)
+        self.assertTrue(self.stub.ModelReady(v2.ModelReadyRequest(name="add"), timeout=10).ready)
+        self.assertTrue(self.stub.ModelReady(v2.ModelReadyRequest(name="expression", version="1"),
+                                             timeout=10).ready)
+        self.assertFalse(self.stub.ModelReady(v2.ModelReadyRequest(name="resnet50"),
+                                              timeout=10).ready)
+        self.assertFalse(self.stub.ModelReady(v2.ModelReadyRequest(name="add", version="2"),
+                                              timeout=10).ready)
+
+    def test_reflection_lists_the_service(self):
+        stub = reflection_pb2_grpc.ServerReflectionStub(self.channel)
+        reqs = iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        names = [s.name for r in stub.ServerReflectionInfo(reqs, timeout=10)
+                 for s in r.list_services_response.service]
+        self.assertIn("inference.GRPCInferenceService", names)
+        self.assertIn("tensorcompute.v1.TensorService", names)
+
+    def test_server_metadata(self):
+        r = self.stub.ServerMetadata(v2.ServerMetadataRequest(), timeout=10)
+        self.assertEqual(r.name, "tensorcompute")
+        info = pb_grpc.TensorServiceStub(self.channel).ServerInfo(pb.ServerInfoRequest(), timeout=10)
+        self.assertEqual(r.version, info.version)
+        self.assertIn("parameters", r.extensions)
+
+    def test_model_metadata(self):
+        r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name="add"), timeout=10)
+        self.assertEqual(r.name, "add")
+        self.assertEqual(list(r.versions), ["1"])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in r.inputs],
+                         [("INPUT0", "FP32", [-1]), ("INPUT1", "FP32", [-1])])
+        self.assertEqual([(t.name, t.datatype, list(t.shape)) for t in r.outputs],
+                         [("OUTPUT0", "FP32", [-1])])
+        r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name="gt", version="1"), timeout=10)
+        self.assertEqual(r.outputs[0].datatype, "BOOL")
+        r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name="where"), timeout=10)
+        self.assertEqual([t.datatype for t in r.inputs], ["BOOL", "FP32", "FP32"])
+        r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name="bitwise_and"), timeout=10)
+        self.assertEqual(r.inputs[0].datatype, r.outputs[0].datatype)
+        # Every op of ListOps is a model.
+        ops = pb_grpc.TensorServiceStub(self.channel).ListOps(pb.ListOpsRequest(), timeout=10).ops
+        for op in ops:
+            r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name=op.name), timeout=10)
+            self.assertEqual(r.name, op.name)
+            self.assertEqual(len(r.outputs), 1)
+        details = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.ModelMetadata,
+                            v2.ModelMetadataRequest(name="resnet50"), timeout=10)
+        self.assertIn("'resnet50'", details)
+        details = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.ModelMetadata,
+                            v2.ModelMetadataRequest(name="add", version="3"), timeout=10)
+        self.assertIn("version '3'", details)
+
+    def test_every_datatype(self):
+        for name, dtype in DATATYPES.items():
+            for shape in [(5,), (3, 7), (), (0, 4), (2, 1, 3)]:
+                a = random_tensor(self.rng, shape, dtype)
+                b = random_tensor(self.rng, shape, dtype)
+                want = torch.maximum(a, b)
+                self.assert_same(self.infer("maximum", a, b), want)
+                self.assert_same(self.infer("eq", a, b), torch.eq(a, b))
+            if dtype != torch.bool:
+                a = random_tensor(self.rng, (9,), dtype)
+                b = random_tensor(self.rng, (9,), dtype)
+                self.assert_same(self.infer("add", a, b), torch.add(a, b))
+
+    def test_broadcasting_and_mixed_types(self):
+        for sa, sb in [((2, 3), (3,)), ((4, 1, 5), (3, 1)), ((), (7,)), ((1031,), ()),
+                       ((3, 1, 2, 1), (1, 4, 1, 5))]:
+            a = random_tensor(self.rng, sa, torch.float32)
+            b = random_tensor(self.rng, sb, torch.float16)
+            self.assert_same(self.infer("mul", a, b), torch.mul(a, b))
+        cond = random_tensor(self.rng, (6, 1), torch.bool)
+        x = random_tensor(self.rng, (6, 5), torch.float32)
+        y = random_tensor(self.rng, (), torch.float64)
+        self.assert_same(self.infer("where", cond, x, y), torch.where(cond, x, y))
+        i = random_tensor(self.rng, (4, 4), torch.int32)
+        self.assert_same(self.infer("sigmoid", i), torch.sigmoid(i))
+
+    def test_inputs_by_name_in_any_order(self):
+        a = random_tensor(self.rng, (3, 4), torch.float32)
+        b = random_tensor(self.rng, (4,), torch.float32)
+        req = infer_request("sub", [("INPUT1", b), ("INPUT0", a)])
+        self.assert_same(output_of(self.stub.ModelInfer(req, timeout=30)), a - b)
+
+    def test_attributes_as_parameters(self):
+        a = random_tensor(self.rng, (17,), torch.float32)
+        b = random_tensor(self.rng, (17,), torch.float32)
+        self.assert_same(self.infer("add", a, b, parameters={"alpha": 2.5}),
+                         torch.add(a, b, alpha=2.5))
+        # A whole number as int64_param where a float is expected.
+        self.assert_same(self.infer("add", a, b, parameters={"alpha": 3}),
+                         torch.add(a, b, alpha=3))
+        self.assert_same(self.infer("clamp", a, parameters={"min": -0.5, "max": 0.25}),
+                         torch.clamp(a, -0.5, 0.25))
+        i = random_tensor(self.rng, (8,), torch.int64)
+        self.assert_same(self.infer("add", i, i, parameters={"alpha": 2}), i + 2 * i)
+        # The protocol's scheduling parameters are taken and change nothing.
+        self.assert_same(self.infer("add", a, b, parameters={"priority": 1, "timeout": 100000}),
+                         a + b)
+
+    def test_typed_contents(self):
+        req = v2.ModelInferRequest(model_name="add")
+        req.inputs.add(name="INPUT0", datatype="FP32", shape=[2, 2],
+                       contents=v2.InferTensorContents(fp32_contents=[1, 2, 3, 4]))
+        req.inputs.add(name="INPUT1", datatype="FP32", shape=[2],
+                       contents=v2.InferTensorContents(fp32_contents=[10, 20]))
+        self.assert_same(output_of(self.stub.ModelInfer(req, timeout=30)),
+                         torch.tensor([[11.0, 22.0], [13.0, 24.0]]))
+        req = v2.ModelInferRequest(model_name="mul")
+        req.inputs.add(name="INPUT0", datatype="INT8", shape=[3],
+                       contents=v2.InferTensorContents(int_contents=[-3, 5, 100]))
+        req.inputs.add(name="INPUT1", datatype="INT8", shape=[3],
+                       contents=v2.InferTensorContents(int_contents=[2, -2, 2]))
+        # int8 wraps, as in PyTorch.
+        self.assert_same(output_of(self.stub.ModelInfer(req, timeout=30)),
+                         torch.tensor([-6, -10, -56], dtype=torch.int8))
+        req = v2.ModelInferRequest(model_name="logical_not")
+        req.inputs.add(name="INPUT0", datatype="BOOL", shape=[3],
+                       contents=v2.InferTensorContents(bool_contents=[True, False, True]))
+        self.assert_same(output_of(self.stub.ModelInfer(req, timeout=30)),
+                         torch.tensor([False, True, False]))
+
+    def test_expression_model(self):
+        a, b, c = (random_tensor(self.rng, (5, 6), torch.float32) for _ in range(3))
+        req = infer_request("expression", [("a", a), ("b", b), ("c", c)],
+                            {"expression": "sigmoid(a * b + c)"})
+        self.assert_same(output_of(self.stub.ModelInfer(req, timeout=30)),
+                         torch.sigmoid(a * b + c))
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer,
+                            infer_request("expression", [("a", a)]), timeout=30)
+        self.assertIn("'expression'", details)
+
+    def test_request_id_and_requested_output(self):
+        a = random_tensor(self.rng, (4,), torch.float32)
+        req = infer_request("neg", [a], id="request-17")
+        req.outputs.add(name="OUTPUT0")
+        resp = self.stub.ModelInfer(req, timeout=30)
+        self.assertEqual(resp.id, "request-17")
+        self.assertEqual(resp.model_name, "neg")
+        self.assertEqual(resp.model_version, "1")
+        self.assert_same(output_of(resp), -a)
+
+    def test_errors_in_the_protocols_terms(self):
+        a = random_tensor(self.rng, (4,), torch.float32)
+        infer = self.stub.ModelInfer
+        details = rpc_error(self, grpc.StatusCode.NOT_FOUND, infer,
+                            infer_request("resnet50", [a]), timeout=10)
+        self.assertIn("'resnet50'", details)
+        details = rpc_error(self, grpc.StatusCode.NOT_FOUND, infer,
+                            infer_request("add", [a, a], model_version="7"), timeout=10)
+        self.assertIn("version '7'", details)
+        # A datatype the server does not have.
+        req = infer_request("add", [a, a])
+        req.inputs[1].datatype = "UINT32"
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        self.assertIn("UINT32", details)
+        self.assertIn("FP32", details)
+        req.inputs[1].datatype = "BYTES"
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        # Bytes that do not match the shape.
+        req = infer_request("add", [a, a])
+        req.raw_input_contents[1] = req.raw_input_contents[1][:-4]
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        self.assertIn("16 bytes", details)
+        # Shapes that do not broadcast, a wrong input name, a wrong arity, a missing raw entry.
+        b = random_tensor(self.rng, (3,), torch.float32)
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, infer_request("add", [a, b]),
+                  timeout=10)
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer,
+                            infer_request("add", [a, ("x", a)]), timeout=10)
+        self.assertIn("INPUT0, INPUT1", details)
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, infer_request("add", [a]),
+                  timeout=10)
+        req = infer_request("add", [a, a])
+        del req.raw_input_contents[1]
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        # Negative dims, and more elements than the server takes.
+        req = infer_request("neg", [a])
+        req.inputs[0].shape[:] = [-4]
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        req.inputs[0].shape[:] = [1 << 40, 1 << 40]
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        # Integer division by zero, an unknown attribute, a wrong output name.
+        i = torch.tensor([1, 2, 3], dtype=torch.int32)
+        z = torch.tensor([1, 0, 1], dtype=torch.int32)
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer,
+                            infer_request("floor_divide", [i, z]), timeout=10)
+        self.assertIn("division by zero", details)
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer,
+                  infer_request("add", [a, a], {"beta": 1.0}), timeout=10)
+        req = infer_request("add", [a, a])
+        req.outputs.add(name="OUTPUT1")
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        self.assertIn("OUTPUT0", details)
+        # FP16 has no typed contents.
+        req = v2.ModelInferRequest(model_name="neg")
+        req.inputs.add(name="INPUT0", datatype="FP16", shape=[1],
+                       contents=v2.InferTensorContents(fp32_contents=[1.0]))
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        # Contents and raw bytes together.
+        req = infer_request("neg", [a])
+        req.inputs[0].contents.fp32_contents.extend([1, 2, 3, 4])
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        # Shared-memory inputs are refused with a pointer to what serves them.
+        req = infer_request("neg", [a])
+        req.inputs[0].parameters["shared_memory_region"].string_param = "r0"
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        self.assertIn("tensorcompute.v1", details)
+        # Still serving after all of it.
+        self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
+        self.assert_same(self.infer("add", a, a), a + a)
+
+    def test_stream_infer(self):
+        a = random_tensor(self.rng, (64,), torch.float32)
+        b = random_tensor(self.rng, (64,), torch.float32)
+        requests = [infer_request("add", [a, b], id="0"),
+                    infer_request("resnet50", [a], id="1"),
+                    infer_request("mul", [a, b], id="2"),
+                    infer_request("add", [a, random_tensor(self.rng, (3,), torch.float32)], id="3"),
+                    infer_request("neg", [b], id="4")]
+        responses = list(self.stub.ModelStreamInfer(iter(requests), timeout=30))
+        self.assertEqual(len(responses), 5)
+        self.assertEqual([r.infer_response.id for r in responses], ["0", "1", "2", "3", "4"])
+        self.assertEqual(responses[0].error_message, "")
+        self.assert_same(output_of(responses[0].infer_response), a + b)
+        self.assertIn("'resnet50'", responses[1].error_message)
+        self.assert_same(output_of(responses[2].infer_response), a * b)
+        self.assertNotEqual(responses[3].error_message, "")
+        self.assert_same(output_of(responses[4].infer_response), -b)
+
+    def test_large_tensor(self):
+        a = random_tensor(self.rng, (1 << 22,), torch.float32)
+        b = random_tensor(self.rng, (1 << 22,), torch.float32)
+        self.assert_same(self.infer("add", a, b), a + b)
+
+    def test_readme_example(self):
+        out = subprocess.run([sys.executable, os.path.join(REPO, "client/python/example_v2.py"),
+                              self.target], capture_output=True, text=True, timeout=30,
+                             check=True).stdout
+        self.assertEqual(out.split(), "OUTPUT0 FP32 [2, 3] [[20. 41. 62.] [23. 44. 65.]]".split())
+
+    def requests_total(self):
+        """tensorcompute_requests_total by (method, op, code)."""
+        info = pb_grpc.TensorServiceStub(self.channel).ServerInfo(pb.ServerInfoRequest(), timeout=10)
+        with urllib.request.urlopen(f"http://127.0.0.1:{info.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        counts = {}
+        for line in text.splitlines():
+            if line.startswith("tensorcompute_requests_total{"):
+                labels, value = line[len("tensorcompute_requests_total{"):].split("} ")
+                d = dict(kv.split("=", 1) for kv in labels.split(","))
+                key = tuple(d[k].strip('"') for k in ("method", "op", "code"))
+                counts[key] = float(value)
+        return counts
+
+    def test_metrics_count_the_calls(self):
+        a = random_tensor(self.rng, (8,), torch.float32)
+        before = self.requests_total()
+        for _ in range(3):
+            self.infer("sub", a, a)
+        with self.assertRaises(grpc.RpcError):
+            self.stub.ModelInfer(infer_request("no-such-model", [a]), timeout=10)
+        list(self.stub.ModelStreamInfer(iter([infer_request("sub", [a, a])]), timeout=10))
+        after = self.requests_total()
+        delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+        # An unknown model's name is not a label.
+        self.assertEqual(delta, {("ModelInfer", "sub", "OK"): 3,
+                                 ("ModelInfer", "", "NOT_FOUND"): 1,
+                                 ("ModelStreamInfer", "sub", "OK"): 1,
+                                 ("ServerInfo", "", "OK"): 1})
+
+
+class KServeV2AuthTest(unittest.TestCase):
+    """Tokens cover the new service as they cover tensorcompute.v1; liveness and readiness,
+    like the standard health service, need none."""
+
+    @classmethod
+    def setUpClass(cls):
+        tokens = tempfile.NamedTemporaryFile("w", suffix=".tokens", delete=False)
+        tokens.write(f"client:{TOKEN}\n")
+        tokens.close()
+        cls.proc, cls.target = start_server(ARGS.server, f"--auth_tokens_file={tokens.name}",
+                                            f"--backend={ARGS.backend}")
+        cls.channel = grpc.insecure_channel(cls.target)
+        cls.stub = v2_grpc.GRPCInferenceServiceStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        stop_server(cls.proc)
+
+    def test_tokens(self):
+        a = torch.arange(4, dtype=torch.float32)
+        self.assertTrue(self.stub.ServerLive(v2.ServerLiveRequest(), timeout=10).live)
+        self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
+        for call, req in [(self.stub.ModelInfer, infer_request("add", [a, a])),
+                          (self.stub.ModelMetadata, v2.ModelMetadataRequest(name="add")),
+                          (self.stub.ServerMetadata, v2.ServerMetadataRequest()),
+                          (self.stub.ModelReady, v2.ModelReadyRequest(name="add"))]:
+            rpc_error(self, grpc.StatusCode.UNAUTHENTICATED, call, req, timeout=10)
+            call(req, timeout=10, metadata=[("authorization", f"Bearer {TOKEN}")])
+        with self.assertRaises(grpc.RpcError) as e:
+            list(self.stub.ModelStreamInfer(iter([infer_request("add", [a, a])]), timeout=10))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        out = list(self.stub.ModelStreamInfer(iter([infer_request("add", [a, a])]), timeout=10,
+                                              metadata=[("authorization", f"Bearer {TOKEN}")]))
+        self.assertEqual(output_of(out[0].infer_response).tolist(), (a + a).tolist())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--backend", default="cpu")
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
