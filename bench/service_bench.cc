@@ -3,8 +3,10 @@
 // own process) in the same run.
 //
 // - small: 4 KiB float32 add, requests/s and p50/p99 latency at each concurrency, spread over
-//   --connections channels; server-side time per request from the server's own histogram.
-// - large: float32 add of two --large_mib inputs: unary, one stream, and (ours) the tensor
+//   --connections channels, through Compute and through KServe v2's ModelInfer; server-side
+//   time per request from the server's own histogram.
+// - large: float32 add of two --large_mib inputs: unary, one stream, (ours) KServe v2's
+//   ModelInfer, and the tensor
 //   spread over --parallel_streams connections by hand (parallel upload of parts, compute on
 //   the resident tensors, parallel download, protobuf messages, bytes counted not kept), the
 //   C++ client library (ComputeStreamed on one stream; Compute, which spreads by itself; both
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -38,6 +41,7 @@
 #include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
 #include "tests/support/server_process.h"
 
@@ -212,26 +216,22 @@ struct SmallResult {
   int64_t errors;
 };
 
-SmallResult RunSmall(const std::vector<std::unique_ptr<v1::TensorService::Stub>>& stubs,
-                     int concurrency, double seconds) {
-  const v1::ComputeRequest req = AddRequest(1024);
+// `concurrency` threads calling `call(thread)` (true: it succeeded) back to back for `seconds`
+// after a warm-up.
+SmallResult RunSmall(int concurrency, double seconds, const std::function<bool(int)>& call) {
   std::atomic<bool> measuring{false}, stop{false};
   std::vector<std::vector<double>> lat(concurrency);
   std::atomic<int64_t> errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < concurrency; ++t) {
     threads.emplace_back([&, t] {
-      auto& stub = *stubs[t % stubs.size()];
       lat[t].reserve(1 << 16);
       while (!stop.load(std::memory_order_relaxed)) {
-        grpc::ClientContext ctx;
-        Deadline(ctx);
-        v1::ComputeResponse resp;
         const auto t0 = std::chrono::steady_clock::now();
-        grpc::Status s = stub.Compute(&ctx, req, &resp);
+        const bool ok = call(t);
         const double us = Seconds(std::chrono::steady_clock::now() - t0) * 1e6;
         if (!measuring.load(std::memory_order_relaxed)) continue;
-        if (!s.ok()) ++errors;
+        if (!ok) ++errors;
         lat[t].push_back(us);
       }
     });
@@ -251,6 +251,21 @@ SmallResult RunSmall(const std::vector<std::unique_ptr<v1::TensorService::Stub>>
     return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * all.size()))];
   };
   return {concurrency, all.size() / elapsed, pct(0.5), pct(0.99), errors.load()};
+}
+
+// The same add as a KServe v2 ModelInfer: model "add", inputs INPUT0 and INPUT1.
+inference::ModelInferRequest InferRequest(const v1::ComputeRequest& add) {
+  inference::ModelInferRequest req;
+  req.set_model_name(add.op());
+  for (int i = 0; i < add.inputs_size(); ++i) {
+    const v1::Tensor& t = add.inputs(i);
+    auto* in = req.add_inputs();
+    in->set_name(absl::StrCat("INPUT", i));
+    in->set_datatype("FP32");
+    *in->mutable_shape() = t.shape();
+    req.add_raw_input_contents(t.data());
+  }
+  return req;
 }
 
 double Median(std::vector<double> v) {
@@ -715,8 +730,11 @@ int main(int argc, char** argv) {
   };
   const Target targets[] = {{"tensorcompute", ours.target()}, {"echo", echo.target()}};
 
+  // Per concurrency: ours through Compute, the echo, ours through KServe v2's ModelInfer.
   std::vector<std::pair<std::string, SmallResult>> small;
   double server_us = 0;
+  const v1::ComputeRequest small_req = AddRequest(1024);
+  const inference::ModelInferRequest small_infer = InferRequest(small_req);
   for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
     int conc = 1;
     if (!absl::SimpleAtoi(c, &conc)) continue;
@@ -727,7 +745,12 @@ int main(int argc, char** argv) {
       }
       const bool measure_server = conc == 1 && std::string(t.name) == "tensorcompute";
       const auto before = measure_server ? ServerAddLatency(metrics_port) : std::pair{0.0, 0.0};
-      SmallResult r = RunSmall(stubs, conc, absl::GetFlag(FLAGS_small_seconds));
+      SmallResult r = RunSmall(conc, absl::GetFlag(FLAGS_small_seconds), [&](int thread) {
+        grpc::ClientContext ctx;
+        Deadline(ctx);
+        v1::ComputeResponse resp;
+        return stubs[thread % stubs.size()]->Compute(&ctx, small_req, &resp).ok();
+      });
       if (measure_server) {
         const auto after = ServerAddLatency(metrics_port);
         if (after.second > before.second) {
@@ -738,6 +761,20 @@ int main(int argc, char** argv) {
                    t.name, conc, r.rps, r.p50_us, r.p99_us, static_cast<long long>(r.errors));
       small.emplace_back(t.name, r);
     }
+    std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> v2;
+    for (int i = 0; i < absl::GetFlag(FLAGS_connections); ++i) {
+      v2.push_back(inference::GRPCInferenceService::NewStub(Channel(ours.target(), 50 + i)));
+    }
+    SmallResult r = RunSmall(conc, absl::GetFlag(FLAGS_small_seconds), [&](int thread) {
+      grpc::ClientContext ctx;
+      Deadline(ctx);
+      inference::ModelInferResponse resp;
+      return v2[thread % v2.size()]->ModelInfer(&ctx, small_infer, &resp).ok() &&
+             resp.raw_output_contents_size() == 1 && resp.raw_output_contents(0).size() == 4096;
+    });
+    std::fprintf(stderr, "small ModelInfer c=%d: %.0f req/s p50 %.0f us p99 %.0f us, %lld errors\n",
+                 conc, r.rps, r.p50_us, r.p99_us, static_cast<long long>(r.errors));
+    small.emplace_back("ModelInfer", r);
   }
 
   std::vector<LargeResult> large;
@@ -758,6 +795,7 @@ int main(int argc, char** argv) {
       const bool is_echo = std::string(t.name) == "echo";
       std::vector<std::string> modes = {"unary", "1 stream"};
       if (!is_echo) {
+        modes.push_back("KServe v2 ModelInfer");
         modes.push_back(absl::StrCat(spread.size(), " connections"));
         modes.push_back("client library, 1 stream");
         modes.push_back(absl::StrCat("client library, ", spread.size(), " connections"));
@@ -784,6 +822,17 @@ int main(int argc, char** argv) {
             v1::ComputeResponse resp;
             ok = stub->Compute(&ctx, req, &resp).ok() &&
                  static_cast<int64_t>(resp.output().data().size()) == n * 4;
+            s = Seconds(std::chrono::steady_clock::now() - t0);
+          } else if (mode == "KServe v2 ModelInfer") {
+            // Built per call, as a client would: the request's bytes are part of the cost.
+            const auto t0 = std::chrono::steady_clock::now();
+            auto v2 = inference::GRPCInferenceService::NewStub(Channel(t.address, 100));
+            const inference::ModelInferRequest infer = InferRequest(req);
+            grpc::ClientContext ctx;
+            Deadline(ctx);
+            inference::ModelInferResponse resp;
+            ok = v2->ModelInfer(&ctx, infer, &resp).ok() && resp.raw_output_contents_size() == 1 &&
+                 static_cast<int64_t>(resp.raw_output_contents(0).size()) == n * 4;
             s = Seconds(std::chrono::steady_clock::now() - t0);
           } else if (mode == "1 stream") {
             s = OneStream(*stub, req, chunk, n * 4, &ok);
@@ -854,13 +903,15 @@ int main(int argc, char** argv) {
               device.c_str(), absl::GetFlag(FLAGS_label).c_str());
   std::printf("Small requests (4 KiB float32 add, %d connections):\n\n",
               absl::GetFlag(FLAGS_connections));
-  std::printf("| concurrency | tensorcompute req/s | p50 us | p99 us | echo req/s | p50 us | p99 us | ratio |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (size_t i = 0; i + 1 < small.size(); i += 2) {
+  std::printf("| concurrency | tensorcompute req/s | p50 us | p99 us | echo req/s | p50 us | p99 us | ratio | KServe v2 ModelInfer req/s | p50 us | p99 us | ModelInfer / Compute |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i + 2 < small.size(); i += 3) {
     const SmallResult& a = small[i].second;
     const SmallResult& b = small[i + 1].second;
-    std::printf("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% |\n", a.concurrency,
-                a.rps, a.p50_us, a.p99_us, b.rps, b.p50_us, b.p99_us, 100 * a.rps / b.rps);
+    const SmallResult& v = small[i + 2].second;
+    std::printf("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %.0f | %.0f | %.0f | %.0f%% |\n",
+                a.concurrency, a.rps, a.p50_us, a.p99_us, b.rps, b.p50_us, b.p99_us,
+                100 * a.rps / b.rps, v.rps, v.p50_us, v.p99_us, 100 * v.rps / a.rps);
   }
   std::printf("\nServer-side time per small request (its own latency histogram, concurrency 1): %.1f us\n\n",
               server_us);
