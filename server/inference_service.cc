@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/catalog.h"
@@ -290,17 +291,20 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
   if (expression) {
     for (int i = 0; i < n; ++i) slot[i] = i;
   } else {
-    std::vector<std::string> expected;
-    for (int i = 0; i < n; ++i) expected.push_back(InputName(i));
     for (int i = 0; i < n; ++i) {
       const std::string& name = request.inputs(i).name();
-      const auto it = std::find(expected.begin(), expected.end(), name);
-      if (it == expected.end()) {
+      // INPUT0, INPUT1, ...: the number after the prefix, below n, in its plain spelling.
+      int k = -1;
+      const bool known = absl::StartsWith(name, "INPUT") &&
+                         absl::SimpleAtoi(absl::string_view(name).substr(5), &k) && k >= 0 &&
+                         k < n && name == InputName(k);
+      if (!known) {
+        std::vector<std::string> expected;
+        for (int j = 0; j < n; ++j) expected.push_back(InputName(j));
         return absl::InvalidArgumentError(absl::StrCat("model '", model, "' has no input '",
                                                        name, "'; its inputs are ",
                                                        absl::StrJoin(expected, ", ")));
       }
-      const int k = static_cast<int>(it - expected.begin());
       if (std::find(slot.begin(), slot.end(), k) != slot.end()) {
         return absl::InvalidArgumentError(
             absl::StrCat("model '", model, "': input '", name, "' is given twice"));
