@@ -6,7 +6,7 @@
 //   --connections channels, through Compute and through KServe v2's ModelInfer; server-side
 //   time per request from the server's own histogram.
 // - large: float32 add of two --large_mib inputs: unary, one stream, (ours) KServe v2's
-//   ModelInfer, and the tensor
+//   ModelInfer (one message each way, like unary), and the tensor
 //   spread over --parallel_streams connections by hand (parallel upload of parts, compute on
 //   the resident tensors, parallel download, protobuf messages, bytes counted not kept), the
 //   C++ client library (ComputeStreamed on one stream; Compute, which spreads by itself; both
@@ -785,9 +785,11 @@ int main(int argc, char** argv) {
     if (!absl::SimpleAtoi(m, &mib)) continue;
     const int64_t n = mib << 18;
     const v1::ComputeRequest req = AddRequest(n);
+    const inference::ModelInferRequest infer_req = InferRequest(req);
     const double bytes = 3.0 * static_cast<double>(n) * 4;  // Two inputs in, one output out.
     for (const Target& t : targets) {
       auto stub = v1::TensorService::NewStub(Channel(t.address, 100));
+      auto v2 = inference::GRPCInferenceService::NewStub(Channel(t.address, 101));
       std::vector<std::unique_ptr<v1::TensorService::Stub>> spread;
       for (int i = 0; i < absl::GetFlag(FLAGS_parallel_streams); ++i) {
         spread.push_back(v1::TensorService::NewStub(Channel(t.address, 200 + i)));
@@ -824,14 +826,12 @@ int main(int argc, char** argv) {
                  static_cast<int64_t>(resp.output().data().size()) == n * 4;
             s = Seconds(std::chrono::steady_clock::now() - t0);
           } else if (mode == "KServe v2 ModelInfer") {
-            // Built per call, as a client would: the request's bytes are part of the cost.
+            // Built before, as the unary Compute's request is.
             const auto t0 = std::chrono::steady_clock::now();
-            auto v2 = inference::GRPCInferenceService::NewStub(Channel(t.address, 100));
-            const inference::ModelInferRequest infer = InferRequest(req);
             grpc::ClientContext ctx;
             Deadline(ctx);
             inference::ModelInferResponse resp;
-            ok = v2->ModelInfer(&ctx, infer, &resp).ok() && resp.raw_output_contents_size() == 1 &&
+            ok = v2->ModelInfer(&ctx, infer_req, &resp).ok() && resp.raw_output_contents_size() == 1 &&
                  static_cast<int64_t>(resp.raw_output_contents(0).size()) == n * 4;
             s = Seconds(std::chrono::steady_clock::now() - t0);
           } else if (mode == "1 stream") {
