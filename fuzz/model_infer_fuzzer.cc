@@ -14,13 +14,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   const tc::server::ServiceEnv& env = tc::fuzz::FuzzEnv();
   tensorcompute::v1::ComputeRequest compute;
-  if (!tc::server::ToComputeRequest(request, env.options, &compute).ok()) return 0;
+  std::optional<tc::server::ShmTarget> output_shm;
+  // No shared memory here: requests naming a region are refused.
+  if (!tc::server::ToComputeRequest(request, env.options, nullptr, &compute, &output_shm).ok()) {
+    return 0;
+  }
   auto job = tc::server::ComputeJob::Prepare(compute, "fuzz", false, env, absl::InfiniteFuture());
   if (!job.ok()) return 0;
   if (!tc::fuzz::RunJob(**job).ok()) return 0;
   tensorcompute::v1::ComputeResponse result;
   tc::server::PrepareOutput((*job)->plan(), result.mutable_output());
   inference::ModelInferResponse response;
-  (void)tc::server::ToInferResponse(request, result, &response);
+  (void)tc::server::ToInferResponse(request, result, std::nullopt, &response);
   return 0;
 }

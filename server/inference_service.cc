@@ -121,23 +121,77 @@ absl::Status ToAttribute(const OpSpec* spec, const std::string& key,
   return absl::InvalidArgumentError(absl::StrCat("parameter '", key, "' has no value"));
 }
 
-// Shared-memory tensors are not served on this protocol yet.
-absl::Status CheckTensorParameters(
+// A tensor's shared-memory parameters: its region (empty: none), offset and byte size.
+struct ShmParams {
+  std::string region;
+  int64_t offset = 0;
+  int64_t bytes = -1;
+};
+
+absl::StatusOr<int64_t> IntParameter(const std::string& key, const inf::InferParameter& p,
+                                     absl::string_view what) {
+  if (p.parameter_choice_case() == inf::InferParameter::kInt64Param) return p.int64_param();
+  if (p.parameter_choice_case() == inf::InferParameter::kUint64Param &&
+      p.uint64_param() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return static_cast<int64_t>(p.uint64_param());
+  }
+  return absl::InvalidArgumentError(absl::StrCat(what, ": parameter '", key,
+                                                 "' must be an int64_param, got ",
+                                                 ParameterTypeName(p)));
+}
+
+absl::StatusOr<ShmParams> TensorParameters(
     const google::protobuf::Map<std::string, inf::InferParameter>& params, absl::string_view what) {
+  ShmParams shm;
+  bool offset_given = false;
   for (const auto& [key, p] : params) {
-    if (absl::StartsWith(key, "shared_memory_")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": parameter '", key, "': shared-memory tensors are not served on this "
-          "protocol; tensorcompute.v1 takes regions (RegisterRegion) and CUDA IPC memory"));
-    }
-    if (key == "classification") {
+    if (key == "shared_memory_region") {
+      if (p.parameter_choice_case() != inf::InferParameter::kStringParam) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": parameter '", key, "' must be a string_param, got ", ParameterTypeName(p)));
+      }
+      shm.region = p.string_param();
+    } else if (key == "shared_memory_offset" || key == "shared_memory_byte_size") {
+      auto v = IntParameter(key, p, what);
+      if (!v.ok()) return v.status();
+      if (*v < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": parameter '", key, "' is negative"));
+      }
+      if (key == "shared_memory_offset") {
+        shm.offset = *v;
+        offset_given = true;
+      } else {
+        shm.bytes = *v;
+      }
+    } else if (absl::StartsWith(key, "shared_memory_")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": parameter '", key, "' is not one of shared_memory_region, "
+                             "shared_memory_offset, shared_memory_byte_size"));
+    } else if (key == "classification") {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": classification outputs are not served: the ops' outputs are "
                              "tensors"));
     }
-    (void)p;
   }
-  return absl::OkStatus();
+  if (shm.region.empty() && (offset_given || shm.bytes >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": shared_memory_offset and shared_memory_byte_size need shared_memory_region"));
+  }
+  if (!shm.region.empty() && shm.bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": shared_memory_region needs shared_memory_byte_size"));
+  }
+  return shm;
+}
+
+absl::StatusOr<std::shared_ptr<const SystemShm>> FindRegion(const ShmLookup& shm,
+                                                            const std::string& name) {
+  if (!shm) {
+    return absl::InvalidArgumentError(
+        "shared-memory tensors need a server started with --system_shared_memory; "
+        "tensorcompute.v1 also takes regions (RegisterRegion) and CUDA IPC memory");
+  }
+  return shm(name);
 }
 
 // Typed contents as little-endian bytes of `t`; `count` values expected.
@@ -270,7 +324,9 @@ std::optional<DType> DTypeFromV2(absl::string_view name) {
 }
 
 absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOptions& options,
-                              v1::ComputeRequest* out) {
+                              const ShmLookup& shm, v1::ComputeRequest* out,
+                              std::optional<ShmTarget>* output_shm) {
+  output_shm->reset();
   const std::string& model = request.model_name();
   const bool expression = model == kExpressionModel;
   const int n = request.inputs_size();
@@ -313,12 +369,9 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
     }
   }
 
+  // One raw entry per input not in shared memory, in input order.
   const bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "raw_input_contents has ", request.raw_input_contents_size(), " entries for ", n,
-        " inputs: one per input, in input order"));
-  }
+  int next_raw = 0;
   if (expression) {
     out->set_op("");
   } else {
@@ -328,7 +381,8 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
   for (int i = 0; i < n; ++i) {
     inf::ModelInferRequest::InferInputTensor& in = *request.mutable_inputs(i);
     const std::string what = absl::StrCat("input '", in.name(), "'");
-    if (absl::Status s = CheckTensorParameters(in.parameters(), what); !s.ok()) return s;
+    auto params = TensorParameters(in.parameters(), what);
+    if (!params.ok()) return params.status();
     const std::optional<DType> t = DTypeFromV2(in.datatype());
     if (!t) {
       std::vector<std::string> names;
@@ -343,17 +397,39 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
     tensor->set_dtype(DTypeToProto(*t));
     tensor->mutable_shape()->CopyFrom(in.shape());
     const int64_t bytes = *count * ItemSize(*t);
-    if (raw) {
+    if (!params->region.empty()) {
+      if (in.has_contents()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": contents and shared_memory_region are not taken together"));
+      }
+      if (params->bytes != bytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": shape [", absl::StrJoin(in.shape(), ","), "] of ", in.datatype(), " is ",
+            bytes, " bytes, shared_memory_byte_size says ", params->bytes));
+      }
+      auto region = FindRegion(shm, params->region);
+      if (!region.ok()) return region.status();
+      if (absl::Status s = (*region)->Read(params->offset, bytes, tensor->mutable_data());
+          !s.ok()) {
+        return s;
+      }
+    } else if (raw) {
       if (in.has_contents()) {
         return absl::InvalidArgumentError(
             absl::StrCat(what, ": contents and raw_input_contents are not taken together"));
       }
-      std::string* data = request.mutable_raw_input_contents(i);
+      if (next_raw >= request.raw_input_contents_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "raw_input_contents has ", request.raw_input_contents_size(),
+            " entries: one is needed per input not in shared memory, in input order"));
+      }
+      std::string* data = request.mutable_raw_input_contents(next_raw);
       if (static_cast<int64_t>(data->size()) != bytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             what, ": shape [", absl::StrJoin(in.shape(), ","), "] of ", in.datatype(), " is ",
-            bytes, " bytes, raw_input_contents[", i, "] has ", data->size()));
+            bytes, " bytes, raw_input_contents[", next_raw, "] has ", data->size()));
       }
+      ++next_raw;
       tensor->mutable_data()->swap(*data);
     } else if (absl::Status s = ContentsToBytes(in.contents(), *t, *count, what,
                                                 tensor->mutable_data());
@@ -361,6 +437,11 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
       return s;
     }
     if (expression) out->add_input_names(in.name());
+  }
+  if (raw && next_raw != request.raw_input_contents_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "raw_input_contents has ", request.raw_input_contents_size(), " entries for ", next_raw,
+        " inputs not in shared memory: one per such input, in input order"));
   }
 
   for (const auto& [key, p] : request.parameters()) {
@@ -392,17 +473,31 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
                                                      requested.name(), "'; its output is ",
                                                      kOutputName));
     }
-    if (absl::Status s = CheckTensorParameters(requested.parameters(),
-                                               absl::StrCat("output '", requested.name(), "'"));
-        !s.ok()) {
-      return s;
+    auto params = TensorParameters(requested.parameters(),
+                                   absl::StrCat("output '", requested.name(), "'"));
+    if (!params.ok()) return params.status();
+    if (!params->region.empty()) {
+      auto region = FindRegion(shm, params->region);
+      if (!region.ok()) return region.status();
+      *output_shm = ShmTarget{*std::move(region), params->offset, params->bytes};
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ToInferResponse(const inf::ModelInferRequest& request,
-                             v1::ComputeResponse& result, inf::ModelInferResponse* out) {
+bool UsesSharedMemory(const inf::ModelInferRequest& request) {
+  for (const auto& in : request.inputs()) {
+    if (in.parameters().contains("shared_memory_region")) return true;
+  }
+  for (const auto& out : request.outputs()) {
+    if (out.parameters().contains("shared_memory_region")) return true;
+  }
+  return false;
+}
+
+absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeResponse& result,
+                             const std::optional<ShmTarget>& output_shm,
+                             inf::ModelInferResponse* out) {
   v1::Tensor& t = *result.mutable_output();
   auto dtype = DTypeFromProto(t.dtype());
   if (!dtype.ok()) return absl::InternalError(dtype.status().message());
@@ -418,8 +513,35 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request,
   o->set_name(kOutputName);
   o->set_datatype(V2DatatypeName(*dtype));
   o->mutable_shape()->CopyFrom(t.shape());
+  if (output_shm) {
+    const int64_t bytes = static_cast<int64_t>(t.data().size());
+    if (bytes > output_shm->bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output '", kOutputName, "' is ", bytes, " bytes, shared_memory_byte_size gives ",
+          output_shm->bytes));
+    }
+    if (absl::Status s = output_shm->region->Write(output_shm->offset, t.data()); !s.ok()) {
+      return s;
+    }
+    out->add_raw_output_contents();
+    return absl::OkStatus();
+  }
   out->add_raw_output_contents()->swap(*t.mutable_data());
   return absl::OkStatus();
+}
+
+InferenceServiceImpl::InferenceServiceImpl(ServiceEnv env, bool system_shm)
+    : env_(std::move(env)) {
+  if (system_shm) {
+    const int max = env_.regions != nullptr ? env_.regions->options().max_regions : 256;
+    shm_ = std::make_unique<SystemShmStore>(max);
+  }
+}
+
+ShmLookup InferenceServiceImpl::LookupFor(const std::string& owner) const {
+  if (shm_ == nullptr) return nullptr;
+  const SystemShmStore* store = shm_.get();
+  return [store, owner](const std::string& name) { return store->Find(owner, name); };
 }
 
 bool InferenceServiceImpl::Ready() const {
@@ -474,6 +596,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
   response->set_version(TC_VERSION);
   // Request parameters carry the ops' attributes.
   response->add_extensions("parameters");
+  if (shm_ != nullptr) response->add_extensions("system_shared_memory");
   call.Finish(absl::OkStatus());
   return call.reactor;
 }
@@ -528,46 +651,148 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
   struct State {
     v1::ComputeRequest request;
     v1::ComputeResponse result;
+    std::optional<ShmTarget> output_shm;
   };
   auto state = std::make_shared<State>();
-  // The request is this call's until it finishes, and nothing reads its raw inputs after this:
-  // their bytes move into the Compute request instead of being copied.
-  auto& mutable_request = const_cast<inf::ModelInferRequest&>(*request);
   for (const std::string& raw : request->raw_input_contents()) call->received += raw.size();
-  if (absl::Status s = ToComputeRequest(mutable_request, env_.options, &state->request);
-      !s.ok()) {
-    call->Finish(s);
-    return reactor;
+  // Shared-memory regions belong to the caller's identity, and moving their bytes is work for
+  // the request pool, not a gRPC thread.
+  const bool shm = UsesSharedMemory(*request);
+  ShmLookup lookup;
+  if (shm) {
+    auto id = env_.auth->Identify(*ctx);
+    if (!id.ok()) {
+      call->Finish(id.status());
+      return reactor;
+    }
+    lookup = LookupFor(*id);
   }
-  call->complete = [state, request, response, reactor](const absl::Status& s) {
-    absl::Status out = s;
-    if (out.ok()) out = ToInferResponse(*request, state->result, response);
-    reactor->Finish(ToGrpcStatus(out));
+  const ServiceEnv* env = &env_;
+  call->complete = [env, state, request, response, reactor](const absl::Status& s) {
+    if (!s.ok() || !state->output_shm) {
+      absl::Status out = s;
+      if (out.ok()) out = ToInferResponse(*request, state->result, std::nullopt, response);
+      reactor->Finish(ToGrpcStatus(out));
+      return;
+    }
+    env->pool->Schedule([state, request, response, reactor] {
+      reactor->Finish(
+          ToGrpcStatus(ToInferResponse(*request, state->result, state->output_shm, response)));
+    });
   };
-  StartCompute(env_, ctx, &state->request, &state->result, std::move(call));
+  auto start = [env, ctx, request, state, call, lookup] {
+    // The request is this call's until it finishes, and nothing reads its raw inputs after
+    // this: their bytes move into the Compute request instead of being copied.
+    auto& mutable_request = const_cast<inf::ModelInferRequest&>(*request);
+    if (absl::Status s = ToComputeRequest(mutable_request, env->options, lookup,
+                                          &state->request, &state->output_shm);
+        !s.ok()) {
+      call->Finish(s);
+      return;
+    }
+    StartCompute(*env, ctx, &state->request, &state->result, call);
+  };
+  if (shm) {
+    env_.pool->Schedule(std::move(start));
+  } else {
+    start();
+  }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryRegisterRequest* request,
+    inf::SystemSharedMemoryRegisterResponse*) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryRegister", ""};
+  if (!call.Admit()) return call.reactor;
+  auto id = env_.auth->Identify(*ctx);
+  if (!id.ok()) {
+    call.Finish(id.status());
+  } else if (shm_ == nullptr) {
+    call.Finish(absl::FailedPreconditionError(
+        "system shared memory is off on this server (start it with --system_shared_memory); "
+        "tensorcompute.v1 takes sealed memfd regions and CUDA IPC memory"));
+  } else if (request->offset() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+             request->byte_size() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    call.Finish(absl::InvalidArgumentError("offset or byte_size out of range"));
+  } else {
+    call.Finish(shm_->Register(*id, request->name(), request->key(),
+                               static_cast<int64_t>(request->offset()),
+                               static_cast<int64_t>(request->byte_size())));
+  }
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryUnregisterRequest* request,
+    inf::SystemSharedMemoryUnregisterResponse*) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryUnregister", ""};
+  if (!call.Admit()) return call.reactor;
+  auto id = env_.auth->Identify(*ctx);
+  if (!id.ok()) {
+    call.Finish(id.status());
+  } else if (shm_ == nullptr) {
+    call.Finish(absl::FailedPreconditionError(
+        "system shared memory is off on this server (start it with --system_shared_memory)"));
+  } else {
+    call.Finish(shm_->Unregister(*id, request->name()));
+  }
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryStatusRequest* request,
+    inf::SystemSharedMemoryStatusResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryStatus", ""};
+  if (!call.Admit()) return call.reactor;
+  auto id = env_.auth->Identify(*ctx);
+  if (!id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  if (shm_ == nullptr) {
+    call.Finish(absl::FailedPreconditionError(
+        "system shared memory is off on this server (start it with --system_shared_memory)"));
+    return call.reactor;
+  }
+  auto regions = shm_->List(*id, request->name());
+  if (!regions.ok()) {
+    call.Finish(regions.status());
+    return call.reactor;
+  }
+  for (const auto& r : *regions) {
+    auto& status = (*response->mutable_regions())[r->name];
+    status.set_name(r->name);
+    status.set_key(r->key);
+    status.set_offset(static_cast<uint64_t>(r->offset));
+    status.set_byte_size(static_cast<uint64_t>(r->bytes));
+  }
+  call.Finish(absl::OkStatus());
+  return call.reactor;
 }
 
 namespace {
 
 // ModelStreamInfer: requests one at a time, each answered before the next is read; a request
-// that fails is answered with its error_message (and its id) and the stream goes on.
+// that fails is answered with its error_message (and its id) and the stream goes on. Its
+// shared-memory reads and writes run on the thread that handles the message.
 class StreamInferReactor final
     : public grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse> {
  public:
-  StreamInferReactor(const ServiceEnv* env, grpc::CallbackServerContext* ctx)
+  StreamInferReactor(const ServiceEnv* env, const InferenceServiceImpl* service,
+                     grpc::CallbackServerContext* ctx)
       : env_(env), ctx_(ctx) {
     if (!env_->life->Enter()) {
       Finish(ToGrpcStatus(ShuttingDown()));
       return;
     }
     entered_ = true;
-    if (env_->auth->requires_token()) {
-      if (auto id = env_->auth->Identify(*ctx_); !id.ok()) {
-        Finish(ToGrpcStatus(id.status()));
-        return;
-      }
+    auto id = env_->auth->Identify(*ctx_);
+    if (!id.ok()) {
+      Finish(ToGrpcStatus(id.status()));
+      return;
     }
+    lookup_ = service->LookupFor(*id);
     StartRead(&request_);
   }
 
@@ -588,7 +813,9 @@ class StreamInferReactor final
     call->complete = [this](const absl::Status& s) {
       absl::Status out = s;
       response_.Clear();
-      if (out.ok()) out = ToInferResponse(request_, result_, response_.mutable_infer_response());
+      if (out.ok()) {
+        out = ToInferResponse(request_, result_, output_shm_, response_.mutable_infer_response());
+      }
       if (!out.ok()) {
         response_.Clear();
         response_.set_error_message(std::string(out.message()));
@@ -596,7 +823,9 @@ class StreamInferReactor final
       }
       StartWrite(&response_);
     };
-    if (absl::Status s = ToComputeRequest(request_, env_->options, &compute_); !s.ok()) {
+    if (absl::Status s =
+            ToComputeRequest(request_, env_->options, lookup_, &compute_, &output_shm_);
+        !s.ok()) {
       call->Finish(s);
       return;
     }
@@ -620,8 +849,10 @@ class StreamInferReactor final
   const ServiceEnv* env_;
   grpc::CallbackServerContext* ctx_;
   bool entered_ = false;
+  ShmLookup lookup_;
   inf::ModelInferRequest request_;
   v1::ComputeRequest compute_;
+  std::optional<ShmTarget> output_shm_;
   v1::ComputeResponse result_;
   inf::ModelStreamInferResponse response_;
 };
@@ -630,7 +861,7 @@ class StreamInferReactor final
 
 grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>*
 InferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
-  return new StreamInferReactor(&env_, ctx);
+  return new StreamInferReactor(&env_, this, ctx);
 }
 
 }  // namespace tc::server

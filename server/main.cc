@@ -92,6 +92,10 @@ ABSL_FLAG(int, region_max_count, 256, "Shared-memory regions one client may have
 ABSL_FLAG(bool, region_pin, true,
           "Pin regions for the GPU (cudaHostRegister) when they are registered, so copies to "
           "and from them run at full PCIe speed; false: copy through the staging buffers.");
+ABSL_FLAG(bool, system_shared_memory, false,
+          "Serve KServe v2 system shared memory: callers name POSIX shared-memory objects of "
+          "this host (shm_open), which the server opens with its own permissions; only for "
+          "servers whose callers may read and write every such object the server can.");
 ABSL_FLAG(int, metrics_port, 9450,
           "Port of the Prometheus /metrics endpoint (HTTP); 0 picks a free one, -1 turns it off.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve TLS (with --tls_key).");
@@ -431,8 +435,10 @@ int main(int argc, char** argv) {
   tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, regions.get(),
                                         &metrics, &auth, options, &life);
   // The open inference protocol (KServe v2) on the same port, through the same engine.
-  tc::server::InferenceServiceImpl inference(tc::server::ServiceEnv{
-      &devices, request_pool.get(), &resident, regions.get(), &metrics, &auth, options, &life});
+  tc::server::InferenceServiceImpl inference(
+      tc::server::ServiceEnv{&devices, request_pool.get(), &resident, regions.get(), &metrics,
+                             &auth, options, &life},
+      absl::GetFlag(FLAGS_system_shared_memory));
   tc::server::MemoryReleaser releaser([&life] { return life.active() > 0; },
                                       absl::GetFlag(FLAGS_malloc_cushion_bytes));
 

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import unittest
 import urllib.request
+from multiprocessing import shared_memory
 
 import grpc
 import numpy as np
@@ -148,6 +149,7 @@ class KServeV2Test(unittest.TestCase):
         info = pb_grpc.TensorServiceStub(self.channel).ServerInfo(pb.ServerInfoRequest(), timeout=10)
         self.assertEqual(r.version, info.version)
         self.assertIn("parameters", r.extensions)
+        self.assertNotIn("system_shared_memory", r.extensions)
 
     def test_model_metadata(self):
         r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name="add"), timeout=10)
@@ -327,11 +329,21 @@ class KServeV2Test(unittest.TestCase):
         req = infer_request("neg", [a])
         req.inputs[0].contents.fp32_contents.extend([1, 2, 3, 4])
         rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
-        # Shared-memory inputs are refused with a pointer to what serves them.
+        # Shared-memory inputs on a server without it are refused with a pointer to what
+        # serves them; so is a registration.
         req = infer_request("neg", [a])
+        del req.raw_input_contents[:]
         req.inputs[0].parameters["shared_memory_region"].string_param = "r0"
+        req.inputs[0].parameters["shared_memory_byte_size"].int64_param = 16
         details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        self.assertIn("--system_shared_memory", details)
         self.assertIn("tensorcompute.v1", details)
+        del req.inputs[0].parameters["shared_memory_byte_size"]
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        self.assertIn("shared_memory_byte_size", details)
+        rpc_error(self, grpc.StatusCode.FAILED_PRECONDITION, self.stub.SystemSharedMemoryRegister,
+                  v2.SystemSharedMemoryRegisterRequest(name="r0", key="/x", byte_size=16),
+                  timeout=10)
         # Still serving after all of it.
         self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
         self.assert_same(self.infer("add", a, a), a + a)
@@ -394,6 +406,150 @@ class KServeV2Test(unittest.TestCase):
                                  ("ModelInfer", "", "NOT_FOUND"): 1,
                                  ("ModelStreamInfer", "sub", "OK"): 1,
                                  ("ServerInfo", "", "OK"): 1})
+
+
+def shm_input(req, name, datatype, shape, region, nbytes, offset=0):
+    t = req.inputs.add(name=name, datatype=datatype, shape=shape)
+    t.parameters["shared_memory_region"].string_param = region
+    t.parameters["shared_memory_byte_size"].int64_param = nbytes
+    if offset:
+        t.parameters["shared_memory_offset"].int64_param = offset
+    return t
+
+
+class KServeV2SharedMemoryTest(unittest.TestCase):
+    """System shared memory: POSIX objects registered by key, inputs read from them and outputs
+    written into them, bad ranges and a truncated object answered with errors."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.target = start_server(ARGS.server, f"--backend={ARGS.backend}",
+                                            "--system_shared_memory")
+        cls.channel = grpc.insecure_channel(cls.target)
+        cls.stub = v2_grpc.GRPCInferenceServiceStub(cls.channel)
+        cls.rng = np.random.default_rng()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        stop_server(cls.proc)
+
+    def setUp(self):
+        self.shm = shared_memory.SharedMemory(create=True, size=1 << 16)
+        self.key = "/" + self.shm.name
+
+    def tearDown(self):
+        self.stub.SystemSharedMemoryUnregister(v2.SystemSharedMemoryUnregisterRequest(), timeout=10)
+        self.shm.close()
+        self.shm.unlink()
+
+    def register(self, name, offset=0, byte_size=1 << 16, key=None):
+        return self.stub.SystemSharedMemoryRegister(v2.SystemSharedMemoryRegisterRequest(
+            name=name, key=key or self.key, offset=offset, byte_size=byte_size), timeout=10)
+
+    def test_inputs_and_output_in_shared_memory(self):
+        a = self.rng.standard_normal((16, 32)).astype(np.float32)
+        b = self.rng.standard_normal(32).astype(np.float32)
+        buf = np.ndarray((1 << 14,), dtype=np.float32, buffer=self.shm.buf)
+        buf[:512] = a.ravel()
+        buf[1024:1056] = b
+        self.register("in", byte_size=8192)      # a: bytes [0, 2048)
+        self.register("rest", offset=4096, byte_size=(1 << 16) - 4096)  # b, the output at 8192
+        status = self.stub.SystemSharedMemoryStatus(v2.SystemSharedMemoryStatusRequest(),
+                                                    timeout=10).regions
+        self.assertEqual(sorted(status), ["in", "rest"])
+        self.assertEqual((status["rest"].key, status["rest"].offset, status["rest"].byte_size),
+                         (self.key, 4096, (1 << 16) - 4096))
+        req = v2.ModelInferRequest(model_name="add")
+        shm_input(req, "INPUT0", "FP32", [16, 32], "in", a.nbytes)
+        shm_input(req, "INPUT1", "FP32", [32], "rest", b.nbytes)
+        out = req.outputs.add(name="OUTPUT0")
+        out.parameters["shared_memory_region"].string_param = "rest"
+        out.parameters["shared_memory_offset"].int64_param = 8192
+        out.parameters["shared_memory_byte_size"].int64_param = a.nbytes
+        resp = self.stub.ModelInfer(req, timeout=30)
+        self.assertEqual(list(resp.raw_output_contents), [b""])
+        self.assertEqual(list(resp.outputs[0].shape), [16, 32])
+        got = np.ndarray((16, 32), dtype=np.float32, buffer=self.shm.buf, offset=4096 + 8192)
+        np.testing.assert_array_equal(got, a + b)
+        # One input in shared memory, one inline (its raw entry is the only one), the output
+        # inline; and through a stream.
+        c = self.rng.standard_normal(32).astype(np.float32)
+        req = v2.ModelInferRequest(model_name="mul", raw_input_contents=[c.tobytes()])
+        shm_input(req, "INPUT0", "FP32", [16, 32], "in", a.nbytes)
+        req.inputs.add(name="INPUT1", datatype="FP32", shape=[32])
+        np.testing.assert_array_equal(
+            np.frombuffer(self.stub.ModelInfer(req, timeout=30).raw_output_contents[0],
+                          np.float32).reshape(16, 32), a * c)
+        replies = list(self.stub.ModelStreamInfer(iter([req, req]), timeout=30))
+        self.assertEqual([r.error_message for r in replies], ["", ""])
+
+    def test_bad_ranges_and_names(self):
+        call = lambda code, req: rpc_error(self, code, self.stub.ModelInfer, req, timeout=10)
+        self.register("r", byte_size=4096)
+        details = rpc_error(self, grpc.StatusCode.ALREADY_EXISTS, self.register, "r")
+        self.assertIn("'r'", details)
+        rpc_error(self, grpc.StatusCode.NOT_FOUND, self.register, "s", key="/no-such-object-tc")
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, self.register, "s", key="/../etc")
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, self.register, "s", offset=1 << 15,
+                  byte_size=1 << 16)
+        req = v2.ModelInferRequest(model_name="neg")
+        shm_input(req, "INPUT0", "FP32", [4], "nope", 16)
+        self.assertIn("'nope'", call(grpc.StatusCode.NOT_FOUND, req))
+        req = v2.ModelInferRequest(model_name="neg")
+        shm_input(req, "INPUT0", "FP32", [4], "r", 12)
+        self.assertIn("16 bytes", call(grpc.StatusCode.INVALID_ARGUMENT, req))
+        req = v2.ModelInferRequest(model_name="neg")
+        shm_input(req, "INPUT0", "FP32", [4], "r", 16, offset=4090)
+        self.assertIn("outside", call(grpc.StatusCode.INVALID_ARGUMENT, req))
+        req = v2.ModelInferRequest(model_name="neg")
+        shm_input(req, "INPUT0", "FP32", [4], "r", 16)
+        out = req.outputs.add(name="OUTPUT0")
+        out.parameters["shared_memory_region"].string_param = "r"
+        out.parameters["shared_memory_byte_size"].int64_param = 8
+        self.assertIn("8", call(grpc.StatusCode.INVALID_ARGUMENT, req))
+        rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.SystemSharedMemoryUnregister,
+                  v2.SystemSharedMemoryUnregisterRequest(name="nope"), timeout=10)
+        self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
+
+    def test_truncated_object_fails_the_request_not_the_server(self):
+        self.register("r")
+        os.ftruncate(self.shm._fd, 64)
+        req = v2.ModelInferRequest(model_name="neg")
+        shm_input(req, "INPUT0", "FP32", [1024], "r", 4096)
+        details = rpc_error(self, grpc.StatusCode.FAILED_PRECONDITION, self.stub.ModelInfer, req,
+                            timeout=10)
+        self.assertIn("shorter", details)
+        a = np.arange(4, dtype=np.float32)
+        req = v2.ModelInferRequest(model_name="neg", raw_input_contents=[a.tobytes()])
+        req.inputs.add(name="INPUT0", datatype="FP32", shape=[4])
+        out = req.outputs.add(name="OUTPUT0")
+        out.parameters["shared_memory_region"].string_param = "r"
+        out.parameters["shared_memory_offset"].int64_param = 1024
+        out.parameters["shared_memory_byte_size"].int64_param = 16
+        rpc_error(self, grpc.StatusCode.FAILED_PRECONDITION, self.stub.ModelInfer, req, timeout=10)
+        self.assertEqual(os.fstat(self.shm._fd).st_size, 64)
+        os.ftruncate(self.shm._fd, 1 << 16)
+        self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
+
+    def test_server_metadata_lists_the_extension(self):
+        r = self.stub.ServerMetadata(v2.ServerMetadataRequest(), timeout=10)
+        self.assertIn("system_shared_memory", r.extensions)
+
+    def test_unregister(self):
+        self.register("a")
+        self.register("b")
+        self.stub.SystemSharedMemoryUnregister(v2.SystemSharedMemoryUnregisterRequest(name="a"),
+                                               timeout=10)
+        status = self.stub.SystemSharedMemoryStatus(v2.SystemSharedMemoryStatusRequest(),
+                                                    timeout=10)
+        self.assertEqual(list(status.regions), ["b"])
+        rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.SystemSharedMemoryStatus,
+                  v2.SystemSharedMemoryStatusRequest(name="a"), timeout=10)
+        self.stub.SystemSharedMemoryUnregister(v2.SystemSharedMemoryUnregisterRequest(), timeout=10)
+        status = self.stub.SystemSharedMemoryStatus(v2.SystemSharedMemoryStatusRequest(),
+                                                    timeout=10)
+        self.assertEqual(len(status.regions), 0)
 
 
 class KServeV2AuthTest(unittest.TestCase):
