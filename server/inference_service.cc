@@ -184,12 +184,12 @@ absl::StatusOr<ShmParams> TensorParameters(
   return shm;
 }
 
-absl::StatusOr<std::shared_ptr<const SystemShm>> FindRegion(const ShmLookup& shm,
-                                                            const std::string& name) {
+absl::StatusOr<SharedRegion> FindRegion(const ShmLookup& shm, const std::string& name) {
   if (!shm) {
     return absl::InvalidArgumentError(
-        "shared-memory tensors need a server started with --system_shared_memory; "
-        "tensorcompute.v1 also takes regions (RegisterRegion) and CUDA IPC memory");
+        "shared-memory tensors need a server started with --system_shared_memory (or a GPU "
+        "for CUDA shared memory); tensorcompute.v1 also takes regions (RegisterRegion) and "
+        "CUDA IPC memory");
   }
   return shm(name);
 }
@@ -409,9 +409,16 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
       }
       auto region = FindRegion(shm, params->region);
       if (!region.ok()) return region.status();
-      if (absl::Status s = (*region)->Read(params->offset, bytes, tensor->mutable_data());
-          !s.ok()) {
-        return s;
+      if (region->system != nullptr) {
+        if (absl::Status s = region->system->Read(params->offset, bytes, tensor->mutable_data());
+            !s.ok()) {
+          return s;
+        }
+      } else {
+        // GPU memory: the engine reads it where it lies (range and alignment checked there).
+        tensor->set_region(region->cuda->id);
+        tensor->set_region_offset(params->offset);
+        tensor->set_storage_bytes(bytes);
       }
     } else if (raw) {
       if (in.has_contents()) {
@@ -479,6 +486,10 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
     if (!params->region.empty()) {
       auto region = FindRegion(shm, params->region);
       if (!region.ok()) return region.status();
+      if (region->cuda != nullptr) {
+        out->set_output_region(region->cuda->id);
+        out->set_output_region_offset(params->offset);
+      }
       *output_shm = ShmTarget{*std::move(region), params->offset, params->bytes};
     }
   }
@@ -503,7 +514,9 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeR
   if (!dtype.ok()) return absl::InternalError(dtype.status().message());
   int64_t n = 1;
   for (int64_t d : t.shape()) n *= d;
-  if (static_cast<int64_t>(t.data().size()) != n * ItemSize(*dtype) || t.offset() != 0) {
+  const bool in_region = !t.region().empty();
+  if ((!in_region && static_cast<int64_t>(t.data().size()) != n * ItemSize(*dtype)) ||
+      t.offset() != 0) {
     return absl::InternalError("the result is not a dense tensor");
   }
   out->set_model_name(request.model_name());
@@ -514,14 +527,19 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeR
   o->set_datatype(V2DatatypeName(*dtype));
   o->mutable_shape()->CopyFrom(t.shape());
   if (output_shm) {
-    const int64_t bytes = static_cast<int64_t>(t.data().size());
+    // (Written in place for GPU memory before its size could be compared: the bytes past
+    // shared_memory_byte_size are still the caller's registered region.)
+    const int64_t bytes = n * ItemSize(*dtype);
     if (bytes > output_shm->bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "output '", kOutputName, "' is ", bytes, " bytes, shared_memory_byte_size gives ",
           output_shm->bytes));
     }
-    if (absl::Status s = output_shm->region->Write(output_shm->offset, t.data()); !s.ok()) {
-      return s;
+    if (output_shm->region.system != nullptr) {
+      if (absl::Status s = output_shm->region.system->Write(output_shm->offset, t.data());
+          !s.ok()) {
+        return s;
+      }
     }
     out->add_raw_output_contents();
     return absl::OkStatus();
@@ -539,9 +557,32 @@ InferenceServiceImpl::InferenceServiceImpl(ServiceEnv env, bool system_shm)
 }
 
 ShmLookup InferenceServiceImpl::LookupFor(const std::string& owner) const {
-  if (shm_ == nullptr) return nullptr;
-  const SystemShmStore* store = shm_.get();
-  return [store, owner](const std::string& name) { return store->Find(owner, name); };
+  if (shm_ == nullptr && env_.regions == nullptr) return nullptr;
+  return [this, owner](const std::string& name) -> absl::StatusOr<SharedRegion> {
+    if (shm_ != nullptr) {
+      if (auto r = shm_->Find(owner, name); r.ok()) return SharedRegion{*std::move(r), nullptr};
+    }
+    std::vector<std::shared_ptr<Region>> cuda = CudaRegions(owner, name);
+    if (!cuda.empty()) return SharedRegion{nullptr, cuda.front()};
+    return absl::NotFoundError(absl::StrCat(
+        "no shared-memory region named '", name,
+        "' is registered (SystemSharedMemoryRegister, CudaSharedMemoryRegister)",
+        shm_ == nullptr ? "; system shared memory is off on this server (--system_shared_memory)"
+                        : ""));
+  };
+}
+
+std::vector<std::shared_ptr<Region>> InferenceServiceImpl::CudaRegions(
+    const std::string& owner, const std::string& name) const {
+  std::vector<std::shared_ptr<Region>> out;
+  if (env_.regions == nullptr) return out;
+  for (std::shared_ptr<Region>& r : env_.regions->List(owner)) {
+    if (r->connection == RegionStore::kNoConnection && r->device != nullptr &&
+        (name.empty() || r->name == name)) {
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
 }
 
 bool InferenceServiceImpl::Ready() const {
@@ -597,6 +638,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
   // Request parameters carry the ops' attributes.
   response->add_extensions("parameters");
   if (shm_ != nullptr) response->add_extensions("system_shared_memory");
+  bool gpu = false;
+  for (int i = 0; i < env_.devices->size(); ++i) gpu = gpu || !env_.devices->at(i).host_memory();
+  if (gpu && env_.regions != nullptr) response->add_extensions("cuda_shared_memory");
   call.Finish(absl::OkStatus());
   return call.reactor;
 }
@@ -715,11 +759,121 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
   } else if (request->offset() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
              request->byte_size() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     call.Finish(absl::InvalidArgumentError("offset or byte_size out of range"));
+  } else if (!request->name().empty() && !CudaRegions(*id, request->name()).empty()) {
+    call.Finish(absl::AlreadyExistsError(absl::StrCat(
+        "a shared-memory region named '", request->name(), "' is already registered")));
   } else {
     call.Finish(shm_->Register(*id, request->name(), request->key(),
                                static_cast<int64_t>(request->offset()),
                                static_cast<int64_t>(request->byte_size())));
   }
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryRegisterRequest* request,
+    inf::CudaSharedMemoryRegisterResponse*) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryRegister", ""};
+  if (!call.Admit()) return call.reactor;
+  auto id = env_.auth->Identify(*ctx);
+  if (!id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  const std::string& name = request->name();
+  runtime::Device* device = nullptr;
+  for (int i = 0; i < env_.devices->size(); ++i) {
+    const runtime::DeviceInfo& info = env_.devices->at(i).info();
+    if (info.kind == "cuda" && info.index == request->device_id()) device = &env_.devices->at(i);
+  }
+  absl::Status refused;
+  if (env_.regions == nullptr) {
+    refused = absl::FailedPreconditionError(
+        "shared-memory regions are off on this server (--region_socket=off)");
+  } else if (device == nullptr) {
+    refused = absl::InvalidArgumentError(absl::StrCat(
+        "this server has no GPU with device_id ", request->device_id(),
+        " (ServerInfo of tensorcompute.v1 lists its devices)"));
+  } else if (name.empty()) {
+    refused = absl::InvalidArgumentError("a shared-memory region needs a name");
+  } else if (request->byte_size() == 0 ||
+             request->byte_size() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    refused = absl::InvalidArgumentError("byte_size must be positive");
+  } else if (!CudaRegions(*id, name).empty() || (shm_ != nullptr && shm_->Find(*id, name).ok())) {
+    refused = absl::AlreadyExistsError(
+        absl::StrCat("a shared-memory region named '", name, "' is already registered"));
+  } else if (device->failed()) {
+    refused = device->health();
+  }
+  if (!refused.ok()) {
+    call.Finish(refused);
+    return call.reactor;
+  }
+  auto opened = device->OpenIpc(request->raw_handle());
+  if (!opened.ok()) {
+    call.Finish(absl::InvalidArgumentError(
+        absl::StrCat("the CUDA IPC handle cannot be opened: ", opened.status().message())));
+    return call.reactor;
+  }
+  const int64_t bytes = static_cast<int64_t>(request->byte_size());
+  if (bytes > opened->bytes) {
+    call.Finish(absl::InvalidArgumentError(absl::StrCat(
+        "byte_size ", bytes, " is past the end of the allocation (", opened->bytes, " bytes)")));
+    return call.reactor;
+  }
+  auto region = env_.regions->Adopt(
+      *id, name,
+      std::make_shared<Region>(opened->data, bytes, /*writable=*/true,
+                               RegionStore::kNoConnection, std::move(opened->closer), device));
+  call.Finish(region.status());
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryUnregisterRequest* request,
+    inf::CudaSharedMemoryUnregisterResponse*) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryUnregister", ""};
+  if (!call.Admit()) return call.reactor;
+  auto id = env_.auth->Identify(*ctx);
+  if (!id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  const std::vector<std::shared_ptr<Region>> regions = CudaRegions(*id, request->name());
+  if (!request->name().empty() && regions.empty()) {
+    call.Finish(absl::NotFoundError(
+        absl::StrCat("no CUDA shared-memory region named '", request->name(), "'")));
+    return call.reactor;
+  }
+  // Requests using a region keep its memory open until they finish.
+  for (const auto& r : regions) (void)env_.regions->Unregister(*id, r->id);
+  call.Finish(absl::OkStatus());
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryStatusRequest* request,
+    inf::CudaSharedMemoryStatusResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryStatus", ""};
+  if (!call.Admit()) return call.reactor;
+  auto id = env_.auth->Identify(*ctx);
+  if (!id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  const std::vector<std::shared_ptr<Region>> regions = CudaRegions(*id, request->name());
+  if (!request->name().empty() && regions.empty()) {
+    call.Finish(absl::NotFoundError(
+        absl::StrCat("no CUDA shared-memory region named '", request->name(), "'")));
+    return call.reactor;
+  }
+  for (const auto& r : regions) {
+    auto& status = (*response->mutable_regions())[r->name];
+    status.set_name(r->name);
+    status.set_device_id(static_cast<uint64_t>(r->device->info().index));
+    status.set_byte_size(static_cast<uint64_t>(r->bytes));
+  }
+  call.Finish(absl::OkStatus());
   return call.reactor;
 }
 

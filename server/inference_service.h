@@ -10,10 +10,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/regions.h"
 #include "server/service_env.h"
 #include "server/system_shm.h"
 
@@ -21,13 +23,20 @@ namespace tc::server {
 
 namespace inf = ::inference;
 
-// The caller's system shared-memory region of a name; null where the server has none.
-using ShmLookup =
-    std::function<absl::StatusOr<std::shared_ptr<const SystemShm>>(const std::string& name)>;
+// A shared-memory region a tensor names: the caller's system shared memory, or GPU memory it
+// registered by CUDA IPC handle (held as a tensorcompute.v1 region, which the engine reads
+// and writes in place).
+struct SharedRegion {
+  std::shared_ptr<const SystemShm> system;
+  std::shared_ptr<Region> cuda;
+};
 
-// Where an output goes in system shared memory.
+// The caller's region of a name; null where the server serves no shared memory.
+using ShmLookup = std::function<absl::StatusOr<SharedRegion>(const std::string& name)>;
+
+// Where an output goes in shared memory.
 struct ShmTarget {
-  std::shared_ptr<const SystemShm> region;
+  SharedRegion region;
   int64_t offset = 0;
   int64_t bytes = 0;
 };
@@ -89,6 +98,15 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
       grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryUnregisterRequest* request,
       inf::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryStatusRequest* request,
+      inf::CudaSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryRegisterRequest* request,
+      inf::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryUnregisterRequest* request,
+      inf::CudaSharedMemoryUnregisterResponse* response) override;
 
   // The lookup of `owner`'s regions (one that refuses every name where shared memory is off).
   ShmLookup LookupFor(const std::string& owner) const;
@@ -96,6 +114,10 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
  private:
   // Serving: not draining, and every device healthy.
   bool Ready() const;
+  // `owner`'s CUDA regions registered here (not those of tensorcompute.v1's socket), all or
+  // the one named.
+  std::vector<std::shared_ptr<Region>> CudaRegions(const std::string& owner,
+                                                   const std::string& name) const;
 
   ServiceEnv env_;
   // Null where system shared memory is off.

@@ -327,6 +327,22 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& ow
   return region;
 }
 
+absl::StatusOr<std::shared_ptr<Region>> RegionStore::Adopt(const std::string& owner,
+                                                          const std::string& name,
+                                                          std::shared_ptr<Region> region) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto q = QuotaLocked(owner, region->bytes); !q.ok()) return q;
+  Usage& u = usage_[owner];
+  u.regions += 1;
+  u.bytes += region->bytes;
+  total_bytes_ += region->bytes;
+  region->id = NewHandle();
+  region->owner = owner;
+  region->name = name;
+  regions_[region->id] = region;
+  return region;
+}
+
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Find(const std::string& owner,
                                                          const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);

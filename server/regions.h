@@ -87,6 +87,12 @@ class RegionStore {
   absl::StatusOr<std::shared_ptr<Region>> Claim(const std::string& owner,
                                                const std::string& ticket,
                                                const std::string& name);
+  // Registers memory that reached the server another way than the socket (KServe v2's CUDA
+  // shared memory, by IPC handle over gRPC) for `owner` under `name`; its connection is
+  // kNoConnection, and it lives until unregistered. Quotas as for Claim.
+  static constexpr uint64_t kNoConnection = 0;
+  absl::StatusOr<std::shared_ptr<Region>> Adopt(const std::string& owner, const std::string& name,
+                                               std::shared_ptr<Region> region);
   // NOT_FOUND for unknown regions and other identities' alike.
   absl::StatusOr<std::shared_ptr<Region>> Find(const std::string& owner,
                                               const std::string& id) const;
