@@ -7,6 +7,8 @@ Debian's python3-grpcio; results compared with PyTorch on the same inputs.
 """
 import argparse
 import os
+import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,7 @@ from inference import grpc_service_pb2_grpc as v2_grpc
 from tc_std import health_pb2, health_pb2_grpc, reflection_pb2, reflection_pb2_grpc
 from tensorcompute.v1 import tensor_service_pb2 as pb
 from tensorcompute.v1 import tensor_service_pb2_grpc as pb_grpc
-from harness import start_server, stop_server
+from harness import start_server, stop_server, wait_for
 
 ARGS = None
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -670,6 +672,36 @@ class KServeV2CudaSharedMemoryTest(unittest.TestCase):
         rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.CudaSharedMemoryStatus,
                   v2.CudaSharedMemoryStatusRequest(name="gpu"), timeout=10)
         self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
+
+
+class KServeV2DrainTest(unittest.TestCase):
+    """SIGTERM with a stream open: ServerReady turns false, new ModelInfer calls get
+    UNAVAILABLE, the open stream is answered UNAVAILABLE at its next request, and the server
+    exits once it has closed."""
+
+    def test_drain(self):
+        proc, target = start_server(ARGS.server, f"--backend={ARGS.backend}",
+                                    "--shutdown_grace_seconds=20")
+        channel = grpc.insecure_channel(target)
+        stub = v2_grpc.GRPCInferenceServiceStub(channel)
+        a = torch.arange(8, dtype=torch.float32)
+        pending = queue.Queue()
+        pending.put(infer_request("neg", [a], id="before"))
+        replies = stub.ModelStreamInfer(iter(pending.get, None), timeout=60)
+        self.assertEqual(next(replies).infer_response.id, "before")
+        proc.send_signal(signal.SIGTERM)
+        self.assertTrue(wait_for(lambda: not stub.ServerReady(v2.ServerReadyRequest(),
+                                                              timeout=10).ready))
+        self.assertTrue(stub.ServerLive(v2.ServerLiveRequest(), timeout=10).live)
+        rpc_error(self, grpc.StatusCode.UNAVAILABLE, stub.ModelInfer,
+                  infer_request("neg", [a]), timeout=10)
+        pending.put(infer_request("neg", [a], id="after"))
+        with self.assertRaises(grpc.RpcError) as e:
+            next(replies)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        pending.put(None)
+        self.assertEqual(proc.wait(timeout=30), 0)
+        channel.close()
 
 
 class KServeV2AuthTest(unittest.TestCase):
