@@ -637,6 +637,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
   response->set_version(TC_VERSION);
   // Request parameters carry the ops' attributes.
   response->add_extensions("parameters");
+  response->add_extensions("model_configuration");
   if (shm_ != nullptr) response->add_extensions("system_shared_memory");
   bool gpu = false;
   for (int i = 0; i < env_.devices->size(); ++i) gpu = gpu || !env_.devices->at(i).host_memory();
@@ -681,6 +682,52 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
   out->set_name(kOutputName);
   out->set_datatype(V2DatatypeName(MetadataOutputType(name)));
   out->add_shape(-1);
+  call.Finish(absl::OkStatus());
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
+    grpc::CallbackServerContext* ctx, const inf::ModelConfigRequest* request,
+    inf::ModelConfigResponse* response) {
+  UnaryCall call{&env_, ctx->DefaultReactor(), "ModelConfig", ModelLabel(request->name())};
+  if (!call.Admit()) return call.reactor;
+  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
+    call.Finish(id.status());
+    return call.reactor;
+  }
+  const std::string& name = request->name();
+  if (!KnownModel(name)) {
+    call.Finish(UnknownModel(name));
+    return call.reactor;
+  }
+  if (absl::Status s = CheckVersion(name, request->version()); !s.ok()) {
+    call.Finish(s);
+    return call.reactor;
+  }
+  // The same inputs and output as ModelMetadata, in the configuration's terms.
+  const auto type_of = [](DType t) {
+    return static_cast<inf::DataType>(inf::DataType_descriptor()
+                                          ->FindValueByName(absl::StrCat("TYPE_", V2DatatypeName(t)))
+                                          ->number());
+  };
+  inf::ModelConfig* config = response->mutable_config();
+  config->set_name(name);
+  config->set_platform("tensorcompute");
+  config->set_backend("tensorcompute");
+  config->set_max_batch_size(0);
+  config->mutable_model_transaction_policy()->set_decoupled(false);
+  if (const CatalogEntry* op = FindOp(name); op != nullptr) {
+    for (int i = 0; i < op->spec.arity; ++i) {
+      inf::ModelInput* in = config->add_input();
+      in->set_name(InputName(i));
+      in->set_data_type(type_of(MetadataInputType(*op, i)));
+      in->add_dims(-1);
+    }
+  }
+  inf::ModelOutput* out = config->add_output();
+  out->set_name(kOutputName);
+  out->set_data_type(type_of(MetadataOutputType(name)));
+  out->add_dims(-1);
   call.Finish(absl::OkStatus());
   return call.reactor;
 }

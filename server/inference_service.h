@@ -84,6 +84,9 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
                                           const inf::ModelMetadataRequest* request,
                                           inf::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
+                                        const inf::ModelConfigRequest* request,
+                                        inf::ModelConfigResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const inf::ModelInferRequest* request,
                                        inf::ModelInferResponse* response) override;

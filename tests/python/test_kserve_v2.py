@@ -151,6 +151,7 @@ class KServeV2Test(unittest.TestCase):
         info = pb_grpc.TensorServiceStub(self.channel).ServerInfo(pb.ServerInfoRequest(), timeout=10)
         self.assertEqual(r.version, info.version)
         self.assertIn("parameters", r.extensions)
+        self.assertIn("model_configuration", r.extensions)
         self.assertNotIn("system_shared_memory", r.extensions)
 
     def test_model_metadata(self):
@@ -179,6 +180,31 @@ class KServeV2Test(unittest.TestCase):
         details = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.ModelMetadata,
                             v2.ModelMetadataRequest(name="add", version="3"), timeout=10)
         self.assertIn("version '3'", details)
+
+    def test_model_config(self):
+        c = self.stub.ModelConfig(v2.ModelConfigRequest(name="add"), timeout=10).config
+        self.assertEqual((c.name, c.platform, c.backend, c.max_batch_size), ("add", "tensorcompute",
+                                                                            "tensorcompute", 0))
+        self.assertEqual([(i.name, i.data_type, list(i.dims)) for i in c.input],
+                         [("INPUT0", v2.TYPE_FP32, [-1]), ("INPUT1", v2.TYPE_FP32, [-1])])
+        self.assertEqual([(o.name, o.data_type, list(o.dims)) for o in c.output],
+                         [("OUTPUT0", v2.TYPE_FP32, [-1])])
+        self.assertFalse(c.model_transaction_policy.decoupled)
+        c = self.stub.ModelConfig(v2.ModelConfigRequest(name="where", version="1"),
+                                  timeout=10).config
+        self.assertEqual([i.data_type for i in c.input], [v2.TYPE_BOOL, v2.TYPE_FP32, v2.TYPE_FP32])
+        c = self.stub.ModelConfig(v2.ModelConfigRequest(name="gt"), timeout=10).config
+        self.assertEqual(c.output[0].data_type, v2.TYPE_BOOL)
+        # It agrees with ModelMetadata for every op.
+        ops = pb_grpc.TensorServiceStub(self.channel).ListOps(pb.ListOpsRequest(), timeout=10).ops
+        for op in ops:
+            c = self.stub.ModelConfig(v2.ModelConfigRequest(name=op.name), timeout=10).config
+            m = self.stub.ModelMetadata(v2.ModelMetadataRequest(name=op.name), timeout=10)
+            self.assertEqual([(i.name, v2.DataType.Name(i.data_type)) for i in c.input],
+                             [(i.name, "TYPE_" + i.datatype) for i in m.inputs])
+            self.assertEqual(v2.DataType.Name(c.output[0].data_type), "TYPE_" + m.outputs[0].datatype)
+        rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.ModelConfig,
+                  v2.ModelConfigRequest(name="resnet50"), timeout=10)
 
     def test_every_datatype(self):
         for name, dtype in DATATYPES.items():
