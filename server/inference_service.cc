@@ -54,6 +54,15 @@ absl::Status UnknownModel(absl::string_view name) {
       "by name) and '", kExpressionModel, "'"));
 }
 
+// What a call about one model checks first: the caller's identity, then the model and its
+// version.
+absl::Status CheckModelCall(const ServiceEnv& env, const grpc::CallbackServerContext& ctx,
+                            const std::string& name, const std::string& version) {
+  if (auto id = env.auth->Identify(ctx); !id.ok()) return id.status();
+  if (!KnownModel(name)) return UnknownModel(name);
+  return CheckVersion(name, version);
+}
+
 // The metrics' op label: the model's name where it is one (a client's arbitrary strings never
 // become labels).
 std::string ModelLabel(absl::string_view name) {
@@ -651,16 +660,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
     inf::ModelMetadataResponse* response) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "ModelMetadata", ModelLabel(request->name())};
   if (!call.Admit()) return call.reactor;
-  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
   const std::string& name = request->name();
-  if (!KnownModel(name)) {
-    call.Finish(UnknownModel(name));
-    return call.reactor;
-  }
-  if (absl::Status s = CheckVersion(name, request->version()); !s.ok()) {
+  if (absl::Status s = CheckModelCall(env_, *ctx, name, request->version()); !s.ok()) {
     call.Finish(s);
     return call.reactor;
   }
@@ -691,16 +692,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
     inf::ModelConfigResponse* response) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "ModelConfig", ModelLabel(request->name())};
   if (!call.Admit()) return call.reactor;
-  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
   const std::string& name = request->name();
-  if (!KnownModel(name)) {
-    call.Finish(UnknownModel(name));
-    return call.reactor;
-  }
-  if (absl::Status s = CheckVersion(name, request->version()); !s.ok()) {
+  if (absl::Status s = CheckModelCall(env_, *ctx, name, request->version()); !s.ok()) {
     call.Finish(s);
     return call.reactor;
   }

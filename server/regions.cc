@@ -316,6 +316,12 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& ow
     return absl::NotFoundError("the region's socket connection closed while it was claimed");
   }
   if (auto q = QuotaLocked(owner, region->bytes); !q.ok()) return q;  // Others claimed since.
+  AddLocked(owner, name, region);
+  return region;
+}
+
+void RegionStore::AddLocked(const std::string& owner, const std::string& name,
+                            const std::shared_ptr<Region>& region) {
   Usage& u = usage_[owner];
   u.regions += 1;
   u.bytes += region->bytes;
@@ -324,7 +330,6 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& ow
   region->owner = owner;
   region->name = name;
   regions_[region->id] = region;
-  return region;
 }
 
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Adopt(const std::string& owner,
@@ -332,14 +337,7 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Adopt(const std::string& ow
                                                           std::shared_ptr<Region> region) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto q = QuotaLocked(owner, region->bytes); !q.ok()) return q;
-  Usage& u = usage_[owner];
-  u.regions += 1;
-  u.bytes += region->bytes;
-  total_bytes_ += region->bytes;
-  region->id = NewHandle();
-  region->owner = owner;
-  region->name = name;
-  regions_[region->id] = region;
+  AddLocked(owner, name, region);
   return region;
 }
 

@@ -123,6 +123,9 @@ class RegionStore {
   void Remove(const std::string& id);
   // RESOURCE_EXHAUSTED when `owner` cannot register `bytes` more. Takes mu_ held.
   absl::Status QuotaLocked(const std::string& owner, int64_t bytes) const;
+  // Counts `region` against `owner`'s quota and publishes it with a new id. Takes mu_ held.
+  void AddLocked(const std::string& owner, const std::string& name,
+                 const std::shared_ptr<Region>& region);
 
   RegionOptions options_;
   runtime::DeviceSet* devices_;
