@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/catalog.h"
 #include "kernels/engine.h"
+#include "kernels/planner.h"
 #include "server/codec.h"
 #include "server/grpc_status.h"
 #include "server/unary_call.h"
@@ -52,6 +53,12 @@ absl::Status UnknownModel(absl::string_view name) {
   return absl::NotFoundError(absl::StrCat(
       "unknown model '", name, "': the models are the server's ops (ListOps, or ModelMetadata "
       "by name) and '", kExpressionModel, "'"));
+}
+
+// A caller on this host: over loopback or a unix socket (gRPC's peer strings).
+bool IsLocalPeer(absl::string_view peer) {
+  return absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "ipv4:127.") ||
+         absl::StartsWith(peer, "ipv6:[::1]") || absl::StartsWith(peer, "ipv6:%5B::1%5D");
 }
 
 // What a call about one model checks first: the caller's identity, then the model and its
@@ -350,6 +357,10 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
                                                    AritiesOf(model), " inputs, got ", n));
   }
 
+  if (expression && n > kMaxExprInputs) {
+    return absl::InvalidArgumentError(absl::StrCat("an expression takes at most ",
+                                                   kMaxExprInputs, " inputs, got ", n));
+  }
   // Where each input goes: the op's inputs are INPUT0..INPUTn-1, in any order; an
   // expression's are its variables, in the request's order.
   std::vector<int> slot(n, -1);
@@ -381,6 +392,8 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
   // One raw entry per input not in shared memory, in input order.
   const bool raw = request.raw_input_contents_size() > 0;
   int next_raw = 0;
+  // Bytes read out of system shared memory so far: within the request limit before each read.
+  int64_t copied = 0;
   if (expression) {
     out->set_op("");
   } else {
@@ -419,6 +432,12 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
       auto region = FindRegion(shm, params->region);
       if (!region.ok()) return region.status();
       if (region->system != nullptr) {
+        if (bytes > options.max_request_bytes - copied) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "the inputs in shared memory come to more than this server's limit of ",
+              options.max_request_bytes, " bytes for one request"));
+        }
+        copied += bytes;
         if (absl::Status s = region->system->Read(params->offset, bytes, tensor->mutable_data());
             !s.ok()) {
           return s;
@@ -483,6 +502,11 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
                                                    kExpressionParameter, "' (a string_param)"));
   }
 
+  if (request.outputs_size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output '", kOutputName, "' is requested ", request.outputs_size(),
+                     " times; model '", model, "' has that one output"));
+  }
   for (const auto& requested : request.outputs()) {
     if (requested.name() != kOutputName) {
       return absl::InvalidArgumentError(absl::StrCat("model '", model, "' has no output '",
@@ -738,7 +762,6 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
     std::optional<ShmTarget> output_shm;
   };
   auto state = std::make_shared<State>();
-  for (const std::string& raw : request->raw_input_contents()) call->received += raw.size();
   // Shared-memory regions belong to the caller's identity, and moving their bytes is work for
   // the request pool, not a gRPC thread.
   const bool shm = UsesSharedMemory(*request);
@@ -753,16 +776,21 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
   }
   const ServiceEnv* env = &env_;
   call->complete = [env, state, request, response, reactor](const absl::Status& s) {
-    if (!s.ok() || !state->output_shm) {
-      absl::Status out = s;
-      if (out.ok()) out = ToInferResponse(*request, state->result, std::nullopt, response);
+    const auto finish = [state, request, response, reactor](absl::Status out) {
+      if (out.ok()) out = ToInferResponse(*request, state->result, state->output_shm, response);
       reactor->Finish(ToGrpcStatus(out));
+    };
+    // Writing the output into system shared memory is work for the request pool, not for a
+    // device's completion thread; the drain counts it until the reply is out.
+    if (s.ok() && state->output_shm && state->output_shm->region.system != nullptr &&
+        env->life->Enter()) {
+      env->pool->Schedule([env, finish] {
+        finish(absl::OkStatus());
+        env->life->Leave();
+      });
       return;
     }
-    env->pool->Schedule([state, request, response, reactor] {
-      reactor->Finish(
-          ToGrpcStatus(ToInferResponse(*request, state->result, state->output_shm, response)));
-    });
+    finish(s);
   };
   auto start = [env, ctx, request, state, call, lookup] {
     // The request is this call's until it finishes, and nothing reads its raw inputs after
@@ -796,6 +824,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
     call.Finish(absl::FailedPreconditionError(
         "system shared memory is off on this server (start it with --system_shared_memory); "
         "tensorcompute.v1 takes sealed memfd regions and CUDA IPC memory"));
+  } else if (!IsLocalPeer(ctx->peer())) {
+    call.Finish(absl::PermissionDeniedError(
+        "system shared memory is registered from this host only (a loopback address or the "
+        "server's unix socket)"));
   } else if (request->offset() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
              request->byte_size() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     call.Finish(absl::InvalidArgumentError("offset or byte_size out of range"));
@@ -968,8 +1000,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
 namespace {
 
 // ModelStreamInfer: requests one at a time, each answered before the next is read; a request
-// that fails is answered with its error_message (and its id) and the stream goes on. Its
-// shared-memory reads and writes run on the thread that handles the message.
+// that fails is answered with its error_message (and its id) and the stream goes on.
 class StreamInferReactor final
     : public grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse> {
  public:
@@ -1001,21 +1032,24 @@ class StreamInferReactor final
     }
     auto call = std::make_shared<UnaryCall>(
         UnaryCall{env_, nullptr, "ModelStreamInfer", ModelLabel(request_.model_name())});
-    for (const std::string& raw : request_.raw_input_contents()) call->received += raw.size();
     compute_ = v1::ComputeRequest();
     result_ = v1::ComputeResponse();
+    // Reading and writing shared memory is work for the request pool, as in ModelInfer (the
+    // stream has nothing else in flight meanwhile).
+    if (UsesSharedMemory(request_)) {
+      env_->pool->Schedule([this, call] { Run(call); });
+    } else {
+      Run(call);
+    }
+  }
+
+  void Run(std::shared_ptr<UnaryCall> call) {
     call->complete = [this](const absl::Status& s) {
-      absl::Status out = s;
-      response_.Clear();
-      if (out.ok()) {
-        out = ToInferResponse(request_, result_, output_shm_, response_.mutable_infer_response());
+      if (s.ok() && output_shm_ && output_shm_->region.system != nullptr) {
+        env_->pool->Schedule([this] { Respond(absl::OkStatus()); });
+      } else {
+        Respond(s);
       }
-      if (!out.ok()) {
-        response_.Clear();
-        response_.set_error_message(std::string(out.message()));
-        response_.mutable_infer_response()->set_id(request_.id());
-      }
-      StartWrite(&response_);
     };
     if (absl::Status s =
             ToComputeRequest(request_, env_->options, lookup_, &compute_, &output_shm_);
@@ -1024,6 +1058,20 @@ class StreamInferReactor final
       return;
     }
     StartCompute(*env_, ctx_, &compute_, &result_, std::move(call));
+  }
+
+  // The result (or the error) as this request's response.
+  void Respond(absl::Status out) {
+    response_.Clear();
+    if (out.ok()) {
+      out = ToInferResponse(request_, result_, output_shm_, response_.mutable_infer_response());
+    }
+    if (!out.ok()) {
+      response_.Clear();
+      response_.set_error_message(std::string(out.message()));
+      response_.mutable_infer_response()->set_id(request_.id());
+    }
+    StartWrite(&response_);
   }
 
   void OnWriteDone(bool ok) override {

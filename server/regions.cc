@@ -336,6 +336,12 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Adopt(const std::string& ow
                                                           const std::string& name,
                                                           std::shared_ptr<Region> region) {
   std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, r] : regions_) {
+    if (r->owner == owner && r->connection == kNoConnection && r->name == name) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("a shared-memory region named '", name, "' is already registered"));
+    }
+  }
   if (auto q = QuotaLocked(owner, region->bytes); !q.ok()) return q;
   AddLocked(owner, name, region);
   return region;

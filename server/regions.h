@@ -89,7 +89,8 @@ class RegionStore {
                                                const std::string& name);
   // Registers memory that reached the server another way than the socket (KServe v2's CUDA
   // shared memory, by IPC handle over gRPC) for `owner` under `name`; its connection is
-  // kNoConnection, and it lives until unregistered. Quotas as for Claim.
+  // kNoConnection, and it lives until unregistered. Quotas as for Claim; ALREADY_EXISTS where
+  // the owner has such a region of that name.
   static constexpr uint64_t kNoConnection = 0;
   absl::StatusOr<std::shared_ptr<Region>> Adopt(const std::string& owner, const std::string& name,
                                                std::shared_ptr<Region> region);

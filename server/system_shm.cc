@@ -122,6 +122,10 @@ absl::Status SystemShmStore::Register(const std::string& owner, const std::strin
   auto region = std::make_shared<const SystemShm>(name, key, fd, offset, bytes);
   std::lock_guard<std::mutex> lock(mu_);
   auto& mine = regions_[owner];
+  if (static_cast<int>(mine.size()) >= max_regions_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "more than ", max_regions_, " shared-memory regions registered by this client"));
+  }
   if (!mine.emplace(name, std::move(region)).second) {
     return absl::AlreadyExistsError(
         absl::StrCat("a shared-memory region named '", name, "' is already registered"));

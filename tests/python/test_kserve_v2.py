@@ -348,6 +348,15 @@ class KServeV2Test(unittest.TestCase):
         req.outputs.add(name="OUTPUT1")
         details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
         self.assertIn("OUTPUT0", details)
+        req = infer_request("add", [a, a])
+        req.outputs.add(name="OUTPUT0")
+        req.outputs.add(name="OUTPUT0")
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)
+        # An expression of more inputs than one may have, refused before anything is read.
+        many = infer_request("expression", [(f"x{k}", a) for k in range(17)],
+                             {"expression": " + ".join(f"x{k}" for k in range(17))})
+        self.assertIn("at most 16", rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, many,
+                                              timeout=10))
         # FP16 has no typed contents.
         req = v2.ModelInferRequest(model_name="neg")
         req.inputs.add(name="INPUT0", datatype="FP16", shape=[1],
@@ -451,7 +460,7 @@ class KServeV2SharedMemoryTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.proc, cls.target = start_server(ARGS.server, f"--backend={ARGS.backend}",
-                                            "--system_shared_memory")
+                                            "--system_shared_memory", "--max_request_bytes=500000")
         cls.channel = grpc.insecure_channel(cls.target)
         cls.stub = v2_grpc.GRPCInferenceServiceStub(cls.channel)
         cls.rng = np.random.default_rng()
@@ -538,6 +547,24 @@ class KServeV2SharedMemoryTest(unittest.TestCase):
         rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.SystemSharedMemoryUnregister,
                   v2.SystemSharedMemoryUnregisterRequest(name="nope"), timeout=10)
         self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
+
+    def test_reads_stay_within_the_request_limit(self):
+        # Eight 64 KiB inputs read from one region: past --max_request_bytes=500000 at the
+        # eighth, refused before it is read.
+        self.register("r")
+        names = "abcdefgh"
+        req = v2.ModelInferRequest(model_name="expression")
+        req.parameters["expression"].string_param = " + ".join(names)
+        for name in names:
+            shm_input(req, name, "FP32", [16384], "r", 65536)
+        details = rpc_error(self, grpc.StatusCode.RESOURCE_EXHAUSTED, self.stub.ModelInfer, req,
+                            timeout=10)
+        self.assertIn("500000", details)
+        del req.inputs[7:]
+        req.parameters["expression"].string_param = " + ".join(names[:7])
+        got = np.frombuffer(self.stub.ModelInfer(req, timeout=10).raw_output_contents[0],
+                            np.float32)
+        np.testing.assert_array_equal(got, 7 * np.ndarray((16384,), np.float32, self.shm.buf))
 
     def test_truncated_object_fails_the_request_not_the_server(self):
         self.register("r")
