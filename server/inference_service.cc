@@ -296,6 +296,13 @@ DType MetadataInputType(const CatalogEntry& op, int i) {
   return accepted.empty() ? DType::kFloat32 : accepted.front();
 }
 
+// An op's inputs as ModelMetadata and ModelConfig give them: INPUTi and its datatype.
+std::vector<std::pair<std::string, DType>> ModelInputs(const CatalogEntry& op) {
+  std::vector<std::pair<std::string, DType>> inputs;
+  for (int i = 0; i < op.spec.arity; ++i) inputs.emplace_back(InputName(i), MetadataInputType(op, i));
+  return inputs;
+}
+
 // The output's datatype for inputs of those types (the engine's own rules: promotion, bool
 // comparisons), float32 where that cannot be planned without attributes (an expression, an
 // op with a required attribute).
@@ -348,8 +355,8 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
   const int n = request.inputs_size();
   const CatalogEntry* op = nullptr;
   if (!expression) {
-    if (FindOp(model) == nullptr) return UnknownModel(model);
     op = FindOp(model, n);
+    if (op == nullptr && FindOp(model) == nullptr) return UnknownModel(model);
   }
   if (absl::Status s = CheckVersion(model, request.model_version()); !s.ok()) return s;
   if (!expression && op == nullptr) {
@@ -605,6 +612,26 @@ ShmLookup InferenceServiceImpl::LookupFor(const std::string& owner) const {
   };
 }
 
+absl::StatusOr<std::string> InferenceServiceImpl::SystemShmCaller(
+    const grpc::CallbackServerContext& ctx) const {
+  auto id = env_.auth->Identify(ctx);
+  if (id.ok() && shm_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "system shared memory is off on this server (start it with --system_shared_memory); "
+        "tensorcompute.v1 takes sealed memfd regions and CUDA IPC memory");
+  }
+  return id;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<Region>>> InferenceServiceImpl::NamedCudaRegions(
+    const std::string& owner, const std::string& name) const {
+  std::vector<std::shared_ptr<Region>> regions = CudaRegions(owner, name);
+  if (!name.empty() && regions.empty()) {
+    return absl::NotFoundError(absl::StrCat("no CUDA shared-memory region named '", name, "'"));
+  }
+  return regions;
+}
+
 std::vector<std::shared_ptr<Region>> InferenceServiceImpl::CudaRegions(
     const std::string& owner, const std::string& name) const {
   std::vector<std::shared_ptr<Region>> out;
@@ -696,10 +723,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
   // one a generated request should use: float32 where the op takes it, a condition's bool.
   // An expression's inputs are its variables, named by the caller.
   if (const CatalogEntry* op = FindOp(name); op != nullptr) {
-    for (int i = 0; i < op->spec.arity; ++i) {
+    for (const auto& [input, type] : ModelInputs(*op)) {
       auto* in = response->add_inputs();
-      in->set_name(InputName(i));
-      in->set_datatype(V2DatatypeName(MetadataInputType(*op, i)));
+      in->set_name(input);
+      in->set_datatype(V2DatatypeName(type));
       in->add_shape(-1);
     }
   }
@@ -723,9 +750,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
   }
   // The same inputs and output as ModelMetadata, in the configuration's terms.
   const auto type_of = [](DType t) {
-    return static_cast<inf::DataType>(inf::DataType_descriptor()
-                                          ->FindValueByName(absl::StrCat("TYPE_", V2DatatypeName(t)))
-                                          ->number());
+    inf::DataType type = inf::TYPE_INVALID;
+    inf::DataType_Parse(absl::StrCat("TYPE_", V2DatatypeName(t)), &type);
+    return type;
   };
   inf::ModelConfig* config = response->mutable_config();
   config->set_name(name);
@@ -734,10 +761,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
   config->set_max_batch_size(0);
   config->mutable_model_transaction_policy()->set_decoupled(false);
   if (const CatalogEntry* op = FindOp(name); op != nullptr) {
-    for (int i = 0; i < op->spec.arity; ++i) {
+    for (const auto& [input, type] : ModelInputs(*op)) {
       inf::ModelInput* in = config->add_input();
-      in->set_name(InputName(i));
-      in->set_data_type(type_of(MetadataInputType(*op, i)));
+      in->set_name(input);
+      in->set_data_type(type_of(type));
       in->add_dims(-1);
     }
   }
@@ -817,13 +844,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
     inf::SystemSharedMemoryRegisterResponse*) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryRegister", ""};
   if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
+  auto id = SystemShmCaller(*ctx);
   if (!id.ok()) {
     call.Finish(id.status());
-  } else if (shm_ == nullptr) {
-    call.Finish(absl::FailedPreconditionError(
-        "system shared memory is off on this server (start it with --system_shared_memory); "
-        "tensorcompute.v1 takes sealed memfd regions and CUDA IPC memory"));
   } else if (!IsLocalPeer(ctx->peer())) {
     call.Finish(absl::PermissionDeniedError(
         "system shared memory is registered from this host only (a loopback address or the "
@@ -907,16 +930,13 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
   UnaryCall call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryUnregister", ""};
   if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
+  auto found = id.ok() ? NamedCudaRegions(*id, request->name())
+                       : absl::StatusOr<std::vector<std::shared_ptr<Region>>>(id.status());
+  if (!found.ok()) {
+    call.Finish(found.status());
     return call.reactor;
   }
-  const std::vector<std::shared_ptr<Region>> regions = CudaRegions(*id, request->name());
-  if (!request->name().empty() && regions.empty()) {
-    call.Finish(absl::NotFoundError(
-        absl::StrCat("no CUDA shared-memory region named '", request->name(), "'")));
-    return call.reactor;
-  }
+  const std::vector<std::shared_ptr<Region>>& regions = *found;
   // Requests using a region keep its memory open until they finish.
   for (const auto& r : regions) (void)env_.regions->Unregister(*id, r->id);
   call.Finish(absl::OkStatus());
@@ -929,16 +949,13 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
   UnaryCall call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryStatus", ""};
   if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
+  auto found = id.ok() ? NamedCudaRegions(*id, request->name())
+                       : absl::StatusOr<std::vector<std::shared_ptr<Region>>>(id.status());
+  if (!found.ok()) {
+    call.Finish(found.status());
     return call.reactor;
   }
-  const std::vector<std::shared_ptr<Region>> regions = CudaRegions(*id, request->name());
-  if (!request->name().empty() && regions.empty()) {
-    call.Finish(absl::NotFoundError(
-        absl::StrCat("no CUDA shared-memory region named '", request->name(), "'")));
-    return call.reactor;
-  }
+  const std::vector<std::shared_ptr<Region>>& regions = *found;
   for (const auto& r : regions) {
     auto& status = (*response->mutable_regions())[r->name];
     status.set_name(r->name);
@@ -954,15 +971,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryUnregister(
     inf::SystemSharedMemoryUnregisterResponse*) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryUnregister", ""};
   if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
-  } else if (shm_ == nullptr) {
-    call.Finish(absl::FailedPreconditionError(
-        "system shared memory is off on this server (start it with --system_shared_memory)"));
-  } else {
-    call.Finish(shm_->Unregister(*id, request->name()));
-  }
+  auto id = SystemShmCaller(*ctx);
+  call.Finish(id.ok() ? shm_->Unregister(*id, request->name()) : id.status());
   return call.reactor;
 }
 
@@ -971,14 +981,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
     inf::SystemSharedMemoryStatusResponse* response) {
   UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryStatus", ""};
   if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
+  auto id = SystemShmCaller(*ctx);
   if (!id.ok()) {
     call.Finish(id.status());
-    return call.reactor;
-  }
-  if (shm_ == nullptr) {
-    call.Finish(absl::FailedPreconditionError(
-        "system shared memory is off on this server (start it with --system_shared_memory)"));
     return call.reactor;
   }
   auto regions = shm_->List(*id, request->name());

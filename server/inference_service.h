@@ -121,6 +121,11 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
   // the one named.
   std::vector<std::shared_ptr<Region>> CudaRegions(const std::string& owner,
                                                    const std::string& name) const;
+  // CudaRegions, NOT_FOUND where a name is given and none has it.
+  absl::StatusOr<std::vector<std::shared_ptr<Region>>> NamedCudaRegions(
+      const std::string& owner, const std::string& name) const;
+  // The caller's identity, or FAILED_PRECONDITION where system shared memory is off.
+  absl::StatusOr<std::string> SystemShmCaller(const grpc::CallbackServerContext& ctx) const;
 
   ServiceEnv env_;
   // Null where system shared memory is off.
