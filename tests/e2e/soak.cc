@@ -7,9 +7,17 @@
 // the slack). Under load RSS follows the bytes of the large requests in flight, which swing
 // with the mix; what a leak cannot do is give its memory back afterwards.
 //
+// Each sample also records the CPU time the server, the soak's own clients and the whole host
+// spent in it, and the end prints the rate by minute beside them: when the rate moves, whether
+// the server needed more CPU per call, the clients ran out of CPU, or the host was busy with
+// something else shows there.
+//
 //   tensorcompute-soak --server_binary=build/server/tensorcompute-server --clients=64
 //       --seconds=60 [--backend=cuda] [--json=soak.json]
 //   tensorcompute-soak --target=HOST:PORT --server_pid=PID ...   (a server already running)
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -55,7 +63,46 @@ struct Sample {
   double t = 0;
   double calls_per_s = 0;
   ServerFootprint f;
+  // Cores busy over the second before the sample: the server process, this process (the
+  // clients), and the host as a whole (every process).
+  double server_cores = 0;
+  double soak_cores = 0;
+  double host_cores = 0;
 };
+
+// CPU seconds the process has used so far (user + system); -1 when it cannot be read.
+double ProcessCpuSeconds(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::vector<std::string> f = absl::StrSplit(line.substr(close + 2), ' ');
+  if (f.size() < 13) return -1;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return (std::stod(f[11]) + std::stod(f[12])) / ticks;
+}
+
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+
+// Busy CPU seconds of the whole host so far (all cores; idle and iowait left out).
+double HostBusySeconds() {
+  std::ifstream in("/proc/stat");
+  std::string label;
+  in >> label;
+  if (label != "cpu") return -1;
+  double total = 0, v = 0;
+  for (int i = 0; i < 8 && in >> v; ++i) {
+    if (i != 3 && i != 4) total += v;  // idle, iowait
+  }
+  return total / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 }  // namespace
 
@@ -114,6 +161,8 @@ int main(int argc, char** argv) {
   const auto end = t0 + std::chrono::seconds(absl::GetFlag(FLAGS_seconds));
   int64_t last_calls = 0;
   auto last_t = t0;
+  double last_server = ProcessCpuSeconds(pid), last_self = SelfCpuSeconds(),
+         last_host = HostBusySeconds();
   while (std::chrono::steady_clock::now() < end) {
     const auto next = std::min(end, std::chrono::steady_clock::now() + std::chrono::seconds(1));
     std::this_thread::sleep_until(next);
@@ -124,17 +173,26 @@ int main(int argc, char** argv) {
     s.calls_per_s = static_cast<double>(r.total() - last_calls) /
                     std::chrono::duration<double>(now - last_t).count();
     s.f = tc::testing::Footprint(target, pid);
+    const double dt = std::chrono::duration<double>(now - last_t).count();
+    const double server_cpu = ProcessCpuSeconds(pid), self_cpu = SelfCpuSeconds(),
+                 host_cpu = HostBusySeconds();
+    s.server_cores = (server_cpu - last_server) / dt;
+    s.soak_cores = (self_cpu - last_self) / dt;
+    s.host_cores = (host_cpu - last_host) / dt;
+    last_server = server_cpu;
+    last_self = self_cpu;
+    last_host = host_cpu;
     last_calls = r.total();
     last_t = now;
     samples.push_back(s);
     const int every = std::max(absl::GetFlag(FLAGS_print_seconds), 1);
     if (samples.size() % every != 0 && now < end) continue;
     std::printf("  t=%5.0f s  %8.0f calls/s  RSS %5lld MiB  device %7.1f MiB  resident %lld  "
-                "errors %lld\n",
+                "cores server %.1f soak %.1f host %.1f  errors %lld\n",
                 s.t, s.calls_per_s, static_cast<long long>(s.f.rss_kb >> 10),
                 static_cast<double>(s.f.device_bytes) / (1 << 20),
-                static_cast<long long>(s.f.resident_tensors),
-                static_cast<long long>(r.unexpected + r.wrong));
+                static_cast<long long>(s.f.resident_tensors), s.server_cores, s.soak_cores,
+                s.host_cores, static_cast<long long>(r.unexpected + r.wrong));
     std::fflush(stdout);
   }
   load.Stop();
@@ -188,6 +246,31 @@ int main(int argc, char** argv) {
               static_cast<long long>(allowed_after >> 10),
               back ? "back at the baseline" : "NOT BACK");
 
+  // By minute (the last one may be shorter): the rate, and the CPU each party spent per call.
+  std::printf("soak: by minute: calls/s | server CPU ms per call | soak CPU ms per call | "
+              "host cores busy\n");
+  double lo = 0, hi = 0;
+  for (size_t begin = 0; begin < samples.size(); begin += 60) {
+    const size_t end = std::min(samples.size(), begin + 60);
+    double calls = 0, server = 0, soak = 0, host = 0;
+    for (size_t i = begin; i < end; ++i) {
+      calls += samples[i].calls_per_s;
+      server += samples[i].server_cores;
+      soak += samples[i].soak_cores;
+      host += samples[i].host_cores;
+    }
+    const double n = static_cast<double>(end - begin);
+    const double rate = calls / n;
+    if (end - begin == 60) {
+      lo = begin == 0 ? rate : std::min(lo, rate);
+      hi = std::max(hi, rate);
+    }
+    std::printf("  minute %2zu  %8.0f  %6.3f  %6.3f  %5.1f\n", begin / 60 + 1, rate,
+                calls > 0 ? 1e3 * server / calls : 0.0, calls > 0 ? 1e3 * soak / calls : 0.0,
+                host / n);
+  }
+  if (lo > 0) std::printf("soak: full minutes, highest rate over lowest: %.3f\n", hi / lo);
+
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     std::ofstream out(path);
     out << absl::StrFormat(
@@ -210,9 +293,11 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < samples.size(); ++i) {
       out << absl::StrFormat(
           "%s\n    {\"t\": %.1f, \"calls_per_second\": %.1f, \"rss_kb\": %d, "
-          "\"device_bytes\": %d, \"resident_tensors\": %d}",
+          "\"device_bytes\": %d, \"resident_tensors\": %d, \"server_cores\": %.2f, "
+          "\"soak_cores\": %.2f, \"host_cores\": %.2f}",
           i ? "," : "", samples[i].t, samples[i].calls_per_s, samples[i].f.rss_kb,
-          samples[i].f.device_bytes, samples[i].f.resident_tensors);
+          samples[i].f.device_bytes, samples[i].f.resident_tensors, samples[i].server_cores,
+          samples[i].soak_cores, samples[i].host_cores);
     }
     out << "\n  ],\n  \"passed\": " << (clean && flat && back ? "true" : "false") << "\n}\n";
   }
