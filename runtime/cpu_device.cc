@@ -18,9 +18,10 @@ int64_t PhysicalMemoryBytes() {
 
 namespace {
 
-DeviceInfo CpuInfo(int threads) {
+DeviceInfo CpuInfo(int threads, int index) {
   DeviceInfo info;
   info.kind = "cpu";
+  info.index = index;
   const unsigned hw = std::thread::hardware_concurrency();
   info.name = absl::StrCat("host CPU, ", threads > 0 ? threads : static_cast<int>(hw),
                            " compute threads");
@@ -31,8 +32,8 @@ DeviceInfo CpuInfo(int threads) {
 
 }  // namespace
 
-CpuDevice::CpuDevice(int threads, const DeviceOptions& options)
-    : Device(CpuInfo(threads),
+CpuDevice::CpuDevice(int threads, const DeviceOptions& options, int index)
+    : Device(CpuInfo(threads, index),
              options.memory_budget > 0 ? options.memory_budget : PhysicalMemoryBytes() / 2,
              options),
       pool_(ThreadPool::WorkersFor(threads)) {}

@@ -9,8 +9,9 @@ namespace tc::runtime {
 
 class CpuDevice final : public Device {
  public:
-  // `threads`: CPU backend threads (0: one per hardware thread).
-  CpuDevice(int threads, const DeviceOptions& options);
+  // `threads`: CPU backend threads (0: one per hardware thread). `index`: its place among
+  // the server's devices (more than one CPU device only in tests of several devices).
+  CpuDevice(int threads, const DeviceOptions& options, int index = 0);
 
   bool host_memory() const override { return true; }
   TileRule tile_rule() const override { return TileRule::kAnyPermuted; }

@@ -114,6 +114,40 @@ absl::Status CudaDevice::CudaFailure(int error, absl::string_view what) {
 
 CudaDevice::~CudaDevice() = default;
 
+void CudaDevice::ConnectPeers(const std::vector<CudaDevice*>& devices) {
+  for (CudaDevice* a : devices) {
+    for (CudaDevice* b : devices) {
+      const int ai = a->impl_->index, bi = b->impl_->index;
+      if (ai == bi) continue;  // One GPU's memory (two devices on it only in tests).
+      int can = 0;
+      if (cudaDeviceCanAccessPeer(&can, ai, bi) != cudaSuccess || can == 0) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      // a reaches b: ordinary allocations (regions opened by IPC) and b's pool.
+      if (cudaSetDevice(ai) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      const cudaError_t e = cudaDeviceEnablePeerAccess(bi, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      (void)cudaGetLastError();
+      cudaMemAccessDesc access{};
+      access.location.type = cudaMemLocationTypeDevice;
+      access.location.id = ai;
+      access.flags = cudaMemAccessFlagsProtReadWrite;
+      if (cudaMemPoolSetAccess(b->impl_->pool, &access, 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      a->info_.peers.push_back(bi);
+    }
+  }
+}
+
 std::unique_ptr<Lane> CudaDevice::AcquireLane() {
   Stream* best = impl_->streams.front().get();
   for (auto& s : impl_->streams) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/device.h"
 
@@ -28,6 +29,10 @@ class CudaDevice final : public Device {
   static absl::StatusOr<std::unique_ptr<CudaDevice>> Create(int index,
                                                             const DeviceOptions& options);
   ~CudaDevice() override;
+  // Gives each pair of `devices` that can reach the other's memory directly peer access, to
+  // ordinary allocations and to each other's memory pools, and records it in their infos'
+  // `peers`. Pairs without it still copy (through the host). Before any request runs.
+  static void ConnectPeers(const std::vector<CudaDevice*>& devices);
 
   bool host_memory() const override { return false; }
   std::unique_ptr<Lane> AcquireLane() override;
@@ -35,6 +40,8 @@ class CudaDevice final : public Device {
                      int64_t n) override;
   absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                     int64_t n) override;
+  absl::Status CopyFromDevice(Lane& lane, Storage& dst, int64_t offset, const Device& from,
+                              const std::byte* src, int64_t n) override;
   absl::Status Sync(Lane& lane) override;
   std::shared_ptr<void> PinHost(void* p, int64_t n, bool read_only) override;
   absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view handle) override;

@@ -112,6 +112,25 @@ absl::Status CudaDevice::WritePinned(Lane& lane, Storage& dst, int64_t offset, c
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::CopyFromDevice(Lane& lane, Storage& dst, int64_t offset,
+                                        const Device& from, const std::byte* src, int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("copy past the end of the storage");
+  }
+  const auto* peer = dynamic_cast<const CudaDevice*>(&from);
+  if (peer == nullptr) return Device::CopyFromDevice(lane, dst, offset, from, src, n);
+  if (n == 0) return absl::OkStatus();
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(s.mu);
+  // Direct over the link where ConnectPeers enabled it; the driver stages through the host
+  // otherwise. Ordered on this device's stream; the source is final (nothing writes it).
+  TC_CUDA_CHECK(cudaMemcpyPeerAsync(dst.data() + offset, impl_->index, src, peer->impl_->index,
+                                    static_cast<size_t>(n), s.stream),
+                "cudaMemcpyPeerAsync");
+  return absl::OkStatus();
+}
+
 absl::Status CudaDevice::Sync(Lane& lane) {
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");

@@ -1,7 +1,8 @@
 #include "runtime/device.h"
 
 #include <algorithm>
-#include <tuple>
+#include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -86,22 +87,45 @@ void Device::MarkFailed(const absl::Status& why) {
 bool Device::TryAdmit(int limit) {
   int cur = in_flight_.load(std::memory_order_relaxed);
   while (cur < limit) {
-    if (in_flight_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return true;
+    if (in_flight_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) {
+      admitted_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
   }
   return false;
 }
 
+absl::Status Device::CopyFromDevice(Lane& /*lane*/, Storage& dst, int64_t offset,
+                                    const Device& from, const std::byte* src, int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("copy past the end of the storage");
+  }
+  if (!host_memory() || !from.host_memory()) {
+    return absl::UnimplementedError(absl::StrCat("no copy from device ", from.info().index, " (",
+                                                 from.info().kind, ") to device ", info_.index,
+                                                 " (", info_.kind, ")"));
+  }
+  if (n > 0) std::memcpy(dst.data() + offset, src, static_cast<size_t>(n));
+  return absl::OkStatus();
+}
+
 Device& DeviceSet::LeastLoaded() const {
-  Device* best = devices_.front().get();
-  for (const auto& d : devices_) {
-    // Usable ones first; then fewest requests in flight; ties go to the one with more free
-    // budget.
-    const auto key = [](const Device& x) {
-      return std::make_tuple(x.failed(), x.in_flight(), -(x.memory_budget() - x.memory_in_use()));
-    };
-    if (key(*d) < key(*best)) best = d.get();
+  const int n = size();
+  const int start = n > 1 ? static_cast<int>(next_.fetch_add(1, std::memory_order_relaxed) % n) : 0;
+  // Usable ones first; then fewest requests in flight.
+  const auto key = [](const Device& x) { return std::make_pair(x.failed(), x.in_flight()); };
+  Device* best = devices_[start].get();
+  for (int k = 1; k < n; ++k) {
+    Device* d = devices_[(start + k) % n].get();
+    if (key(*d) < key(*best)) best = d;
   }
   return *best;
+}
+
+int DeviceSet::usable() const {
+  int n = 0;
+  for (const auto& d : devices_) n += d->failed() ? 0 : 1;
+  return n;
 }
 
 absl::Status DeviceSet::health() const {

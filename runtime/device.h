@@ -62,6 +62,9 @@ struct DeviceInfo {
   int streams = 0;
   // 32 hex digits for a GPU (what CUDA and nvidia-smi call its UUID); empty for the CPU.
   std::string uuid;
+  // Indices of the other devices whose memory this one reads and writes directly (peer access,
+  // over NVLink or PCIe); copies from the rest go through the host.
+  std::vector<int> peers;
 };
 
 // Device memory another process on this host shares (CUDA IPC), opened in this process: the
@@ -135,6 +138,12 @@ class Device {
     }
     return absl::OkStatus();
   }
+  // `n` bytes at `src` in memory of device `from` (another device of this server, or this one)
+  // -> storage, in lane order (Sync waits for them). The bytes must be final: nothing may
+  // still be writing them. Between GPUs a peer copy (direct where the two have peer access,
+  // else through the host); between devices on host memory, a plain copy.
+  virtual absl::Status CopyFromDevice(Lane& lane, Storage& dst, int64_t offset,
+                                      const Device& from, const std::byte* src, int64_t n);
   // Storage -> host, in lane order: returns once the bytes are in `dst`.
   virtual absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                             int64_t n) = 0;
@@ -208,6 +217,8 @@ class Device {
   int in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   // Admits one request unless `limit` are in flight already.
   bool TryAdmit(int limit);
+  // Requests admitted so far.
+  int64_t admitted() const { return admitted_.load(std::memory_order_relaxed); }
   void Leave() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
 
  protected:
@@ -234,6 +245,7 @@ class Device {
   std::atomic<int64_t> in_use_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int> in_flight_{0};
+  std::atomic<int64_t> admitted_{0};
   const int64_t inject_fault_at_run_;
   std::atomic<int64_t> runs_{0};
   std::atomic<bool> failed_{false};
@@ -274,13 +286,17 @@ class DeviceSet {
       : devices_(std::move(devices)) {}
   int size() const { return static_cast<int>(devices_.size()); }
   Device& at(int i) const { return *devices_[i]; }
-  // Failed devices only when every device has failed.
+  // The device with the fewest requests in flight; ties taken in turn, so that requests that
+  // never overlap still spread. Failed devices only when every device has failed.
   Device& LeastLoaded() const;
   // OK while every device is usable; else the first failure found.
   absl::Status health() const;
+  // Devices that have not failed.
+  int usable() const;
 
  private:
   std::vector<std::unique_ptr<Device>> devices_;
+  mutable std::atomic<unsigned> next_{0};
 };
 
 // Human-readable byte count: "1.5 GiB".

@@ -416,6 +416,20 @@ TEST_F(CudaBackendTest, SmallPathMatchesTheReference) {
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
 
+// Between two GPUs where the machine has them (peer access where they can reach each other),
+// else between two devices on GPU 0 (a plain device-to-device copy).
+TEST_F(CudaBackendTest, CopiesBetweenDevices) {
+  const int second = runtime::CudaDevice::Count() > 1 ? 1 : 0;
+  auto a = runtime::CudaDevice::Create(0, {});
+  auto b = runtime::CudaDevice::Create(second, {});
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  runtime::CudaDevice::ConnectPeers({a->get(), b->get()});
+  std::printf("device 0 -> device %d, peer access: %s\n", second,
+              (*b)->info().peers.empty() ? "no" : "yes");
+  testing::CheckCopiesBetween(**a, **b);
+  testing::CheckCopiesBetween(**b, **a);
+}
+
 TEST_F(CudaBackendTest, Budget) { testing::CheckBudget(MakeCuda); }
 TEST_F(CudaBackendTest, Copies) { testing::CheckCopies(MakeCuda); }
 TEST_F(CudaBackendTest, ConcurrentRunsShareStreams) { testing::CheckConcurrentRuns(MakeCuda); }

@@ -27,6 +27,23 @@ TEST(CpuDeviceTest, ConformanceThroughDeviceStorage) {
   EXPECT_EQ(device->memory_in_use(), 0);
 }
 
+TEST(CpuDeviceTest, CopiesBetweenDevices) {
+  auto a = MakeCpu({}), b = MakeCpu({});
+  testing::CheckCopiesBetween(*a, *b);
+}
+
+TEST(DeviceSetTest, LeastLoadedTakesIdleDevicesInTurn) {
+  std::vector<std::unique_ptr<runtime::Device>> devices;
+  devices.push_back(MakeCpu({}));
+  devices.push_back(MakeCpu({}));
+  runtime::DeviceSet set(std::move(devices));
+  int picked[2] = {0, 0};
+  for (int i = 0; i < 10; ++i) ++picked[&set.LeastLoaded() == &set.at(0) ? 0 : 1];
+  EXPECT_EQ(picked[0], 5);
+  EXPECT_EQ(picked[1], 5);
+  EXPECT_EQ(set.usable(), 2);
+}
+
 TEST(DeviceSetTest, LeastLoadedPicksFewestInFlight) {
   std::vector<std::unique_ptr<runtime::Device>> devices;
   devices.push_back(MakeCpu({}));

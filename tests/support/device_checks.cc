@@ -87,6 +87,33 @@ void CheckCopies(const DeviceFactory& make) {
   EXPECT_EQ(d->memory_in_use(), 0);
 }
 
+void CheckCopiesBetween(Device& from, Device& to) {
+  std::mt19937_64 rng(TestSeed() ^ 0x9E3779B9ull);
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{65537}, int64_t{1000003},
+                    int64_t{64} << 20}) {
+    std::vector<unsigned char> src(n), back(n + 26);
+    for (auto& b : src) b = static_cast<unsigned char>(rng());
+    auto a = from.Allocate(n + 5, true, absl::InfiniteFuture());
+    auto b = to.Allocate(n + 26, true, absl::InfiniteFuture());
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    auto la = from.AcquireLane();
+    auto lb = to.AcquireLane();
+    ASSERT_TRUE(from.Write(*la, **a, 5, src.data(), n).ok());
+    ASSERT_TRUE(from.Sync(*la).ok());
+    ASSERT_TRUE(to.CopyFromDevice(*lb, **b, 13, from, (*a)->data() + 5, n).ok()) << n;
+    ASSERT_TRUE(to.Read(*lb, **b, 0, back.data(), n + 26).ok());
+    EXPECT_EQ(std::memcmp(src.data(), back.data() + 13, n), 0) << n << " bytes";
+    for (int i = 0; i < 13; ++i) {
+      EXPECT_EQ(back[i], 0) << "byte " << i << " before the copy";
+      EXPECT_EQ(back[n + 13 + i], 0) << "byte " << i << " after the copy";
+    }
+    EXPECT_EQ(to.CopyFromDevice(*lb, **b, 14, from, (*a)->data(), n + 13).code(),
+              absl::StatusCode::kOutOfRange);
+  }
+  EXPECT_EQ(from.memory_in_use(), 0);
+  EXPECT_EQ(to.memory_in_use(), 0);
+}
+
 void CheckConcurrentRuns(const DeviceFactory& make) {
   DeviceOptions options;
   options.streams = 3;  // Fewer lanes than threads, so requests share them.

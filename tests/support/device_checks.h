@@ -1,5 +1,5 @@
 // Checks every runtime Device must pass (CPU here, CUDA on a GPU machine): the memory budget,
-// host <-> storage copies across staging-buffer boundaries, concurrent requests sharing
+// host <-> storage copies across staging-buffer boundaries, copies between two devices, concurrent requests sharing
 // lanes, and memory accounting back to zero.
 #pragma once
 
@@ -15,5 +15,9 @@ using DeviceFactory = std::function<std::unique_ptr<runtime::Device>(const runti
 void CheckBudget(const DeviceFactory& make);
 void CheckCopies(const DeviceFactory& make);
 void CheckConcurrentRuns(const DeviceFactory& make);
+// Storage of `from` -> storage of `to` (CopyFromDevice): sub-ranges of random bytes, at odd
+// offsets on both sides, arrive intact and leave the bytes around them alone; out of range is
+// refused.
+void CheckCopiesBetween(runtime::Device& from, runtime::Device& to);
 
 }  // namespace tc::testing
