@@ -156,11 +156,17 @@ int Info(tc::client::Client& client) {
               info->build().c_str(), info->backend().c_str(), info->metrics_port());
   for (const auto& d : info->devices()) {
     std::printf("device %d: %s %s, %d multiprocessors, %d streams, memory %lld MiB total, "
-                "%lld MiB budget, %lld MiB in use, %d requests in flight\n",
+                "%lld MiB budget, %lld MiB in use, %d requests in flight, %lld served",
                 d.index(), d.kind().c_str(), d.name().c_str(), d.multiprocessors(), d.streams(),
                 static_cast<long long>(d.memory_total_bytes() >> 20),
                 static_cast<long long>(d.memory_budget_bytes() >> 20),
-                static_cast<long long>(d.memory_in_use_bytes() >> 20), d.requests_in_flight());
+                static_cast<long long>(d.memory_in_use_bytes() >> 20), d.requests_in_flight(),
+                static_cast<long long>(d.requests_total()));
+    if (d.peer_devices_size() > 0) {
+      std::printf(", peer access to device(s) %s", absl::StrJoin(d.peer_devices(), ",").c_str());
+    }
+    if (!d.failure().empty()) std::printf(", FAILED: %s", d.failure().c_str());
+    std::printf("\n");
   }
   const auto& l = info->limits();
   std::printf("limits: message %lld B, request %lld B, %lld elements, rank %d, %d concurrent "

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <random>
 #include <cstring>
 #include <iterator>
 #include <chrono>
@@ -40,6 +41,9 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
 }  // namespace
 
 Client::Client(const std::string& target, ClientOptions options) : options_(options) {
+  std::random_device random;
+  session_ = !options_.session.empty() ? options_.session : absl::StrCat(absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8),
+                          absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
@@ -90,6 +94,9 @@ std::vector<grpc::GenericStub*> Client::Lanes(int n) {
 void Client::SetDeadline(grpc::ClientContext& ctx) const {
   ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.timeout));
   if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
+  // One session over all of this client's connections: the server keeps its resident tensors
+  // on one device.
+  ctx.AddMetadata("tc-session", session_);
 }
 
 absl::StatusOr<std::string> Client::Health(const std::string& service) {
@@ -423,6 +430,23 @@ absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int6
   auto s = SendUpload(*generic_, header, reinterpret_cast<const std::byte*>(tensor.data().data()),
                       0, static_cast<int64_t>(tensor.data().size()), &resp, chunk_bytes,
                       progress);
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::UploadResponse> Client::UploadWith(const v1::UploadHeader& options,
+                                                      const v1::Tensor& tensor) {
+  if (!setup_error_.ok()) return setup_error_;
+  v1::UploadRequest header;
+  *header.mutable_header() = options;
+  v1::Tensor* t = header.mutable_header()->mutable_tensor();
+  t->Clear();
+  CopyAllBut(tensor, {"data"}, t);
+  t->set_storage_bytes(static_cast<int64_t>(tensor.data().size()));
+  v1::UploadResponse resp;
+  auto s = SendUpload(*generic_, header, reinterpret_cast<const std::byte*>(tensor.data().data()),
+                      0, static_cast<int64_t>(tensor.data().size()), &resp, options_.chunk_bytes,
+                      nullptr);
   if (!s.ok()) return s;
   return resp;
 }

@@ -34,6 +34,9 @@ struct ClientOptions {
   std::string tls_server_name;
   // Bearer token sent with every call ("authorization: Bearer <token>").
   std::string token;
+  // Sent with every call as metadata "tc-session" (the server keeps one session's resident
+  // tensors on one device); empty: a random id of this client's own.
+  std::string session;
   // Large tensors: a Compute whose inline inputs add up to at least `spread_bytes` travels
   // over `connections` connections at once (each uploads its part of every input into a
   // resident tensor, one Compute runs on them, each downloads its part of the output). 1 keeps
@@ -117,6 +120,10 @@ class Client {
   absl::StatusOr<v1::UploadResponse> Upload(const v1::Tensor& tensor, int64_t ttl_seconds = 0,
                                             int64_t chunk_bytes = int64_t{1} << 20,
                                             const Progress& progress = nullptr);
+  // Upload with the header's other fields (ttl_seconds, device) as `options` gives them; its
+  // tensor is ignored.
+  absl::StatusOr<v1::UploadResponse> UploadWith(const v1::UploadHeader& options,
+                                                const v1::Tensor& tensor);
   // Upload of a tensor whose storage is `bytes` in the caller's memory (its data field
   // ignored), spread over the connections from ClientOptions::spread_bytes.
   absl::StatusOr<v1::UploadResponse> UploadFrom(const v1::Tensor& tensor, ExternalBytes bytes,
@@ -172,6 +179,8 @@ class Client {
   absl::Status setup_error_;
 
   ClientOptions options_;
+  // Random, sent with every call as metadata "tc-session".
+  std::string session_;
   std::string target_;
   std::shared_ptr<grpc::ChannelCredentials> creds_;
   grpc::ChannelArguments args_;

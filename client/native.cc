@@ -63,14 +63,17 @@ struct tcn_result {
 extern "C" {
 
 // A client of `target`. Strings may be null or empty; numbers <= 0 keep the defaults.
+// `session`: the session id to send (so that a client using this and another transport is one
+// session to the server); empty: a random one.
 tcn_client* tcn_open(const char* target, const char* token, const char* tls_ca_file,
                      const char* tls_cert_file, const char* tls_key_file,
                      const char* tls_server_name, double timeout_seconds,
                      int64_t max_message_bytes, int connections, int64_t spread_bytes,
-                     int64_t chunk_bytes) {
+                     int64_t chunk_bytes, const char* session) {
   tc::client::ClientOptions o;
   auto str = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
   o.token = str(token);
+  o.session = str(session);
   o.tls_ca_file = str(tls_ca_file);
   o.tls_cert_file = str(tls_cert_file);
   o.tls_key_file = str(tls_key_file);

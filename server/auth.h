@@ -33,4 +33,9 @@ class Auth {
   std::vector<std::pair<std::string, std::string>> tokens_;
 };
 
+// Which client session a call belongs to, for keeping one client's resident tensors on one
+// device: `owner` with the session the client names in metadata "tc-session" (a random id each
+// of our clients sends; at most 64 bytes), else with its connection (address and port).
+std::string SessionKey(const grpc::CallbackServerContext& ctx, const std::string& owner);
+
 }  // namespace tc::server

@@ -140,7 +140,9 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
       return;
     }
     for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
-    auto prepared = ComputeJob::Prepare(*request, owner, false, env, DeadlineOf(*ctx));
+    auto prepared =
+        ComputeJob::Prepare(*request, owner, false, env, DeadlineOf(*ctx), true,
+                            SessionKey(*ctx, owner));
     if (!prepared.ok()) {
       call->Finish(prepared.status());
       return;

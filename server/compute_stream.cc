@@ -72,7 +72,9 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
           "stream (put large inputs in regions too)");
     }
     for (const v1::Tensor& t : header_->inputs()) received_ += t.data().size();
-    auto job = ComputeJob::Prepare(*header_, owner_, true, env_, DeadlineOf(*ctx_));
+    auto job =
+        ComputeJob::Prepare(*header_, owner_, true, env_, DeadlineOf(*ctx_), true,
+                            SessionKey(*ctx_, owner_));
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
     return absl::OkStatus();

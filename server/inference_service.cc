@@ -646,14 +646,15 @@ std::vector<std::shared_ptr<Region>> InferenceServiceImpl::CudaRegions(
 }
 
 bool InferenceServiceImpl::Ready() const {
-  return !env_.life->draining() && env_.devices->health().ok();
+  return !env_.life->draining() && env_.devices->usable() > 0;
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::ServerLive(grpc::CallbackServerContext* ctx,
                                                            const inf::ServerLiveRequest*,
                                                            inf::ServerLiveResponse* response) {
-  // Like the standard health service: no token needed, answered while draining.
-  response->set_live(true);
+  // Like the standard health service's server-wide status (the liveness probe): false once a
+  // device has failed, since only a restart brings it back; no token needed.
+  response->set_live(env_.devices->usable() == env_.devices->size());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

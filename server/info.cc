@@ -71,6 +71,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
     di->set_requests_in_flight(d.in_flight());
     if (absl::Status h = d.health(); !h.ok()) di->set_failure(std::string(h.message()));
     di->set_uuid(d.info().uuid);
+    for (int peer : d.info().peers) di->add_peer_devices(peer);
+    di->set_requests_total(d.admitted());
   }
   v1::Limits* l = response->mutable_limits();
   l->set_max_message_bytes(o.max_message_bytes);

@@ -1,5 +1,7 @@
 #include "server/job.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/expr/program.h"
 #include "server/codec.h"
@@ -30,17 +32,16 @@ absl::Status CheckSize(const TensorView& v, absl::string_view what, const Servic
   return absl::OkStatus();
 }
 
-// Memory on device `d` (null: anywhere) runs the request there; FAILED_PRECONDITION when an
-// earlier operand already pinned it to another device.
-absl::Status PinTo(runtime::Device* d, runtime::Device*& pinned, absl::string_view what) {
-  if (d == nullptr) return absl::OkStatus();
-  if (pinned != nullptr && pinned != d) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, " lives on device ", d->info().index, " but other operands on device ",
-        pinned->info().index, "; one request runs on one device"));
+// The bytes view `v` reaches, [lo, hi) from its data pointer; {0, 0} when it has no elements.
+std::pair<int64_t, int64_t> ReachedSpan(const TensorView& v) {
+  int64_t lo = v.offset, hi = v.offset;
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    if (v.shape[d] == 0) return {0, 0};
+    const int64_t reach = (v.shape[d] - 1) * v.strides[d];
+    (reach < 0 ? lo : hi) += reach;
   }
-  pinned = d;
-  return absl::OkStatus();
+  const int64_t item = ItemSize(v.dtype);
+  return {lo * item, (hi + 1) * item};
 }
 
 }  // namespace
@@ -77,7 +78,8 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
 
 absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
-    const ServiceEnv& env, absl::Time deadline, bool stage_inline) {
+    const ServiceEnv& env, absl::Time deadline, bool stage_inline,
+    const std::string& connection) {
   const ServiceOptions& limits = env.options;
   // The op first: "unknown op" is the more useful message when the inputs are wrong too.
   const bool expression = !request.expression().empty();
@@ -105,7 +107,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   job->received_.assign(n, -1);
   job->resident_.resize(n);
   job->regions_.resize(n);
-  runtime::Device* pinned = nullptr;
+  job->input_device_.assign(n, nullptr);
   int64_t total = 0;
   for (int i = 0; i < n; ++i) {
     const v1::Tensor& t = request.inputs(i);
@@ -140,13 +142,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
         v.storage_bytes = (*r)->storage->bytes();
         if (auto s = ValidateView(v, what); !s.ok()) return s;
       }
-      runtime::Device* d = &(*r)->storage->device();
-      if (pinned != nullptr && pinned != d) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "resident inputs live on different devices (", pinned->info().index, " and ",
-            d->info().index, "); download and upload one of them to move it"));
-      }
-      pinned = d;
+      job->input_device_[i] = &(*r)->storage->device();
       job->storages_[i] = (*r)->storage;
       job->resident_[i] = *std::move(r);
       total += v.storage_bytes;
@@ -157,7 +153,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
       auto view = RegionView(t, owner, what, env);
       if (!view.ok()) return view.status();
       v = view->first;
-      if (auto s = PinTo(view->second->device, pinned, what); !s.ok()) return s;
+      job->input_device_[i] = view->second->device;
       job->regions_[i] = std::move(view->second);
       total += v.storage_bytes;
     } else if (t.data().empty() && t.storage_bytes() > 0) {
@@ -185,6 +181,18 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
           absl::StrCat("the request's inputs exceed this server's limit of ",
                        limits.max_request_bytes, " bytes"));
     }
+  }
+  // Where inputs on devices decide it, the device is known now, and the views of inputs on
+  // other devices are made views of the copies they will get there (planned as such).
+  {
+    runtime::Device* out_device = nullptr;
+    if (!request.output_region().empty() && env.regions != nullptr) {
+      // Only its device here; the region is checked below.
+      if (auto r = env.regions->Find(owner, request.output_region()); r.ok()) {
+        out_device = (*r)->device;
+      }
+    }
+    if (auto placed = job->PlaceByInputs(out_device); !placed.ok()) return placed;
   }
   auto output = DecodeOutputOptions(request);
   if (!output.ok()) return output.status();
@@ -236,10 +244,19 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
         !s.ok()) {
       return s;
     }
-    if (auto s = PinTo((*r)->device, pinned, "output_region"); !s.ok()) return s;
     job->output_region_ = *std::move(r);
   }
-  job->device_ = pinned != nullptr ? pinned : &env.devices->LeastLoaded();
+  if (job->device_ == nullptr) {
+    if (job->keep_resident_) {
+      // A kept output goes where this client keeps its tensors.
+      auto placed = PlaceResident(*env.devices, *env.resident, connection,
+                                  job->plan().out_storage_bytes, std::nullopt);
+      if (!placed.ok()) return placed.status();
+      job->device_ = *placed;
+    } else {
+      job->device_ = &env.devices->LeastLoaded();
+    }
+  }
   if (absl::Status h = job->device_->health(); !h.ok()) return h;
   if (!job->device_->TryAdmit(limits.max_concurrent_per_device)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -248,6 +265,10 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   }
   job->admission_ = runtime::Admission(job->device_);
   job->lane_ = job->device_->AcquireLane();
+
+  // Inputs that lie on another device: their bytes copied here.
+  if (auto copied = job->CopyFromOtherDevices(deadline); !copied.ok()) return copied;
+  if (job->peer_bytes_ > 0 && env.metrics != nullptr) env.metrics->AddPeerCopy(job->peer_bytes_);
 
   // Storage on the device for streamed inputs, and for inline ones where the device cannot
   // read host memory.
@@ -273,6 +294,64 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     job->storages_[i] = *std::move(s);
   }
   return job;
+}
+
+absl::Status ComputeJob::PlaceByInputs(runtime::Device* out_device) {
+  // Inputs on devices: one on a failed device is lost with it.
+  std::vector<std::pair<runtime::Device*, int64_t>> bytes_on;
+  for (size_t i = 0; i < views_.size(); ++i) {
+    runtime::Device* d = input_device_[i];
+    if (d == nullptr) continue;
+    if (absl::Status h = d->health(); !h.ok()) {
+      return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
+    }
+    auto it = std::find_if(bytes_on.begin(), bytes_on.end(),
+                           [d](const auto& e) { return e.first == d; });
+    if (it == bytes_on.end()) it = bytes_on.insert(bytes_on.end(), {d, 0});
+    const auto [lo, hi] = ReachedSpan(views_[i]);
+    it->second += hi - lo;
+  }
+  // An output into GPU memory of the caller's runs where that memory is; else the request runs
+  // where most of its input bytes are.
+  if (out_device != nullptr) {
+    device_ = out_device;
+  } else if (!bytes_on.empty()) {
+    device_ = std::max_element(bytes_on.begin(), bytes_on.end(), [](const auto& a, const auto& b) {
+                return a.second < b.second;
+              })->first;
+  } else {
+    return absl::OkStatus();
+  }
+  copies_.resize(views_.size());
+  for (size_t i = 0; i < views_.size(); ++i) {
+    runtime::Device* from = input_device_[i];
+    if (from == nullptr || from == device_) continue;
+    TensorView& v = views_[i];
+    const auto [lo, hi] = ReachedSpan(v);
+    if (hi == lo) continue;  // No elements: nothing is read.
+    // From here on, a view of the copy: the reached bytes alone, from its start.
+    copies_[i] = PeerCopy{from, v.data + lo, hi - lo};
+    v.offset -= lo / ItemSize(v.dtype);
+    v.storage_bytes = hi - lo;
+    v.data = nullptr;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ComputeJob::CopyFromOtherDevices(absl::Time deadline) {
+  for (size_t i = 0; i < copies_.size(); ++i) {
+    const PeerCopy& c = copies_[i];
+    if (c.from == nullptr) continue;
+    auto s = device_->Allocate(c.bytes, false, deadline, lane_.get());
+    if (!s.ok()) return s.status();
+    if (auto r = device_->CopyFromDevice(*lane_, **s, 0, *c.from, c.src, c.bytes); !r.ok()) {
+      return r;
+    }
+    views_[i].data = (*s)->data();
+    storages_[i] = *std::move(s);
+    peer_bytes_ += c.bytes;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ComputeJob::AcceptChunk(const v1::DataChunk& chunk) {

@@ -29,9 +29,14 @@ class ComputeJob {
   // The request must outlive the job (inline inputs may be computed on in place).
   // `stage_inline`: copy inline inputs into device storage where the device cannot read host
   // memory; without it they stay host views, for TryRunSmall.
+  // `connection`: the caller's SessionKey, which decides where a kept output goes when no
+  // input does.
+  // Runs where its inputs on devices (resident tensors, GPU regions) mostly are, copying those
+  // on other devices there; with none, on the least loaded device.
   static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
       const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
-      const ServiceEnv& env, absl::Time deadline, bool stage_inline = true);
+      const ServiceEnv& env, absl::Time deadline, bool stage_inline = true,
+      const std::string& connection = std::string());
 
   const PreparedOp& prepared() const { return prepared_; }
   const Plan& plan() const { return prepared_.plan; }
@@ -61,12 +66,20 @@ class ComputeJob {
   bool TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done);
   // Total input storage bytes.
   int64_t input_bytes() const;
+  // Bytes of inputs copied here from other devices.
+  int64_t peer_bytes() const { return peer_bytes_; }
 
   // The output's metadata: offset 0, plan strides, storage_bytes.
   TensorView OutputView() const;
 
  private:
   ComputeJob() = default;
+  // Before planning: device_ where inputs on devices (or an output region on one) decide it,
+  // left null otherwise; the views of inputs on other devices become views of their copies
+  // (data set by CopyFromOtherDevices). UNAVAILABLE for an input on a failed device.
+  absl::Status PlaceByInputs(runtime::Device* out_device);
+  // Once admitted, with a lane: those inputs copied into storage on device_.
+  absl::Status CopyFromOtherDevices(absl::Time deadline);
 
   PreparedOp prepared_;
   runtime::Device* device_ = nullptr;
@@ -85,6 +98,16 @@ class ComputeJob {
   // Resident inputs, held so a Release during the request cannot free them; regions alike.
   std::vector<std::shared_ptr<ResidentTensor>> resident_;
   std::vector<std::shared_ptr<Region>> regions_;
+  // Per input, the device its memory is on (resident tensors, GPU regions); null for host bytes.
+  std::vector<runtime::Device*> input_device_;
+  // Per input (empty when none): what CopyFromOtherDevices copies to device_.
+  struct PeerCopy {
+    runtime::Device* from = nullptr;
+    const std::byte* src = nullptr;
+    int64_t bytes = 0;
+  };
+  std::vector<PeerCopy> copies_;
+  int64_t peer_bytes_ = 0;
   std::shared_ptr<Region> output_region_;
   bool keep_resident_ = false;
   int64_t ttl_seconds_ = 0;

@@ -28,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "runtime/cpu_device.h"
 #include "server/auth.h"
@@ -57,8 +58,14 @@ ABSL_FLAG(int, memory_wait_ms, 200,
           "How long a request waits for memory over the budget before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, staging_bytes, int64_t{4} << 20, "Pinned staging buffer size (two per stream).");
 ABSL_FLAG(int64_t, test_inject_device_fault_at_run, 0,
-          "Test only: each device fails at its N-th run (a trapping kernel on a GPU), to check "
-          "that requests then fail cleanly and health turns NOT_SERVING. 0: never.");
+          "Test only: a device fails at its N-th run (a trapping kernel on a GPU), to check "
+          "that its requests then fail cleanly and health says so. 0: never.");
+ABSL_FLAG(std::string, test_inject_device_fault_devices, "all",
+          "Test only: the devices --test_inject_device_fault_at_run fails: 'all' or a list of "
+          "indices such as '1'.");
+ABSL_FLAG(int, test_cpu_devices, 1,
+          "Test only: split the CPU backend into this many devices (threads and budget "
+          "divided), so that several devices can be tested without GPUs.");
 ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU backend; 0: one per hardware thread.");
 ABSL_FLAG(int, request_threads, 8,
           "Threads that decode, copy and plan requests (kernels run on the devices).");
@@ -145,6 +152,20 @@ void Log(const std::string& line) {
   std::exit(code);
 }
 
+// Whether --test_inject_device_fault_devices names device `index`.
+bool FaultInjectedOn(int index) {
+  const std::string list = absl::GetFlag(FLAGS_test_inject_device_fault_devices);
+  if (list == "all") return true;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int i = 0;
+    if (!absl::SimpleAtoi(part, &i)) {
+      Fail(absl::StrCat("--test_inject_device_fault_devices: bad device '", part, "'"));
+    }
+    if (i == index) return true;
+  }
+  return false;
+}
+
 tc::runtime::DeviceOptions DeviceOptionsFromFlags() {
   tc::runtime::DeviceOptions o;
   o.memory_budget = absl::GetFlag(FLAGS_memory_budget);
@@ -181,20 +202,44 @@ std::pair<std::vector<std::unique_ptr<tc::runtime::Device>>, std::string> MakeDe
       }
     }
     std::string failure = count == 0 ? "no CUDA device visible" : "";
+    std::vector<tc::runtime::CudaDevice*> gpus;
     for (int i : wanted) {
-      auto d = tc::runtime::CudaDevice::Create(i, options);
+      if (std::count(wanted.begin(), wanted.end(), i) > 1) {
+        Fail(absl::StrCat("--devices: device ", i, " is listed twice"));
+      }
+      tc::runtime::DeviceOptions o = options;
+      if (!FaultInjectedOn(i)) o.inject_fault_at_run = 0;
+      auto d = tc::runtime::CudaDevice::Create(i, o);
       if (!d.ok()) {
         failure = std::string(d.status().message());
+        if (list == "all") {
+          // A GPU that cannot start (one that failed for good) leaves the others serving, so
+          // that a restart after a device failure does not fail the whole server.
+          Log(absl::StrCat("device ", i, " left out: ", failure));
+          continue;
+        }
         devices.clear();
+        gpus.clear();
         break;
       }
       Log(absl::StrCat("device ", i, ": ", (*d)->info().name, ", ",
                        (*d)->info().multiprocessors, " multiprocessors, budget ",
                        tc::runtime::FormatBytes((*d)->memory_budget()), ", ",
                        (*d)->info().streams, " streams"));
+      gpus.push_back(d->get());
       devices.push_back(*std::move(d));
     }
     if (!devices.empty()) {
+      tc::runtime::CudaDevice::ConnectPeers(gpus);
+      for (const auto& d : devices) {
+        if (devices.size() < 2) break;
+        Log(absl::StrCat("device ", d->info().index, " reaches ",
+                         d->info().peers.empty() ? "no other device directly (copies go "
+                                                   "through the host)"
+                                                 : absl::StrCat("device(s) ",
+                                                                absl::StrJoin(d->info().peers, ","),
+                                                                " directly (peer access)")));
+      }
       Log(absl::StrCat("backend: cuda (", devices.size(), " device(s))"));
       return {std::move(devices), "cuda"};
     }
@@ -206,11 +251,24 @@ std::pair<std::vector<std::unique_ptr<tc::runtime::Device>>, std::string> MakeDe
     Fail("--backend=cuda: this build has no CUDA backend (built with WITH_CUDA=OFF)", 1);
   }
 #endif
-  devices.push_back(
-      std::make_unique<tc::runtime::CpuDevice>(absl::GetFlag(FLAGS_cpu_threads), options));
+  const int parts = absl::GetFlag(FLAGS_test_cpu_devices);
+  if (parts < 1 || parts > 16) Fail("--test_cpu_devices must be between 1 and 16");
+  int threads = absl::GetFlag(FLAGS_cpu_threads);
+  tc::runtime::DeviceOptions o = options;
+  if (parts > 1) {
+    if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, threads / parts);
+    if (o.memory_budget == 0) o.memory_budget = tc::runtime::PhysicalMemoryBytes() / 2 / parts;
+  }
+  for (int i = 0; i < parts; ++i) {
+    tc::runtime::DeviceOptions oi = o;
+    if (!FaultInjectedOn(i)) oi.inject_fault_at_run = 0;
+    devices.push_back(std::make_unique<tc::runtime::CpuDevice>(threads, oi, i));
+  }
   Log(absl::StrCat("backend: cpu (", std::thread::hardware_concurrency(),
                    " hardware threads, budget ",
-                   tc::runtime::FormatBytes(devices[0]->memory_budget()), ")"));
+                   tc::runtime::FormatBytes(devices[0]->memory_budget()),
+                   parts > 1 ? absl::StrCat(" each of ", parts, " devices") : "", ")"));
   return {std::move(devices), "cpu"};
 }
 
@@ -291,6 +349,9 @@ void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devic
   metrics.AddGauge("tensorcompute_device_requests_in_flight",
                    "Requests admitted to the device and not finished (its queue depth).",
                    per_device([](const tc::runtime::Device& d) { return d.in_flight(); }));
+  metrics.AddGauge("tensorcompute_device_requests_total", "Requests admitted to the device.",
+                   per_device([](const tc::runtime::Device& d) { return d.admitted(); }),
+                   "counter");
   metrics.AddGauge("tensorcompute_resident_tensors", "Resident tensors held.", [&resident] {
     return std::vector<std::pair<std::string, double>>{
         {"", static_cast<double>(resident.count())}};
@@ -375,15 +436,30 @@ int main(int argc, char** argv) {
   if (max_rank < 0 || max_rank > tc::kMaxRank) Fail("--max_rank must be between 0 and 8");
   auto [device_list, backend_name] = MakeDevices(absl::GetFlag(FLAGS_backend));
   tc::runtime::DeviceSet devices(std::move(device_list));
-  // A device that fails for good turns the whole server NOT_SERVING, so that balancers move
-  // traffic away and an orchestrator restarts it; requests on it fail with UNAVAILABLE.
+  // A device that fails for good fails its own requests (UNAVAILABLE) and nothing else. Health
+  // then tells an orchestrator two things: the server as a whole (service "", the liveness
+  // probe) is NOT_SERVING, because only a restart brings the device back; the services
+  // (readiness) stay SERVING while any device works, so traffic keeps flowing at reduced
+  // capacity until the restart drains it. With no device left they turn NOT_SERVING too.
   std::atomic<grpc::HealthCheckServiceInterface*> health_service{nullptr};
+  const auto publish_failures = [&devices](grpc::HealthCheckServiceInterface* h) {
+    if (devices.usable() == devices.size()) return;
+    h->SetServingStatus("", false);
+    if (devices.usable() == 0) {
+      h->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), false);
+      h->SetServingStatus(inference::GRPCInferenceService::service_full_name(), false);
+    }
+  };
   for (int i = 0; i < devices.size(); ++i) {
     devices.at(i).set_failure_listener(
-        [&health_service](const tc::runtime::Device& d, const absl::Status& why) {
-          Log(absl::StrCat("device ", d.info().index, " (", d.info().kind,
-                           ") failed: ", why.ToString(), "; health is NOT_SERVING"));
-          if (auto* h = health_service.load()) h->SetServingStatus(false);
+        [&health_service, &devices, publish_failures](const tc::runtime::Device& d,
+                                                     const absl::Status& why) {
+          const int left = devices.usable();
+          Log(absl::StrCat("device ", d.info().index, " (", d.info().kind, ") failed: ",
+                           why.ToString(), "; ", left, " of ", devices.size(),
+                           " device(s) still serve; health: server NOT_SERVING (restart)",
+                           left > 0 ? ", services SERVING" : ", services NOT_SERVING"));
+          if (auto* h = health_service.load()) publish_failures(h);
         });
   }
   auto request_pool = std::make_unique<tc::ThreadPool>(absl::GetFlag(FLAGS_request_threads));
@@ -485,7 +561,7 @@ int main(int argc, char** argv) {
   health->SetServingStatus(true);
   health_service.store(health);
   // A failure before the store above has been logged but not yet reported.
-  if (!devices.health().ok()) health->SetServingStatus(false);
+  publish_failures(health);
   Log(absl::StrCat("serving tensorcompute.v1.TensorService and inference.GRPCInferenceService on ",
                    absl::GetFlag(FLAGS_address),
                    ":", bound_port, unix_socket.empty() ? "" : " and unix:", unix_socket));

@@ -54,9 +54,9 @@ void Metrics::AddBytes(absl::string_view method, int64_t received, int64_t sent)
   b.second += sent;
 }
 
-void Metrics::AddGauge(std::string name, std::string help, GaugeFn fn) {
+void Metrics::AddGauge(std::string name, std::string help, GaugeFn fn, std::string type) {
   std::lock_guard<std::mutex> lock(mu_);
-  gauges_.push_back({std::move(name), std::move(help), std::move(fn)});
+  gauges_.push_back({std::move(name), std::move(help), std::move(type), std::move(fn)});
 }
 
 std::string Metrics::Render() const {
@@ -97,8 +97,12 @@ std::string Metrics::Render() const {
     absl::StrAppend(&out, "tensorcompute_sent_bytes_total{method=\"", Escape(method), "\"} ",
                     b.second, "\n");
   }
+  Header(out, "tensorcompute_peer_copy_bytes_total", "counter",
+         "Input bytes copied from the device holding them to the device a request ran on.");
+  absl::StrAppend(&out, "tensorcompute_peer_copy_bytes_total ",
+                  peer_copy_bytes_.load(std::memory_order_relaxed), "\n");
   for (const Gauge& g : gauges_) {
-    Header(out, g.name, "gauge", g.help);
+    Header(out, g.name, g.type, g.help);
     for (const auto& [labels, value] : g.fn()) {
       absl::StrAppend(&out, g.name, labels.empty() ? "" : "{", labels, labels.empty() ? "" : "}",
                       " ", Num(value), "\n");

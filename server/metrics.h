@@ -32,11 +32,14 @@ class Metrics {
   void RecordCall(absl::string_view method, absl::string_view op, absl::string_view code,
                   absl::Duration latency);
   void AddBytes(absl::string_view method, int64_t received, int64_t sent);
+  // Input bytes a request copied from the device holding them to the one it ran on.
+  void AddPeerCopy(int64_t bytes) { peer_copy_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
 
   // A gauge computed at scrape time: name, help, and a function returning (labels, value)
-  // pairs, labels already rendered ("device=\"0\"").
+  // pairs, labels already rendered ("device=\"0\""). `type` "counter" for a value that only
+  // grows.
   using GaugeFn = std::function<std::vector<std::pair<std::string, double>>()>;
-  void AddGauge(std::string name, std::string help, GaugeFn fn);
+  void AddGauge(std::string name, std::string help, GaugeFn fn, std::string type = "gauge");
 
   // The text exposition format (version 0.0.4).
   std::string Render() const;
@@ -52,10 +55,11 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, Histogram> latency_;
   std::map<std::string, std::pair<int64_t, int64_t>> bytes_;
   struct Gauge {
-    std::string name, help;
+    std::string name, help, type;
     GaugeFn fn;
   };
   std::vector<Gauge> gauges_;
+  std::atomic<int64_t> peer_copy_bytes_{0};
 };
 
 // Serves GET /metrics from a civetweb server on its own threads.

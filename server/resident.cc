@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -120,10 +121,77 @@ absl::StatusOr<int64_t> ResidentStore::Release(const std::string& owner,
   return t->storage->bytes();
 }
 
+int ResidentStore::ConnectionDevice(const std::string& connection) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = affinity_.find(connection);
+  return it == affinity_.end() ? -1 : it->second.position;
+}
+
+void ResidentStore::SetConnectionDevice(const std::string& connection, int position) {
+  std::lock_guard<std::mutex> lock(mu_);
+  affinity_[connection] = Affinity{position, absl::Now()};
+}
+
+std::vector<int> ResidentStore::SessionsPerDevice(int n) const {
+  std::vector<int> out(n, 0);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, a] : affinity_) {
+    if (a.position >= 0 && a.position < n) ++out[a.position];
+  }
+  return out;
+}
+
+absl::StatusOr<runtime::Device*> PlaceResident(runtime::DeviceSet& devices, ResidentStore& store,
+                                              const std::string& connection, int64_t bytes,
+                                              std::optional<int> wanted) {
+  if (wanted.has_value()) {
+    for (int i = 0; i < devices.size(); ++i) {
+      runtime::Device& d = devices.at(i);
+      if (d.info().index != *wanted) continue;
+      if (absl::Status h = d.health(); !h.ok()) return h;
+      return &d;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this server has no device ", *wanted, " (ServerInfo lists its devices)"));
+  }
+  if (devices.size() == 1) return &devices.at(0);
+  const auto room = [bytes](const runtime::Device& d) {
+    return !d.failed() && d.memory_budget() - d.memory_in_use() >= bytes;
+  };
+  const int last = store.ConnectionDevice(connection);
+  if (last >= 0 && last < devices.size() && room(devices.at(last))) {
+    store.SetConnectionDevice(connection, last);
+    return &devices.at(last);
+  }
+  const std::vector<int> sessions = store.SessionsPerDevice(devices.size());
+  const auto key = [&](int i) {
+    const runtime::Device& d = devices.at(i);
+    // Usable first, then with room, then fewest sessions, then most free budget.
+    return std::make_tuple(!d.failed(), room(d), -sessions[i],
+                           d.memory_budget() - d.memory_in_use());
+  };
+  int best = -1;
+  for (int i = 0; i < devices.size(); ++i) {
+    if (devices.at(i).failed()) continue;
+    if (best < 0 || key(i) > key(best)) best = i;
+  }
+  // Every device failed: the first one answers with its failure.
+  if (best < 0) return &devices.at(0);
+  store.SetConnectionDevice(connection, best);
+  return &devices.at(best);
+}
+
 int ResidentStore::Sweep(absl::Time now) {
   std::vector<std::shared_ptr<ResidentTensor>> expired;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = affinity_.begin(); it != affinity_.end();) {
+      if (now - it->second.last > absl::Minutes(10)) {
+        affinity_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
     for (auto it = tensors_.begin(); it != tensors_.end();) {
       if (it->second->expires <= now) {
         auto& t = it->second;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -63,6 +64,14 @@ class ResidentStore {
   int64_t count() const;
   int64_t bytes() const;
 
+  // Where a client session (SessionKey) keeps its resident tensors: the position in the
+  // server's DeviceSet of the last one it created, or -1. Forgotten after ten minutes without
+  // a new tensor.
+  int ConnectionDevice(const std::string& connection) const;
+  void SetConnectionDevice(const std::string& connection, int position);
+  // How many remembered sessions keep their tensors on each of `n` positions.
+  std::vector<int> SessionsPerDevice(int n) const;
+
  private:
   absl::Duration Ttl(int64_t ttl_seconds) const;
 
@@ -75,10 +84,24 @@ class ResidentStore {
   };
   absl::flat_hash_map<std::string, Usage> usage_;
   int64_t total_bytes_ = 0;
+  struct Affinity {
+    int position;
+    absl::Time last;
+  };
+  absl::flat_hash_map<std::string, Affinity> affinity_;
   bool stop_ = false;
   std::condition_variable stop_cv_;
   std::thread sweeper_;
 };
+
+// The device for a new resident tensor of `bytes` created in session `connection`
+// (SessionKey): device `wanted` (ServerInfo's index) when set; else the one the session's
+// earlier tensors went to while it is usable and has room, so that one client's operands
+// share a device; else the usable device with room that the fewest sessions use (then the one
+// with the most free budget). Remembers the choice for the session.
+absl::StatusOr<runtime::Device*> PlaceResident(runtime::DeviceSet& devices, ResidentStore& store,
+                                              const std::string& connection, int64_t bytes,
+                                              std::optional<int> wanted);
 
 // 32 lowercase hex digits from the kernel's random source.
 std::string NewHandle();

@@ -109,7 +109,10 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
     }
     if (auto s = env_.resident->CheckQuota(owner_, view_.storage_bytes); !s.ok()) return s;
     ttl_ = h.ttl_seconds();
-    runtime::Device& d = env_.devices->LeastLoaded();
+    auto placed = PlaceResident(*env_.devices, *env_.resident, SessionKey(*ctx_, owner_), view_.storage_bytes,
+                                h.has_device() ? std::optional<int>(h.device()) : std::nullopt);
+    if (!placed.ok()) return placed.status();
+    runtime::Device& d = **placed;
     // Zeroed: a tensor whose parts are still to come must not show old memory.
     auto storage = d.Allocate(view_.storage_bytes, true, DeadlineOf(*ctx_));
     if (!storage.ok()) return storage.status();
@@ -170,6 +173,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
       SetTensorMeta(part_of_->view, response_.mutable_tensor());
       response_.mutable_tensor()->set_handle(part_of_->handle);
       response_.set_expires_unix_seconds(absl::ToUnixSeconds(part_of_->expires));
+      response_.set_device(storage_->device().info().index);
       return Respond();
     }
     // Whole, or only reserved (its parts to come on other streams).
@@ -182,6 +186,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
     SetTensorMeta((*r)->view, response_.mutable_tensor());
     response_.mutable_tensor()->set_handle((*r)->handle);
     response_.set_expires_unix_seconds(absl::ToUnixSeconds((*r)->expires));
+    response_.set_device(storage_->device().info().index);
     return Respond();
   }
 

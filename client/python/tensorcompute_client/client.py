@@ -2,6 +2,7 @@
 import concurrent.futures
 import ctypes
 import os
+import secrets
 import sys
 import threading
 import weakref
@@ -150,8 +151,10 @@ def _to_torch(arr: np.ndarray, wire: int):
 
 @dataclass
 class Resident:
-    """A tensor kept on the server: its handle and metadata (pass it as an input)."""
+    """A tensor kept on the server: its handle and metadata (pass it as an input), and the
+    server device holding it where known."""
     tensor: pb.Tensor
+    device: Optional[int] = None
 
     @property
     def handle(self) -> str:
@@ -279,7 +282,12 @@ class Client:
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
         self.chunk_bytes = chunk_bytes
-        self.metadata = [("authorization", f"Bearer {token}")] if token else None
+        # One session over every connection of this client (the native transport's too): the
+        # server keeps its resident tensors on one device.
+        self.session = secrets.token_hex(16)
+        self.metadata = [("tc-session", self.session)]
+        if token:
+            self.metadata.append(("authorization", f"Bearer {token}"))
         self.shared_memory = shared_memory
         self.shared_memory_threshold = shared_memory_threshold
         self._shm_state = None
@@ -344,7 +352,7 @@ class Client:
                     return None
                 self._native_state = _native_mod.NativeClient(
                     self.target, self.timeout, self.max_message_bytes, self.chunk_bytes,
-                    self._token, self.connections, self.spread_bytes)
+                    self._token, self.connections, self.spread_bytes, self.session)
             return self._native_state
 
     def native_available(self) -> bool:
@@ -681,15 +689,17 @@ class Client:
 
         return _assemble(self.stub.ComputeStream(messages(), timeout=self.timeout, metadata=self.metadata))
 
-    def upload(self, x, ttl_seconds: int = 0) -> Resident:
-        native = self._native()
+    def upload(self, x, ttl_seconds: int = 0, device: Optional[int] = None) -> Resident:
+        """Keeps `x` on the server. `device`: the server device (ServerInfo's index) to keep
+        it on; by default the one this client's other tensors are on."""
+        native = self._native() if device is None else None
         if native is not None and not isinstance(x, pb.Tensor):
             sp = _span(x)
             if sp.hi - sp.lo >= self.native_threshold or self.native:
                 # Read where it lies, over several connections when large.
                 resp = native.upload(sp.meta(storage_bytes=sp.hi - sp.lo), sp.lo,
                                      sp.hi - sp.lo, ttl_seconds)
-                return Resident(resp.tensor)
+                return Resident(resp.tensor, resp.device)
         t = to_tensor(x)
         data = t.data
         meta = pb.Tensor()
@@ -698,12 +708,14 @@ class Client:
         meta.storage_bytes = len(data)
 
         def messages():
-            yield pb.UploadRequest(header=pb.UploadHeader(tensor=meta, ttl_seconds=ttl_seconds))
+            yield pb.UploadRequest(header=pb.UploadHeader(tensor=meta, ttl_seconds=ttl_seconds,
+                                                          device=device))
             for at in range(0, len(data), self.chunk_bytes):
                 yield pb.UploadRequest(chunk=pb.DataChunk(offset=at,
                                                           data=data[at:at + self.chunk_bytes]))
 
-        return Resident(self.stub.Upload(messages(), timeout=self.timeout, metadata=self.metadata).tensor)
+        resp = self.stub.Upload(messages(), timeout=self.timeout, metadata=self.metadata)
+        return Resident(resp.tensor, resp.device)
 
     def download(self, resident: Resident, as_torch: bool = False):
         native = self._native()

@@ -57,7 +57,7 @@ def load():
             c = ctypes
             lib.tcn_open.restype = c.c_void_p
             lib.tcn_open.argtypes = [c.c_char_p] * 6 + [c.c_double, c.c_int64, c.c_int,
-                                                        c.c_int64, c.c_int64]
+                                                        c.c_int64, c.c_int64, c.c_char_p]
             lib.tcn_close.argtypes = [c.c_void_p]
             lib.tcn_compute.restype = c.c_void_p
             lib.tcn_compute.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t,
@@ -101,14 +101,16 @@ class NativeError(grpc.RpcError):
 
 class NativeClient:
     def __init__(self, target: str, timeout: float, max_message_bytes: int, chunk_bytes: int,
-                 token: Optional[str], connections: int, spread_bytes: int):
+                 token: Optional[str], connections: int, spread_bytes: int,
+                 session: Optional[str] = None):
         self._lib = load()
         if self._lib is None:
             raise RuntimeError(f"no native library: {error()}")
         enc = lambda s: s.encode() if s else None  # noqa: E731
         self._handle = self._lib.tcn_open(enc(target), enc(token), None, None, None, None,
                                           float(timeout), int(max_message_bytes),
-                                          int(connections), int(spread_bytes), int(chunk_bytes))
+                                          int(connections), int(spread_bytes), int(chunk_bytes),
+                                          enc(session))
         self._finalizer = weakref.finalize(self, self._lib.tcn_close, self._handle)
 
     def close(self):

@@ -1,0 +1,297 @@
+// Several devices in one server, against the real server binary ($TC_SERVER_BINARY,
+// $TC_TEST_BACKEND as in server_test): on the CPU backend split into two devices by a
+// test-only flag, on a GPU machine every GPU (skipped with fewer than two). Requests spread
+// over the devices; resident tensors stay where they were put and a request whose inputs lie
+// on different devices runs on one of them with the others' bytes copied there (views with
+// offsets and negative strides included); a device that fails for good fails only its own
+// requests, and health, ServerInfo and the KServe v2 liveness and readiness say so.
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "tests/support/load_mix.h"
+#include "tests/support/server_binary.h"
+#include "tests/support/server_process.h"
+
+namespace tc {
+namespace {
+
+namespace v1 = ::tensorcompute::v1;
+using client::Client;
+using testing::LoadMix;
+using testing::LoadMixOptions;
+using testing::LoadMixReport;
+
+v1::Tensor Floats(const std::vector<float>& x, std::vector<int64_t> shape = {}) {
+  v1::Tensor t;
+  t.set_dtype(v1::float32);
+  if (shape.empty()) shape = {static_cast<int64_t>(x.size())};
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_data(std::string(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float)));
+  return t;
+}
+
+std::vector<float> Values(const v1::Tensor& t) {
+  std::vector<float> out(t.data().size() / sizeof(float));
+  std::memcpy(out.data(), t.data().data(), out.size() * sizeof(float));
+  return out;
+}
+
+std::vector<float> Random(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-4, 4);
+  std::vector<float> x(n);
+  for (float& v : x) v = u(rng);
+  return x;
+}
+
+v1::UploadHeader OnDevice(int device) {
+  v1::UploadHeader h;
+  h.set_device(device);
+  return h;
+}
+
+class MultiDeviceTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> flags = {}) {
+    flags.push_back(testing::BackendFlag());
+    // Only the CPU backend reads it: two devices there.
+    flags.push_back("--test_cpu_devices=2");
+    server_ = std::make_unique<testing::ServerProcess>(testing::ServerBinary(), flags);
+    ASSERT_GT(server_->port(), 0) << "server did not start";
+    first_ = NewClient();
+    second_ = NewClient();
+    auto info = first_->ServerInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    devices_ = info->devices_size();
+  }
+
+  std::unique_ptr<Client> NewClient() {
+    client::ClientOptions o;
+    o.timeout = absl::Seconds(20);
+    // Each request on one connection, so that nothing is spread over resident parts.
+    o.connections = 1;
+    return std::make_unique<Client>(server_->target(), o);
+  }
+
+  std::unique_ptr<testing::ServerProcess> server_;
+  std::unique_ptr<Client> first_, second_;
+  int devices_ = 0;
+};
+
+#define SKIP_WITH_ONE_DEVICE()                                                     \
+  if (devices_ < 2) GTEST_SKIP() << "the server has " << devices_ << " device(s)"
+
+TEST_F(MultiDeviceTest, ListsEveryDeviceAndSpreadsRequests) {
+  Start();
+  SKIP_WITH_ONE_DEVICE();
+  // One client, one call at a time: never two in flight, and still both devices serve.
+  for (int i = 0; i < 40; ++i) {
+    auto r = first_->Compute("neg", {Floats({1.0f * i})});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(Values(*r), std::vector<float>{-1.0f * i});
+  }
+  auto info = first_->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  int64_t total = 0;
+  for (const auto& d : info->devices()) {
+    std::printf("device %d (%s): %lld requests\n", d.index(), d.kind().c_str(),
+                static_cast<long long>(d.requests_total()));
+    EXPECT_GE(d.requests_total(), 10) << "device " << d.index() << " served too few";
+    EXPECT_EQ(d.failure(), "");
+    total += d.requests_total();
+  }
+  EXPECT_GE(total, 40);
+}
+
+TEST_F(MultiDeviceTest, OneClientsTensorsShareADeviceAndTwoClientsSpread) {
+  Start();
+  SKIP_WITH_ONE_DEVICE();
+  auto a = first_->Upload(Floats({1, 2, 3}));
+  auto b = first_->Upload(Floats({4, 5, 6}));
+  auto c = second_->Upload(Floats({7, 8, 9}));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->device(), b->device()) << "one client's tensors went to two devices";
+  EXPECT_NE(a->device(), c->device()) << "a second client's went to the same device";
+}
+
+// Inputs resident on two devices, as whole tensors and as views (offset, negative and zero
+// strides): the request runs on one and copies the other's bytes there.
+TEST_F(MultiDeviceTest, InputsOnDifferentDevicesCompute) {
+  Start();
+  SKIP_WITH_ONE_DEVICE();
+  std::mt19937 rng(std::random_device{}());
+  for (int64_t n : {1, 7, 1000, 65537, 1 << 20}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> x = Random(n, rng), y = Random(n + 3, rng);
+    auto a = first_->Upload(Floats(x));
+    auto b = second_->Upload(Floats(y));
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+    ASSERT_NE(a->device(), b->device());
+    // Whole x plus y reversed from its last element, skipping its first 3: y[n+2-i].
+    v1::Tensor va, vb;
+    va.set_handle(a->tensor().handle());
+    vb.set_handle(b->tensor().handle());
+    vb.set_dtype(v1::float32);
+    vb.add_shape(n);
+    vb.add_strides(-1);
+    vb.set_offset(n + 2);
+    for (Client* c : {first_.get(), second_.get()}) {
+      auto r = c->Compute("add", {va, vb});
+      ASSERT_TRUE(r.ok()) << r.status();
+      const std::vector<float> got = Values(*r);
+      ASSERT_EQ(got.size(), static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(got[i], x[i] + y[n + 2 - i]) << "element " << i;
+      }
+    }
+    // Broadcast: a column of the other device's tensor (stride 0 across the row).
+    v1::Tensor col;
+    col.set_handle(b->tensor().handle());
+    col.set_dtype(v1::float32);
+    col.add_shape(2);
+    col.add_shape(n);
+    col.add_strides(1);
+    col.add_strides(0);
+    col.set_offset(1);
+    v1::Tensor row;
+    row.set_handle(a->tensor().handle());
+    auto r = first_->Compute("mul", {row, col});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::vector<float> got = Values(*r);
+    ASSERT_EQ(got.size(), static_cast<size_t>(2 * n));
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      ASSERT_EQ(got[i], x[i % n] * y[1 + i / n]) << "element " << i;
+    }
+  }
+  // The output kept on the server lands with the inputs' device and reads back right.
+  auto a = first_->Upload(Floats({1, 2}));
+  auto b = second_->Upload(Floats({10, 20}));
+  ASSERT_TRUE(a.ok() && b.ok());
+  v1::ComputeRequest req;
+  req.set_op("sub");
+  req.add_inputs()->set_handle(a->tensor().handle());
+  req.add_inputs()->set_handle(b->tensor().handle());
+  req.set_keep_output_resident(true);
+  auto kept = first_->Compute(req);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  auto down = second_->Download(kept->handle());
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_EQ(Values(*down), (std::vector<float>{-9, -18}));
+}
+
+TEST_F(MultiDeviceTest, UploadToANamedDevice) {
+  Start();
+  SKIP_WITH_ONE_DEVICE();
+  auto info = first_->ServerInfo();
+  ASSERT_TRUE(info.ok());
+  for (const auto& d : info->devices()) {
+    auto up = first_->UploadWith(OnDevice(d.index()), Floats({1, 2, 3}));
+    ASSERT_TRUE(up.ok()) << up.status();
+    EXPECT_EQ(up->device(), d.index());
+  }
+  auto bad = first_->UploadWith(OnDevice(99), Floats({1}));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("no device 99"), absl::string_view::npos) << bad.status();
+}
+
+// Device 1 fails for good at its 150th run while 16 clients keep calling: only its requests
+// fail (INTERNAL in flight, UNAVAILABLE after), device 0 keeps serving, tensors resident on it
+// stay usable and those on device 1 are refused with the reason; the server's health turns
+// NOT_SERVING (restart it) while its services stay SERVING (keep sending traffic), and the
+// KServe v2 liveness and readiness agree.
+TEST_F(MultiDeviceTest, OneDeviceFailingFailsOnlyItsRequests) {
+  Start({"--test_inject_device_fault_at_run=150", "--test_inject_device_fault_devices=1"});
+  SKIP_WITH_ONE_DEVICE();
+  auto on0 = first_->UploadWith(OnDevice(0), Floats({1, 2}));
+  auto on1 = first_->UploadWith(OnDevice(1), Floats({3, 4}));
+  ASSERT_TRUE(on0.ok() && on1.ok()) << on0.status() << " " << on1.status();
+
+  LoadMixOptions m;
+  m.target = server_->target();
+  m.clients = 16;
+  m.weights[static_cast<int>(testing::LoadKind::kSmall)] = 4;
+  m.weights[static_cast<int>(testing::LoadKind::kResident)] = 1;
+  m.resident_elements = int64_t{1} << 14;
+  m.allowed = {absl::StatusCode::kInternal, absl::StatusCode::kUnavailable};
+  LoadMix load(m);
+  load.Start();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool failed = false;
+  while (!failed && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto info = first_->ServerInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    failed = !info->devices(1).failure().empty();
+  }
+  ASSERT_TRUE(failed) << "device 1 did not fail";
+  // Load goes on beside the failed device for a while.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  load.Stop();
+  const LoadMixReport r = load.report();
+  std::printf("%s\n", r.Summary().c_str());
+  EXPECT_EQ(r.unexpected, 0) << r.Summary();
+  EXPECT_EQ(r.wrong, 0);
+
+  auto info = first_->ServerInfo();
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->devices(0).failure(), "");
+  EXPECT_NE(info->devices(1).failure(), "");
+  std::printf("device 1: %s\n", info->devices(1).failure().c_str());
+
+  // New requests all succeed: they go to device 0.
+  for (int i = 0; i < 30; ++i) {
+    auto c = first_->Compute("neg", {Floats({2.0f * i})});
+    ASSERT_TRUE(c.ok()) << "request " << i << ": " << c.status();
+    EXPECT_EQ(Values(*c), std::vector<float>{-2.0f * i});
+  }
+  v1::Tensor t0, t1;
+  t0.set_handle(on0->tensor().handle());
+  t1.set_handle(on1->tensor().handle());
+  auto ok = first_->Compute("neg", {t0});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(Values(*ok), (std::vector<float>{-1, -2}));
+  auto lost = first_->Compute("add", {t0, t1});
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
+  EXPECT_NE(lost.status().message().find("device 1"), absl::string_view::npos) << lost.status();
+  // New tensors go to the device that works.
+  auto fresh = second_->Upload(Floats({5}));
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(fresh->device(), 0);
+
+  auto server = first_->Health();
+  auto service = first_->Health(v1::TensorService::service_full_name());
+  auto v2service = first_->Health("inference.GRPCInferenceService");
+  ASSERT_TRUE(server.ok() && service.ok() && v2service.ok());
+  EXPECT_EQ(*server, "NOT_SERVING");
+  EXPECT_EQ(*service, "SERVING");
+  EXPECT_EQ(*v2service, "SERVING");
+  auto stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext ctx;
+    inference::ServerLiveResponse live;
+    ASSERT_TRUE(stub->ServerLive(&ctx, {}, &live).ok());
+    EXPECT_FALSE(live.live());
+  }
+  {
+    grpc::ClientContext ctx;
+    inference::ServerReadyResponse ready;
+    ASSERT_TRUE(stub->ServerReady(&ctx, {}, &ready).ok());
+    EXPECT_TRUE(ready.ready());
+  }
+  const int status = server_->Terminate(25);
+  ASSERT_TRUE(WIFEXITED(status)) << "no clean exit after the fault: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace tc
