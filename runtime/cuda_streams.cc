@@ -1,5 +1,6 @@
 #include "runtime/cuda_streams.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -56,6 +57,11 @@ inline void CpuRelax() {
 // polls a run's event before it lets the driver put it to sleep.
 constexpr auto kWaiterSpin = std::chrono::microseconds(2000);
 constexpr auto kPollFor = std::chrono::microseconds(1000);
+// At most this many idle waiters spin at once, over every stream of every device: each spinning
+// one keeps a core busy, and with several GPUs (a waiter per stream each) the rest would take
+// the cores that gRPC's and the request pool's threads need. The others sleep at once.
+constexpr int kMaxSpinning = 4;
+std::atomic<int> spinning{0};
 
 // Waits for each run on the stream in turn, then reports it: the error flag, the read-back
 // copied out of its slot, and `done`.
@@ -64,11 +70,14 @@ void WaitLoop(Stream& s, int device) {
   for (;;) {
     Completion* c;
     if (s.pending_count.load(std::memory_order_acquire) == 0) {
-      const auto until = std::chrono::steady_clock::now() + kWaiterSpin;
-      while (s.pending_count.load(std::memory_order_acquire) == 0 &&
-             std::chrono::steady_clock::now() < until) {
-        std::this_thread::yield();
+      if (spinning.fetch_add(1, std::memory_order_relaxed) < kMaxSpinning) {
+        const auto until = std::chrono::steady_clock::now() + kWaiterSpin;
+        while (s.pending_count.load(std::memory_order_acquire) == 0 &&
+               std::chrono::steady_clock::now() < until) {
+          std::this_thread::yield();
+        }
       }
+      spinning.fetch_sub(1, std::memory_order_relaxed);
     }
     {
       std::unique_lock<std::mutex> lock(s.wait_mu);
