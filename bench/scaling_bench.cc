@@ -40,6 +40,9 @@ ABSL_FLAG(std::string, backend, "cuda", "Its --backend.");
 ABSL_FLAG(std::string, single_flags, "--devices=0", "Flags of the one-device server, comma-separated.");
 ABSL_FLAG(std::string, multi_flags, "--devices=all",
           "Flags of the several-device server, comma-separated.");
+ABSL_FLAG(std::string, common_flags, "--resident_quota_bytes=1099511627776",
+          "Flags of both servers, comma-separated (every client here is one identity, so its "
+          "quota must hold all their tensors).");
 ABSL_FLAG(int, clients, 32, "Clients of the resident run, one session each.");
 ABSL_FLAG(int64_t, mib, 256, "MiB of each input tensor of the resident and cross runs.");
 ABSL_FLAG(double, seconds, 10, "Duration of each resident run.");
@@ -125,6 +128,10 @@ void Fail(Figures& f, const absl::Status& s, const char* what) {
 Figures Measure(const std::vector<std::string>& flags, int round) {
   Figures f;
   std::vector<std::string> all = {"--backend=" + absl::GetFlag(FLAGS_backend)};
+  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_common_flags), ',',
+                                            absl::SkipEmpty())) {
+    all.emplace_back(c);
+  }
   all.insert(all.end(), flags.begin(), flags.end());
   tc::testing::ServerProcess server(absl::GetFlag(FLAGS_server_binary), all);
   if (server.port() == 0) {
