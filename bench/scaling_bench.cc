@@ -31,13 +31,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "tests/support/server_process.h"
 
 ABSL_FLAG(std::string, server_binary, "", "tensorcompute-server to measure.");
 ABSL_FLAG(std::string, backend, "cuda", "Its --backend.");
-ABSL_FLAG(std::string, single_flags, "--devices=0", "Flags of the one-device server, comma-separated.");
+ABSL_FLAG(std::string, single_flags, "--devices=0", "Flags of the one-device server, comma-separated (--devices=0,1,--x=y).");
 ABSL_FLAG(std::string, multi_flags, "--devices=all",
           "Flags of the several-device server, comma-separated.");
 ABSL_FLAG(std::string, common_flags, "--resident_quota_bytes=1099511627776",
@@ -128,9 +127,8 @@ void Fail(Figures& f, const absl::Status& s, const char* what) {
 Figures Measure(const std::vector<std::string>& flags, int round) {
   Figures f;
   std::vector<std::string> all = {"--backend=" + absl::GetFlag(FLAGS_backend)};
-  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_common_flags), ',',
-                                            absl::SkipEmpty())) {
-    all.emplace_back(c);
+  for (const std::string& c : tc::testing::SplitFlags(absl::GetFlag(FLAGS_common_flags))) {
+    all.push_back(c);
   }
   all.insert(all.end(), flags.begin(), flags.end());
   tc::testing::ServerProcess server(absl::GetFlag(FLAGS_server_binary), all);
@@ -330,18 +328,13 @@ Figures Measure(const std::vector<std::string>& flags, int round) {
   return f;
 }
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) out.emplace_back(p);
-  return out;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const std::vector<std::string> single = Split(absl::GetFlag(FLAGS_single_flags));
-  const std::vector<std::string> multi = Split(absl::GetFlag(FLAGS_multi_flags));
+  const std::vector<std::string> single = tc::testing::SplitFlags(absl::GetFlag(FLAGS_single_flags));
+  const std::vector<std::string> multi = tc::testing::SplitFlags(absl::GetFlag(FLAGS_multi_flags));
   const int64_t mib = absl::GetFlag(FLAGS_mib);
   std::printf("scaling: %d clients x 2 x %lld MiB resident, %.0f s; small adds at %d; %s\n",
               absl::GetFlag(FLAGS_clients), static_cast<long long>(mib),

@@ -703,8 +703,8 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> flags = {"--backend=" + absl::GetFlag(FLAGS_backend),
                                     absl::StrCat("--max_message_bytes=", kMaxMessage)};
-  for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_server_flags), ',', absl::SkipEmpty())) {
-    flags.emplace_back(f);
+  for (const std::string& f : tc::testing::SplitFlags(absl::GetFlag(FLAGS_server_flags))) {
+    flags.push_back(f);
   }
   tc::testing::ServerProcess ours(binary, flags);
   tc::testing::ServerProcess echo("/proc/self/exe", {"--serve_echo"});

@@ -88,7 +88,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
   DeviceInfo info;
   info.kind = "cuda";
   info.name = prop.name;
-  info.index = index;
+  info.index = options.report_index >= 0 ? options.report_index : index;
   info.total_memory = static_cast<int64_t>(total_bytes);
   info.multiprocessors = prop.multiProcessorCount;
   info.streams = nstreams;
@@ -143,7 +143,7 @@ void CudaDevice::ConnectPeers(const std::vector<CudaDevice*>& devices) {
         (void)cudaGetLastError();
         continue;
       }
-      a->info_.peers.push_back(bi);
+      a->info_.peers.push_back(b->info_.index);
     }
   }
 }

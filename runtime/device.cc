@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -112,8 +112,12 @@ absl::Status Device::CopyFromDevice(Lane& /*lane*/, Storage& dst, int64_t offset
 Device& DeviceSet::LeastLoaded() const {
   const int n = size();
   const int start = n > 1 ? static_cast<int>(next_.fetch_add(1, std::memory_order_relaxed) % n) : 0;
-  // Usable ones first; then fewest requests in flight.
-  const auto key = [](const Device& x) { return std::make_pair(x.failed(), x.in_flight()); };
+  // Usable ones first; then fewest requests in flight; then not nearly full (an eighth of
+  // its budget free or more).
+  const auto key = [](const Device& x) {
+    const bool full = x.memory_budget() - x.memory_in_use() < x.memory_budget() / 8;
+    return std::make_tuple(x.failed(), x.in_flight(), full);
+  };
   Device* best = devices_[start].get();
   for (int k = 1; k < n; ++k) {
     Device* d = devices_[(start + k) % n].get();

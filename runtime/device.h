@@ -96,6 +96,9 @@ struct DeviceOptions {
   // launches a kernel that traps, a real fault that leaves the CUDA context unusable; on the
   // CPU the run reports an internal error.
   int64_t inject_fault_at_run = 0;
+  // Test only: the index the device reports (DeviceInfo.index) when it is not the GPU's own,
+  // for two devices sharing one GPU. -1: the GPU's.
+  int report_index = -1;
 };
 
 class Device {
@@ -286,8 +289,9 @@ class DeviceSet {
       : devices_(std::move(devices)) {}
   int size() const { return static_cast<int>(devices_.size()); }
   Device& at(int i) const { return *devices_[i]; }
-  // The device with the fewest requests in flight; ties taken in turn, so that requests that
-  // never overlap still spread. Failed devices only when every device has failed.
+  // The device with the fewest requests in flight (then one not nearly out of budget); ties
+  // taken in turn, so that requests that never overlap still spread. Failed devices only when
+  // every device has failed.
   Device& LeastLoaded() const;
   // OK while every device is usable; else the first failure found.
   absl::Status health() const;

@@ -33,10 +33,14 @@ absl::Status CheckSize(const TensorView& v, absl::string_view what, const Servic
 }
 
 // The bytes view `v` reaches, [lo, hi) from its data pointer; {0, 0} when it has no elements.
+// (A view with elements was checked by ValidateView to reach only bytes of its storage, so
+// none of this overflows; one without is not, so it returns first.)
 std::pair<int64_t, int64_t> ReachedSpan(const TensorView& v) {
+  for (int64_t dim : v.shape) {
+    if (dim == 0) return {0, 0};
+  }
   int64_t lo = v.offset, hi = v.offset;
   for (size_t d = 0; d < v.shape.size(); ++d) {
-    if (v.shape[d] == 0) return {0, 0};
     const int64_t reach = (v.shape[d] - 1) * v.strides[d];
     (reach < 0 ? lo : hi) += reach;
   }
@@ -249,7 +253,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   if (job->device_ == nullptr) {
     if (job->keep_resident_) {
       // A kept output goes where this client keeps its tensors.
-      auto placed = PlaceResident(*env.devices, *env.resident, connection,
+      auto placed = PlaceResident(*env.devices, *env.resident, owner, connection,
                                   job->plan().out_storage_bytes, std::nullopt);
       if (!placed.ok()) return placed.status();
       job->device_ = *placed;
@@ -301,14 +305,15 @@ absl::Status ComputeJob::PlaceByInputs(runtime::Device* out_device) {
   std::vector<std::pair<runtime::Device*, int64_t>> bytes_on;
   for (size_t i = 0; i < views_.size(); ++i) {
     runtime::Device* d = input_device_[i];
-    if (d == nullptr) continue;
+    const auto [lo, hi] = ReachedSpan(views_[i]);
+    // An input without elements reads nothing: it neither fails nor places the request.
+    if (d == nullptr || hi == lo) continue;
     if (absl::Status h = d->health(); !h.ok()) {
       return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
     }
     auto it = std::find_if(bytes_on.begin(), bytes_on.end(),
                            [d](const auto& e) { return e.first == d; });
     if (it == bytes_on.end()) it = bytes_on.insert(bytes_on.end(), {d, 0});
-    const auto [lo, hi] = ReachedSpan(views_[i]);
     it->second += hi - lo;
   }
   // An output into GPU memory of the caller's runs where that memory is; else the request runs
@@ -342,6 +347,10 @@ absl::Status ComputeJob::CopyFromOtherDevices(absl::Time deadline) {
   for (size_t i = 0; i < copies_.size(); ++i) {
     const PeerCopy& c = copies_[i];
     if (c.from == nullptr) continue;
+    // (Checked when placed; it may have failed since, and its error is not this device's.)
+    if (absl::Status h = c.from->health(); !h.ok()) {
+      return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
+    }
     auto s = device_->Allocate(c.bytes, false, deadline, lane_.get());
     if (!s.ok()) return s.status();
     if (auto r = device_->CopyFromDevice(*lane_, **s, 0, *c.from, c.src, c.bytes); !r.ok()) {
@@ -351,7 +360,10 @@ absl::Status ComputeJob::CopyFromOtherDevices(absl::Time deadline) {
     storages_[i] = *std::move(s);
     peer_bytes_ += c.bytes;
   }
-  return absl::OkStatus();
+  // Done before the request goes on: whatever ends it early (an error, a cancelled stream, a
+  // result too large) may then let the sources go (a released tensor, an unregistered
+  // region) without a copy still reading them.
+  return peer_bytes_ > 0 ? device_->Sync(*lane_) : absl::OkStatus();
 }
 
 absl::Status ComputeJob::AcceptChunk(const v1::DataChunk& chunk) {

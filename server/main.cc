@@ -63,6 +63,10 @@ ABSL_FLAG(int64_t, test_inject_device_fault_at_run, 0,
 ABSL_FLAG(std::string, test_inject_device_fault_devices, "all",
           "Test only: the devices --test_inject_device_fault_at_run fails: 'all' or a list of "
           "indices such as '1'.");
+ABSL_FLAG(bool, test_shared_gpu, false,
+          "Test only: a GPU may be listed twice in --devices, as two devices that share it "
+          "(their copies between each other are device-to-device copies), so that several "
+          "devices can be tested on one GPU. A fault on one fails both.");
 ABSL_FLAG(int, test_cpu_devices, 1,
           "Test only: split the CPU backend into this many devices (threads and budget "
           "divided), so that several devices can be tested without GPUs.");
@@ -204,11 +208,13 @@ std::pair<std::vector<std::unique_ptr<tc::runtime::Device>>, std::string> MakeDe
     std::string failure = count == 0 ? "no CUDA device visible" : "";
     std::vector<tc::runtime::CudaDevice*> gpus;
     for (int i : wanted) {
-      if (std::count(wanted.begin(), wanted.end(), i) > 1) {
+      if (std::count(wanted.begin(), wanted.end(), i) > 1 && !absl::GetFlag(FLAGS_test_shared_gpu)) {
         Fail(absl::StrCat("--devices: device ", i, " is listed twice"));
       }
       tc::runtime::DeviceOptions o = options;
       if (!FaultInjectedOn(i)) o.inject_fault_at_run = 0;
+      // Two devices on one GPU report their places in the list instead.
+      if (absl::GetFlag(FLAGS_test_shared_gpu)) o.report_index = static_cast<int>(devices.size());
       auto d = tc::runtime::CudaDevice::Create(i, o);
       if (!d.ok()) {
         failure = std::string(d.status().message());

@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <tuple>
 #include <vector>
 
@@ -121,28 +122,47 @@ absl::StatusOr<int64_t> ResidentStore::Release(const std::string& owner,
   return t->storage->bytes();
 }
 
-int ResidentStore::ConnectionDevice(const std::string& connection) const {
+int ResidentStore::PlaceSession(const std::string& owner, const std::string& session,
+                                const std::function<bool(int)>& keep,
+                                const std::function<int(const std::vector<int>&)>& choose) {
+  const absl::Time now = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = affinity_.find(connection);
-  return it == affinity_.end() ? -1 : it->second.position;
-}
-
-void ResidentStore::SetConnectionDevice(const std::string& connection, int position) {
-  std::lock_guard<std::mutex> lock(mu_);
-  affinity_[connection] = Affinity{position, absl::Now()};
-}
-
-std::vector<int> ResidentStore::SessionsPerDevice(int n) const {
-  std::vector<int> out(n, 0);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [key, a] : affinity_) {
-    if (a.position >= 0 && a.position < n) ++out[a.position];
+  auto it = affinity_.find(session);
+  if (it != affinity_.end() && keep(it->second.position)) {
+    it->second.last = now;
+    return it->second.position;
   }
-  return out;
+  std::vector<int>& counts = owner_sessions_[owner];
+  const int position = choose(counts);
+  if (position < 0) return position;
+  if (counts.size() <= static_cast<size_t>(position)) counts.resize(position + 1, 0);
+  if (it != affinity_.end()) {
+    // The session moves.
+    --counts[it->second.position];
+    ++counts[position];
+    it->second.position = position;
+    it->second.last = now;
+    return position;
+  }
+  int owned = 0;
+  for (int c : counts) owned += c;
+  if (owned < kMaxSessionsPerOwner && affinity_.size() < static_cast<size_t>(kMaxSessions)) {
+    affinity_[session] = Affinity{owner, position, now};
+    ++counts[position];
+  } else if (owned == 0) {
+    owner_sessions_.erase(owner);
+  }
+  return position;
+}
+
+int64_t ResidentStore::sessions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(affinity_.size());
 }
 
 absl::StatusOr<runtime::Device*> PlaceResident(runtime::DeviceSet& devices, ResidentStore& store,
-                                              const std::string& connection, int64_t bytes,
+                                              const std::string& owner,
+                                              const std::string& session, int64_t bytes,
                                               std::optional<int> wanted) {
   if (wanted.has_value()) {
     for (int i = 0; i < devices.size(); ++i) {
@@ -155,30 +175,27 @@ absl::StatusOr<runtime::Device*> PlaceResident(runtime::DeviceSet& devices, Resi
         "this server has no device ", *wanted, " (ServerInfo lists its devices)"));
   }
   if (devices.size() == 1) return &devices.at(0);
-  const auto room = [bytes](const runtime::Device& d) {
+  const auto room = [&devices, bytes](int i) {
+    const runtime::Device& d = devices.at(i);
     return !d.failed() && d.memory_budget() - d.memory_in_use() >= bytes;
   };
-  const int last = store.ConnectionDevice(connection);
-  if (last >= 0 && last < devices.size() && room(devices.at(last))) {
-    store.SetConnectionDevice(connection, last);
-    return &devices.at(last);
-  }
-  const std::vector<int> sessions = store.SessionsPerDevice(devices.size());
-  const auto key = [&](int i) {
-    const runtime::Device& d = devices.at(i);
-    // Usable first, then with room, then fewest sessions, then most free budget.
-    return std::make_tuple(!d.failed(), room(d), -sessions[i],
-                           d.memory_budget() - d.memory_in_use());
+  const auto choose = [&](const std::vector<int>& sessions) {
+    // Usable first, then with room, then fewest of this owner's sessions, then most free.
+    const auto key = [&](int i) {
+      const runtime::Device& d = devices.at(i);
+      const int used = i < static_cast<int>(sessions.size()) ? sessions[i] : 0;
+      return std::make_tuple(room(i), -used, d.memory_budget() - d.memory_in_use());
+    };
+    int best = -1;
+    for (int i = 0; i < devices.size(); ++i) {
+      if (devices.at(i).failed()) continue;
+      if (best < 0 || key(i) > key(best)) best = i;
+    }
+    return best;
   };
-  int best = -1;
-  for (int i = 0; i < devices.size(); ++i) {
-    if (devices.at(i).failed()) continue;
-    if (best < 0 || key(i) > key(best)) best = i;
-  }
+  const int position = store.PlaceSession(owner, session, room, choose);
   // Every device failed: the first one answers with its failure.
-  if (best < 0) return &devices.at(0);
-  store.SetConnectionDevice(connection, best);
-  return &devices.at(best);
+  return &devices.at(position < 0 ? 0 : position);
 }
 
 int ResidentStore::Sweep(absl::Time now) {
@@ -187,6 +204,14 @@ int ResidentStore::Sweep(absl::Time now) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = affinity_.begin(); it != affinity_.end();) {
       if (now - it->second.last > absl::Minutes(10)) {
+        auto owner = owner_sessions_.find(it->second.owner);
+        if (owner != owner_sessions_.end()) {
+          --owner->second[it->second.position];
+          if (std::all_of(owner->second.begin(), owner->second.end(),
+                          [](int c) { return c == 0; })) {
+            owner_sessions_.erase(owner);
+          }
+        }
         affinity_.erase(it++);
       } else {
         ++it;

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -64,13 +65,19 @@ class ResidentStore {
   int64_t count() const;
   int64_t bytes() const;
 
-  // Where a client session (SessionKey) keeps its resident tensors: the position in the
-  // server's DeviceSet of the last one it created, or -1. Forgotten after ten minutes without
-  // a new tensor.
-  int ConnectionDevice(const std::string& connection) const;
-  void SetConnectionDevice(const std::string& connection, int position);
-  // How many remembered sessions keep their tensors on each of `n` positions.
-  std::vector<int> SessionsPerDevice(int n) const;
+  // Where client sessions keep their resident tensors, for PlaceResident. Under the store's
+  // lock: `choose(sessions)` gets, per position in the server's DeviceSet, how many of
+  // `owner`'s remembered sessions keep their tensors there, and returns a position (or -1:
+  // none usable); `keep(position)` says whether a session's remembered position still serves.
+  // A session is forgotten ten minutes after it last placed a tensor. At most
+  // kMaxSessionsPerOwner per owner and kMaxSessions in all are remembered; past that a new
+  // session is placed but not remembered.
+  static constexpr int kMaxSessionsPerOwner = 1024;
+  static constexpr int kMaxSessions = 65536;
+  int PlaceSession(const std::string& owner, const std::string& session,
+                   const std::function<bool(int)>& keep,
+                   const std::function<int(const std::vector<int>&)>& choose);
+  int64_t sessions() const;
 
  private:
   absl::Duration Ttl(int64_t ttl_seconds) const;
@@ -85,22 +92,26 @@ class ResidentStore {
   absl::flat_hash_map<std::string, Usage> usage_;
   int64_t total_bytes_ = 0;
   struct Affinity {
+    std::string owner;
     int position;
     absl::Time last;
   };
+  // By session key; and per owner, how many of its sessions use each position.
   absl::flat_hash_map<std::string, Affinity> affinity_;
+  absl::flat_hash_map<std::string, std::vector<int>> owner_sessions_;
   bool stop_ = false;
   std::condition_variable stop_cv_;
   std::thread sweeper_;
 };
 
-// The device for a new resident tensor of `bytes` created in session `connection`
+// The device for a new resident tensor of `bytes` that `owner` creates in `session`
 // (SessionKey): device `wanted` (ServerInfo's index) when set; else the one the session's
 // earlier tensors went to while it is usable and has room, so that one client's operands
-// share a device; else the usable device with room that the fewest sessions use (then the one
-// with the most free budget). Remembers the choice for the session.
+// share a device; else the usable device with room that the fewest of the owner's sessions
+// use (then the one with the most free budget). Remembers the choice for the session.
 absl::StatusOr<runtime::Device*> PlaceResident(runtime::DeviceSet& devices, ResidentStore& store,
-                                              const std::string& connection, int64_t bytes,
+                                              const std::string& owner,
+                                              const std::string& session, int64_t bytes,
                                               std::optional<int> wanted);
 
 // 32 lowercase hex digits from the kernel's random source.

@@ -38,7 +38,8 @@
 
 ABSL_FLAG(std::string, server_binary, "", "Server to start on 127.0.0.1 for the soak.");
 ABSL_FLAG(std::string, backend, "cpu", "--backend of the started server.");
-ABSL_FLAG(std::string, server_flags, "", "More flags for the started server, comma-separated.");
+ABSL_FLAG(std::string, server_flags, "",
+          "More flags for the started server, comma-separated (--devices=0,1,--x=y).");
 ABSL_FLAG(std::string, target, "", "Soak a server that is already running instead.");
 ABSL_FLAG(int, server_pid, 0, "Its process id, for its RSS (with --target).");
 ABSL_FLAG(int, clients, 64, "Concurrent clients, one channel each.");
@@ -113,9 +114,8 @@ int main(int argc, char** argv) {
   int pid = absl::GetFlag(FLAGS_server_pid);
   if (target.empty()) {
     std::vector<std::string> flags = {"--backend=" + absl::GetFlag(FLAGS_backend)};
-    for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_server_flags), ',',
-                                              absl::SkipEmpty())) {
-      flags.emplace_back(f);
+    for (const std::string& f : tc::testing::SplitFlags(absl::GetFlag(FLAGS_server_flags))) {
+      flags.push_back(f);
     }
     server = std::make_unique<tc::testing::ServerProcess>(absl::GetFlag(FLAGS_server_binary), flags);
     if (server->port() == 0) {

@@ -1,8 +1,10 @@
 // The resident tensor store on its own: ownership, quotas, TTLs, release and sweep, with
 // storage from a CPU device so that memory accounting is checked too.
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -106,6 +108,48 @@ TEST_F(ResidentStoreTest, ExpiredTensorsVanishAndAreSwept) {
   EXPECT_EQ(store.Sweep(now + absl::Seconds(61)), 1);
   EXPECT_EQ(store.count(), 0);
   EXPECT_EQ(store.bytes(), 0);
+}
+
+// New tensors of one session share a device; an owner's sessions spread over the devices,
+// uninfluenced by another owner's; a named device wins; failed devices are avoided; and the
+// sessions remembered per owner are bounded.
+TEST(PlaceResident, SessionsShareAndSpread) {
+  std::vector<std::unique_ptr<runtime::Device>> list;
+  for (int i = 0; i < 2; ++i) {
+    runtime::DeviceOptions o;
+    o.memory_budget = int64_t{1} << 30;
+    list.push_back(std::make_unique<runtime::CpuDevice>(1, o, i));
+  }
+  runtime::DeviceSet devices(std::move(list));
+  ResidentStore store({});
+  auto place = [&](const std::string& owner, const std::string& session,
+                   std::optional<int> wanted = std::nullopt) {
+    auto d = PlaceResident(devices, store, owner, session, 1 << 20, wanted);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? (*d)->info().index : -1;
+  };
+  const int first = place("alice", "alice\n1");
+  EXPECT_EQ(place("alice", "alice\n1"), first);
+  EXPECT_EQ(place("alice", "alice\n2"), 1 - first);
+  EXPECT_EQ(place("alice", "alice\n3"), first);
+  EXPECT_EQ(place("alice", "alice\n4"), 1 - first);
+  // Another owner's sessions spread by its own count: two in a row go to different devices.
+  const int b1 = place("bob", "bob\n1");
+  EXPECT_EQ(place("bob", "bob\n2"), 1 - b1);
+  EXPECT_EQ(place("alice", "alice\n1", 1 - first), 1 - first);
+  EXPECT_EQ(PlaceResident(devices, store, "alice", "x", 1, 7).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A failed device: its sessions move, named requests for it are refused.
+  devices.at(first).MarkFailed(absl::InternalError("test"));
+  EXPECT_EQ(place("alice", "alice\n1"), 1 - first);
+  EXPECT_EQ(place("alice", "alice\n5"), 1 - first);
+  EXPECT_EQ(PlaceResident(devices, store, "alice", "y", 1, first).status().code(),
+            absl::StatusCode::kUnavailable);
+  const int64_t before = store.sessions();
+  for (int i = 0; i < ResidentStore::kMaxSessionsPerOwner + 100; ++i) {
+    place("carol", "carol\n" + std::to_string(i));
+  }
+  EXPECT_EQ(store.sessions() - before, ResidentStore::kMaxSessionsPerOwner);
 }
 
 TEST(NewHandle, HexAndDistinct) {

@@ -87,4 +87,16 @@ int64_t ProcStatusKb(int pid, const std::string& field) {
   return -1;
 }
 
+std::vector<std::string> SplitFlags(const std::string& list) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin < list.size()) {
+    size_t end = list.find(",--", begin);
+    if (end == std::string::npos) end = list.size();
+    if (end > begin) out.push_back(list.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
 }  // namespace tc::testing

@@ -29,6 +29,10 @@ class ServerProcess {
   std::string port_file_;
 };
 
+// Flags written as one comma-separated list: a comma starts a new flag only where "--"
+// follows it, so that values keep theirs ("--devices=0,1,--streams_per_device=8").
+std::vector<std::string> SplitFlags(const std::string& list);
+
 // kB of a /proc/<pid>/status field (VmRSS, VmHWM); -1 if unreadable.
 int64_t ProcStatusKb(int pid, const std::string& field);
 
