@@ -227,7 +227,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     inline_only =
         inline_only && t.handle().empty() && t.region().empty() && t.storage_bytes() == 0;
   }
-  if (bytes <= kInlineBytes && inline_only && env.devices->size() == 1) {
+  // (Every device of a server is of one kind.)
+  if (bytes <= kInlineBytes && inline_only) {
     if (env.devices->at(0).host_memory()) {
       work();
       return;
