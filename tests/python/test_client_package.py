@@ -19,8 +19,9 @@ class ClientPackageTest(unittest.TestCase):
     def setUpClass(cls):
         assert "build/python" not in ":".join(sys.path), "must use the package's own stubs"
         # Small messages, so that large inputs take ComputeStream.
+        # Two devices (the CPU split in two), so that placement can be checked too.
         cls.proc, cls.target = start_server(ARGS.server, "--max_message_bytes=1048576",
-                                            "--chunk_bytes=65536")
+                                            "--chunk_bytes=65536", "--test_cpu_devices=2")
         # Over the socket only: test_regions.py covers shared memory.
         cls.client = tcc.Client(cls.target, max_message_bytes=1 << 20, chunk_bytes=100_000,
                                 shared_memory=False)
@@ -100,6 +101,23 @@ class ClientPackageTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as e:
             self.client.download(r)
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_upload_to_a_device(self):
+        a = self.client.upload(np.ones(10, np.float32), device=1)
+        b = self.client.upload(np.arange(10, dtype=np.float32), device=0)
+        self.assertEqual((a.device, b.device), (1, 0))
+        # Inputs on two devices: one is copied to the other.
+        np.testing.assert_array_equal(self.client.compute("add", a, b),
+                                      np.arange(10, dtype=np.float32) + 1)
+        # Unnamed, one client's tensors share a device.
+        c = self.client.upload(np.zeros(3, np.float32))
+        d = self.client.upload(np.zeros(3, np.float32))
+        self.assertEqual(c.device, d.device)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.client.upload(np.ones(2, np.float32), device=7)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("no device 7", e.exception.details())
+        self.client.release(a, b, c, d)
 
     def test_expressions(self):
         rng = np.random.default_rng()
