@@ -132,13 +132,6 @@ int DeviceSet::usable() const {
   return n;
 }
 
-absl::Status DeviceSet::health() const {
-  for (const auto& d : devices_) {
-    if (d->failed()) return d->health();
-  }
-  return absl::OkStatus();
-}
-
 std::string FormatBytes(int64_t bytes) {
   constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

@@ -293,8 +293,6 @@ class DeviceSet {
   // taken in turn, so that requests that never overlap still spread. Failed devices only when
   // every device has failed.
   Device& LeastLoaded() const;
-  // OK while every device is usable; else the first failure found.
-  absl::Status health() const;
   // Devices that have not failed.
   int usable() const;
 

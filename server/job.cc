@@ -83,7 +83,7 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
 absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
     const ServiceEnv& env, absl::Time deadline, bool stage_inline,
-    const std::string& connection) {
+    const std::string& session) {
   const ServiceOptions& limits = env.options;
   // The op first: "unknown op" is the more useful message when the inputs are wrong too.
   const bool expression = !request.expression().empty();
@@ -253,7 +253,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   if (job->device_ == nullptr) {
     if (job->keep_resident_) {
       // A kept output goes where this client keeps its tensors.
-      auto placed = PlaceResident(*env.devices, *env.resident, owner, connection,
+      auto placed = PlaceResident(*env.devices, *env.resident, owner, session,
                                   job->plan().out_storage_bytes, std::nullopt);
       if (!placed.ok()) return placed.status();
       job->device_ = *placed;
@@ -303,11 +303,14 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
 absl::Status ComputeJob::PlaceByInputs(runtime::Device* out_device) {
   // Inputs on devices: one on a failed device is lost with it.
   std::vector<std::pair<runtime::Device*, int64_t>> bytes_on;
+  std::vector<std::pair<int64_t, int64_t>> spans(views_.size());
   for (size_t i = 0; i < views_.size(); ++i) {
     runtime::Device* d = input_device_[i];
-    const auto [lo, hi] = ReachedSpan(views_[i]);
+    if (d == nullptr) continue;
+    spans[i] = ReachedSpan(views_[i]);
+    const auto [lo, hi] = spans[i];
     // An input without elements reads nothing: it neither fails nor places the request.
-    if (d == nullptr || hi == lo) continue;
+    if (hi == lo) continue;
     if (absl::Status h = d->health(); !h.ok()) {
       return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
     }
@@ -332,7 +335,7 @@ absl::Status ComputeJob::PlaceByInputs(runtime::Device* out_device) {
     runtime::Device* from = input_device_[i];
     if (from == nullptr || from == device_) continue;
     TensorView& v = views_[i];
-    const auto [lo, hi] = ReachedSpan(v);
+    const auto [lo, hi] = spans[i];
     if (hi == lo) continue;  // No elements: nothing is read.
     // From here on, a view of the copy: the reached bytes alone, from its start.
     copies_[i] = PeerCopy{from, v.data + lo, hi - lo};

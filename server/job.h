@@ -29,14 +29,14 @@ class ComputeJob {
   // The request must outlive the job (inline inputs may be computed on in place).
   // `stage_inline`: copy inline inputs into device storage where the device cannot read host
   // memory; without it they stay host views, for TryRunSmall.
-  // `connection`: the caller's SessionKey, which decides where a kept output goes when no
+  // `session`: the caller's SessionKey, which decides where a kept output goes when no
   // input does.
   // Runs where its inputs on devices (resident tensors, GPU regions) mostly are, copying those
   // on other devices there; with none, on the least loaded device.
   static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
       const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
       const ServiceEnv& env, absl::Time deadline, bool stage_inline = true,
-      const std::string& connection = std::string());
+      const std::string& session = std::string());
 
   const PreparedOp& prepared() const { return prepared_; }
   const Plan& plan() const { return prepared_.plan; }
@@ -66,8 +66,6 @@ class ComputeJob {
   bool TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done);
   // Total input storage bytes.
   int64_t input_bytes() const;
-  // Bytes of inputs copied here from other devices.
-  int64_t peer_bytes() const { return peer_bytes_; }
 
   // The output's metadata: offset 0, plan strides, storage_bytes.
   TensorView OutputView() const;
