@@ -2,6 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/expr/program.h"
 #include "server/codec.h"
+#include "server/memory_release.h"
 #include "server/service.h"
 #include "server/unary_call.h"
 
@@ -95,6 +96,9 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
     response->set_regions(regions->count());
     response->set_region_bytes(regions->bytes());
   }
+  const HeapStats heap = ReadHeapStats();
+  response->set_heap_allocated_bytes(heap.allocated_bytes);
+  response->set_heap_free_bytes(heap.free_bytes);
   call.Finish(absl::OkStatus());
   return call.reactor;
 }

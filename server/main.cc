@@ -358,6 +358,21 @@ void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devic
   metrics.AddGauge("tensorcompute_device_requests_total", "Requests admitted to the device.",
                    per_device([](const tc::runtime::Device& d) { return d.admitted(); }),
                    "counter");
+  metrics.AddGauge("tensorcompute_heap_bytes",
+                   "The server's heap as its allocator counts it: in use (state=\"allocated\"), "
+                   "and freed but kept mapped for reuse (state=\"free\").",
+                   [] {
+                     const tc::server::HeapStats h = tc::server::ReadHeapStats();
+                     std::vector<std::pair<std::string, double>> out;
+                     if (h.allocated_bytes >= 0) {
+                       out.emplace_back("state=\"allocated\"",
+                                        static_cast<double>(h.allocated_bytes));
+                     }
+                     if (h.free_bytes >= 0) {
+                       out.emplace_back("state=\"free\"", static_cast<double>(h.free_bytes));
+                     }
+                     return out;
+                   });
   metrics.AddGauge("tensorcompute_resident_tensors", "Resident tensors held.", [&resident] {
     return std::vector<std::pair<std::string, double>>{
         {"", static_cast<double>(resident.count())}};

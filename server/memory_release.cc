@@ -9,7 +9,45 @@
 #include <malloc.h>
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TC_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TC_ASAN 1
+#endif
+#endif
+#ifndef TC_ASAN
+#define TC_ASAN 0
+#endif
+
 namespace tc::server {
+
+HeapStats ReadHeapStats() {
+  HeapStats h;
+#if defined(TC_TCMALLOC)
+  auto property = [](const char* name) -> int64_t {
+    size_t v = 0;
+    return MallocExtension_GetNumericProperty(name, &v) ? static_cast<int64_t>(v) : -1;
+  };
+  h.allocated_bytes = property("generic.current_allocated_bytes");
+  // Free bytes in the page heap (not yet given back) and in the caches in front of it.
+  int64_t free_bytes = 0;
+  for (const char* name : {"tcmalloc.pageheap_free_bytes", "tcmalloc.central_cache_free_bytes",
+                           "tcmalloc.transfer_cache_free_bytes",
+                           "tcmalloc.current_total_thread_cache_bytes"}) {
+    const int64_t v = property(name);
+    if (v < 0) return HeapStats{h.allocated_bytes, -1};
+    free_bytes += v;
+  }
+  h.free_bytes = free_bytes;
+#elif defined(__GLIBC__) && !TC_ASAN
+  // (Under AddressSanitizer, malloc is the sanitizer's: glibc's counts would say nothing.)
+  const struct mallinfo2 m = mallinfo2();
+  h.allocated_bytes = static_cast<int64_t>(m.uordblks + m.hblkhd);
+  h.free_bytes = static_cast<int64_t>(m.fordblks);
+#endif
+  return h;
+}
 
 int64_t MemoryReleaser::ReleaseOnce(bool busy, int64_t cushion_bytes) {
 #if defined(TC_TCMALLOC)

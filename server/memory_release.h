@@ -15,6 +15,16 @@
 
 namespace tc::server {
 
+// What the allocator says of the process's heap: bytes handed out and not yet freed, and bytes
+// freed but still held (mapped, so counted in RSS) for reuse. -1 where the allocator cannot say.
+// Under load RSS follows allocated + free, and the free part holds up to the cushion below,
+// so RSS keeps the high-water mark of a burst; allocated bytes follow only what is in use.
+struct HeapStats {
+  int64_t allocated_bytes = -1;
+  int64_t free_bytes = -1;
+};
+HeapStats ReadHeapStats();
+
 class MemoryReleaser {
  public:
   // `busy`: whether calls are in flight (polled from the releaser's thread).

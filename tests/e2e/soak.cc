@@ -3,9 +3,12 @@
 // memory and resident tensors every second, and fails (exit 1) on any error or wrong result,
 // when, after the load, device memory and resident tensors are not back at the baseline or
 // RSS is not back within a quarter (plus --rss_slack_mib) of it, or on memory running away
-// under load (the second half's median RSS above the first half's by more than a quarter plus
-// the slack). Under load RSS follows the bytes of the large requests in flight, which swing
-// with the mix; what a leak cannot do is give its memory back afterwards.
+// under load: the second half's median of the memory in use above the first half's by more
+// than a quarter plus the slack. Memory in use is RSS less the bytes the server's heap holds
+// free (ServerInfo): while calls come the allocator keeps up to a cushion of freed memory, so
+// RSS keeps the high-water mark of a burst of large requests until the server is idle, while
+// what is in use follows the requests in flight. What a leak cannot do is give its memory
+// back afterwards, which the check after the load (on RSS) sees.
 //
 // Each sample also records the CPU time the server, the soak's own clients and the whole host
 // spent in it, and the end prints the rate by minute beside them: when the rate moves, whether
@@ -187,9 +190,10 @@ int main(int argc, char** argv) {
     samples.push_back(s);
     const int every = std::max(absl::GetFlag(FLAGS_print_seconds), 1);
     if (samples.size() % every != 0 && now < end) continue;
-    std::printf("  t=%5.0f s  %8.0f calls/s  RSS %5lld MiB  device %7.1f MiB  resident %lld  "
-                "cores server %.1f soak %.1f host %.1f  errors %lld\n",
+    std::printf("  t=%5.0f s  %8.0f calls/s  RSS %5lld MiB  in use %5lld MiB  device %7.1f MiB  "
+                "resident %lld  cores server %.1f soak %.1f host %.1f  errors %lld\n",
                 s.t, s.calls_per_s, static_cast<long long>(s.f.rss_kb >> 10),
+                static_cast<long long>(s.f.in_use_kb() >> 10),
                 static_cast<double>(s.f.device_bytes) / (1 << 20),
                 static_cast<long long>(s.f.resident_tensors), s.server_cores, s.soak_cores,
                 s.host_cores, static_cast<long long>(r.unexpected + r.wrong));
@@ -210,12 +214,14 @@ int main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  // RSS swings with the large requests in flight at each sample: compare medians of the two
-  // halves, loosely; the check after the load is the strict one.
-  std::vector<int64_t> first, second;
+  // Memory in use swings with the large requests in flight at each sample: compare medians of
+  // the two halves, loosely; the check after the load is the strict one.
+  std::vector<int64_t> first, second, rss_first, rss_second;
   int64_t peak = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
-    (2 * i < samples.size() ? first : second).push_back(samples[i].f.rss_kb);
+    const bool in_first = 2 * i < samples.size();
+    (in_first ? first : second).push_back(samples[i].f.in_use_kb());
+    (in_first ? rss_first : rss_second).push_back(samples[i].f.rss_kb);
     peak = std::max(peak, samples[i].f.rss_kb);
   }
   auto median = [](std::vector<int64_t> v) -> int64_t {
@@ -224,6 +230,7 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   const int64_t first_median = median(first), second_median = median(second);
+  const int64_t rss_first_median = median(rss_first), rss_second_median = median(rss_second);
   const int64_t slack = absl::GetFlag(FLAGS_rss_slack_mib) << 10;
   const int64_t allowed = first_median + first_median / 4 + slack;
   const bool flat = second.empty() || second_median <= allowed;
@@ -236,11 +243,12 @@ int main(int argc, char** argv) {
   std::printf("soak: %.0f s, %lld calls (%.0f/s): %s\n", elapsed,
               static_cast<long long>(r.total()), static_cast<double>(r.total()) / elapsed,
               r.Summary().c_str());
-  std::printf("soak: RSS median first half %lld MiB, second half %lld MiB (allowed %lld), "
-              "peak %lld MiB: %s\n",
+  std::printf("soak: memory in use, median first half %lld MiB, second half %lld MiB (allowed "
+              "%lld): %s; RSS median %lld and %lld MiB, peak %lld MiB\n",
               static_cast<long long>(first_median >> 10),
               static_cast<long long>(second_median >> 10), static_cast<long long>(allowed >> 10),
-              static_cast<long long>(peak >> 10), flat ? "flat" : "GROWING");
+              flat ? "flat" : "GROWING", static_cast<long long>(rss_first_median >> 10),
+              static_cast<long long>(rss_second_median >> 10), static_cast<long long>(peak >> 10));
   std::printf("soak: after: %s (baseline %s, RSS allowed %lld MiB): %s\n",
               after.ToString().c_str(), base.ToString().c_str(),
               static_cast<long long>(allowed_after >> 10),
@@ -286,16 +294,19 @@ int main(int argc, char** argv) {
         "  \"baseline\": {\"rss_kb\": %d, \"device_bytes\": %d, \"resident_tensors\": %d},\n"
         "  \"after\": {\"rss_kb\": %d, \"device_bytes\": %d, \"resident_tensors\": %d},\n"
         "  \"rss_median_kb\": {\"first_half\": %d, \"second_half\": %d}, \"rss_peak_kb\": %d,\n"
+        "  \"in_use_median_kb\": {\"first_half\": %d, \"second_half\": %d},\n"
         "  \"samples\": [",
         r.unexpected, r.wrong, base.rss_kb, base.device_bytes, base.resident_tensors,
-        after.rss_kb, after.device_bytes, after.resident_tensors, first_median, second_median,
-        peak);
+        after.rss_kb, after.device_bytes, after.resident_tensors, rss_first_median,
+        rss_second_median, peak, first_median, second_median);
     for (size_t i = 0; i < samples.size(); ++i) {
       out << absl::StrFormat(
           "%s\n    {\"t\": %.1f, \"calls_per_second\": %.1f, \"rss_kb\": %d, "
+          "\"heap_allocated_bytes\": %d, \"heap_free_bytes\": %d, "
           "\"device_bytes\": %d, \"resident_tensors\": %d, \"server_cores\": %.2f, "
           "\"soak_cores\": %.2f, \"host_cores\": %.2f}",
           i ? "," : "", samples[i].t, samples[i].calls_per_s, samples[i].f.rss_kb,
+          samples[i].f.heap_allocated_bytes, samples[i].f.heap_free_bytes,
           samples[i].f.device_bytes, samples[i].f.resident_tensors, samples[i].server_cores,
           samples[i].soak_cores, samples[i].host_cores);
     }

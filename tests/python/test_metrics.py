@@ -86,6 +86,12 @@ class MetricsTest(unittest.TestCase):
         self.assertIn("tensorcompute_device_requests_in_flight", families)
         self.assertEqual(families["tensorcompute_resident_tensors"].samples[0].value, 1)
         self.assertEqual(families["tensorcompute_resident_bytes"].samples[0].value, 4096)
+        # The heap as the server's allocator counts it; no samples where it cannot
+        # (AddressSanitizer's malloc).
+        heap = {s.labels["state"]: s.value for s in families["tensorcompute_heap_bytes"].samples}
+        if heap:
+            self.assertGreaterEqual(heap["allocated"], 4096)  # At least the resident tensor.
+            self.assertGreaterEqual(heap["free"], 0)
 
         self.stub.Release(pb.ReleaseRequest(handles=[up.tensor.handle]), timeout=10)
         families = self.scrape()

@@ -333,6 +333,8 @@ ServerFootprint Footprint(const std::string& target, int pid) {
     f.device_bytes = 0;
     for (const auto& d : info->devices()) f.device_bytes += d.memory_in_use_bytes();
     f.resident_tensors = info->resident_tensors();
+    f.heap_allocated_bytes = info->heap_allocated_bytes();
+    f.heap_free_bytes = info->heap_free_bytes();
   }
   f.rss_kb = ProcStatusKb(pid, "VmRSS");
   return f;

@@ -6,6 +6,7 @@
 // allow is an unexpected error.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -106,6 +107,15 @@ struct ServerFootprint {
   int64_t device_bytes = -1;
   int64_t resident_tensors = -1;
   int64_t rss_kb = -1;
+  // The server's heap (ServerInfo): bytes in use, and freed bytes it keeps for reuse; -1
+  // where its allocator cannot say.
+  int64_t heap_allocated_bytes = -1;
+  int64_t heap_free_bytes = -1;
+  // RSS less the heap's free bytes: what the server holds in use, without the high-water mark
+  // its allocator keeps after a burst (RSS itself where the free bytes are unknown).
+  int64_t in_use_kb() const {
+    return heap_free_bytes >= 0 ? std::max<int64_t>(0, rss_kb - (heap_free_bytes >> 10)) : rss_kb;
+  }
   std::string ToString() const;
 };
 ServerFootprint Footprint(const std::string& target, int pid);
