@@ -11,9 +11,10 @@
 // back afterwards, which the check after the load (on RSS) sees.
 //
 // Each sample also records the CPU time the server, the soak's own clients and the whole host
-// spent in it, and the end prints the rate by minute beside them: when the rate moves, whether
-// the server needed more CPU per call, the clients ran out of CPU, or the host was busy with
-// something else shows there.
+// spent in it, the time a hypervisor gave the host's cores to other guests, and the calls of
+// each kind; the end prints the rate by minute beside them: when the rate moves, whether the
+// server needed more CPU per call, the clients ran out of CPU, the host was busy with
+// something else or its neighbours took its cores, and which kind of call slowed, shows there.
 //
 //   tensorcompute-soak --server_binary=build/server/tensorcompute-server --clients=64
 //       --seconds=60 [--backend=cuda] [--json=soak.json]
@@ -72,6 +73,11 @@ struct Sample {
   double server_cores = 0;
   double soak_cores = 0;
   double host_cores = 0;
+  // Cores the hypervisor gave to other guests while this one wanted them (steal time): a
+  // virtual machine's neighbours, which no process here can see otherwise.
+  double steal_cores = 0;
+  // Calls finished over that second, by kind (small, streamed, resident).
+  double kind_per_s[3] = {};
 };
 
 // CPU seconds the process has used so far (user + system); -1 when it cannot be read.
@@ -95,17 +101,23 @@ double SelfCpuSeconds() {
   return secs(u.ru_utime) + secs(u.ru_stime);
 }
 
-// Busy CPU seconds of the whole host so far (all cores; idle and iowait left out).
-double HostBusySeconds() {
+// CPU seconds of the whole host so far (all cores): busy (user, nice, system, irq, softirq),
+// and stolen (the hypervisor ran another guest while this one was runnable).
+struct HostCpu {
+  double busy = -1;
+  double steal = -1;
+};
+HostCpu HostCpuSeconds() {
   std::ifstream in("/proc/stat");
   std::string label;
   in >> label;
-  if (label != "cpu") return -1;
-  double total = 0, v = 0;
-  for (int i = 0; i < 8 && in >> v; ++i) {
-    if (i != 3 && i != 4) total += v;  // idle, iowait
+  if (label != "cpu") return {};
+  // user nice system idle iowait irq softirq steal
+  double v[8] = {};
+  for (int i = 0; i < 8 && in >> v[i]; ++i) {
   }
-  return total / static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  return HostCpu{(v[0] + v[1] + v[2] + v[5] + v[6]) / ticks, v[7] / ticks};
 }
 
 }  // namespace
@@ -165,7 +177,8 @@ int main(int argc, char** argv) {
   int64_t last_calls = 0;
   auto last_t = t0;
   double last_server = ProcessCpuSeconds(pid), last_self = SelfCpuSeconds(),
-         last_host = HostBusySeconds();
+         last_host = HostCpuSeconds().busy, last_steal = HostCpuSeconds().steal;
+  LoadMixReport last_report;
   while (std::chrono::steady_clock::now() < end) {
     const auto next = std::min(end, std::chrono::steady_clock::now() + std::chrono::seconds(1));
     std::this_thread::sleep_until(next);
@@ -177,26 +190,33 @@ int main(int argc, char** argv) {
                     std::chrono::duration<double>(now - last_t).count();
     s.f = tc::testing::Footprint(target, pid);
     const double dt = std::chrono::duration<double>(now - last_t).count();
-    const double server_cpu = ProcessCpuSeconds(pid), self_cpu = SelfCpuSeconds(),
-                 host_cpu = HostBusySeconds();
+    const HostCpu host = HostCpuSeconds();
+    const double server_cpu = ProcessCpuSeconds(pid), self_cpu = SelfCpuSeconds();
     s.server_cores = (server_cpu - last_server) / dt;
     s.soak_cores = (self_cpu - last_self) / dt;
-    s.host_cores = (host_cpu - last_host) / dt;
+    s.host_cores = (host.busy - last_host) / dt;
+    s.steal_cores = (host.steal - last_steal) / dt;
+    for (int k = 0; k < 3; ++k) {
+      s.kind_per_s[k] = static_cast<double>(r.ok[k] + r.failed[k] - last_report.ok[k] -
+                                            last_report.failed[k]) / dt;
+    }
+    last_report = r;
     last_server = server_cpu;
     last_self = self_cpu;
-    last_host = host_cpu;
+    last_host = host.busy;
+    last_steal = host.steal;
     last_calls = r.total();
     last_t = now;
     samples.push_back(s);
     const int every = std::max(absl::GetFlag(FLAGS_print_seconds), 1);
     if (samples.size() % every != 0 && now < end) continue;
     std::printf("  t=%5.0f s  %8.0f calls/s  RSS %5lld MiB  in use %5lld MiB  device %7.1f MiB  "
-                "resident %lld  cores server %.1f soak %.1f host %.1f  errors %lld\n",
+                "resident %lld  cores server %.1f soak %.1f host %.1f stolen %.1f  errors %lld\n",
                 s.t, s.calls_per_s, static_cast<long long>(s.f.rss_kb >> 10),
                 static_cast<long long>(s.f.in_use_kb() >> 10),
                 static_cast<double>(s.f.device_bytes) / (1 << 20),
                 static_cast<long long>(s.f.resident_tensors), s.server_cores, s.soak_cores,
-                s.host_cores, static_cast<long long>(r.unexpected + r.wrong));
+                s.host_cores, s.steal_cores, static_cast<long long>(r.unexpected + r.wrong));
     std::fflush(stdout);
   }
   load.Stop();
@@ -254,18 +274,21 @@ int main(int argc, char** argv) {
               static_cast<long long>(allowed_after >> 10),
               back ? "back at the baseline" : "NOT BACK");
 
-  // By minute (the last one may be shorter): the rate, and the CPU each party spent per call.
-  std::printf("soak: by minute: calls/s | server CPU ms per call | soak CPU ms per call | "
-              "host cores busy\n");
+  // By minute (the last one may be shorter): the rate, by kind too, and the CPU each party
+  // spent per call.
+  std::printf("soak: by minute: calls/s (small streamed resident) | server CPU ms per call | "
+              "soak CPU ms per call | host cores busy, stolen\n");
   double lo = 0, hi = 0;
   for (size_t begin = 0; begin < samples.size(); begin += 60) {
     const size_t end = std::min(samples.size(), begin + 60);
-    double calls = 0, server = 0, soak = 0, host = 0;
+    double calls = 0, server = 0, soak = 0, host = 0, steal = 0, kinds[3] = {};
     for (size_t i = begin; i < end; ++i) {
       calls += samples[i].calls_per_s;
       server += samples[i].server_cores;
       soak += samples[i].soak_cores;
       host += samples[i].host_cores;
+      steal += samples[i].steal_cores;
+      for (int k = 0; k < 3; ++k) kinds[k] += samples[i].kind_per_s[k];
     }
     const double n = static_cast<double>(end - begin);
     const double rate = calls / n;
@@ -273,9 +296,10 @@ int main(int argc, char** argv) {
       lo = begin == 0 ? rate : std::min(lo, rate);
       hi = std::max(hi, rate);
     }
-    std::printf("  minute %2zu  %8.0f  %6.3f  %6.3f  %5.1f\n", begin / 60 + 1, rate,
+    std::printf("  minute %2zu  %8.0f (%6.0f %5.0f %5.0f)  %6.3f  %6.3f  %5.1f %4.1f\n",
+                begin / 60 + 1, rate, kinds[0] / n, kinds[1] / n, kinds[2] / n,
                 calls > 0 ? 1e3 * server / calls : 0.0, calls > 0 ? 1e3 * soak / calls : 0.0,
-                host / n);
+                host / n, steal / n);
   }
   if (lo > 0) std::printf("soak: full minutes, highest rate over lowest: %.3f\n", hi / lo);
 
@@ -304,11 +328,14 @@ int main(int argc, char** argv) {
           "%s\n    {\"t\": %.1f, \"calls_per_second\": %.1f, \"rss_kb\": %d, "
           "\"heap_allocated_bytes\": %d, \"heap_free_bytes\": %d, "
           "\"device_bytes\": %d, \"resident_tensors\": %d, \"server_cores\": %.2f, "
-          "\"soak_cores\": %.2f, \"host_cores\": %.2f}",
+          "\"soak_cores\": %.2f, \"host_cores\": %.2f, \"steal_cores\": %.2f, "
+          "\"small_per_second\": %.1f, \"streamed_per_second\": %.1f, "
+          "\"resident_per_second\": %.1f}",
           i ? "," : "", samples[i].t, samples[i].calls_per_s, samples[i].f.rss_kb,
           samples[i].f.heap_allocated_bytes, samples[i].f.heap_free_bytes,
           samples[i].f.device_bytes, samples[i].f.resident_tensors, samples[i].server_cores,
-          samples[i].soak_cores, samples[i].host_cores);
+          samples[i].soak_cores, samples[i].host_cores, samples[i].steal_cores,
+          samples[i].kind_per_s[0], samples[i].kind_per_s[1], samples[i].kind_per_s[2]);
     }
     out << "\n  ],\n  \"passed\": " << (clean && flat && back ? "true" : "false") << "\n}\n";
   }
