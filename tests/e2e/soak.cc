@@ -66,6 +66,8 @@ using tc::testing::ServerFootprint;
 
 struct Sample {
   double t = 0;
+  // The interval the sample covers (about a second: the footprint call adds its time).
+  double dt = 0;
   double calls_per_s = 0;
   ServerFootprint f;
   // Cores busy over the second before the sample: the server process, this process (the
@@ -190,6 +192,7 @@ int main(int argc, char** argv) {
                     std::chrono::duration<double>(now - last_t).count();
     s.f = tc::testing::Footprint(target, pid);
     const double dt = std::chrono::duration<double>(now - last_t).count();
+    s.dt = dt;
     const HostCpu host = HostCpuSeconds();
     const double server_cpu = ProcessCpuSeconds(pid), self_cpu = SelfCpuSeconds();
     s.server_cores = (server_cpu - last_server) / dt;
@@ -278,28 +281,36 @@ int main(int argc, char** argv) {
   // spent per call.
   std::printf("soak: by minute: calls/s (small streamed resident) | server CPU ms per call | "
               "soak CPU ms per call | host cores busy, stolen\n");
+  // A sample belongs to the minute of its interval's middle; a minute is full when the run
+  // went past its end. Sums are weighted by each sample's interval.
   double lo = 0, hi = 0;
-  for (size_t begin = 0; begin < samples.size(); begin += 60) {
-    const size_t end = std::min(samples.size(), begin + 60);
-    double calls = 0, server = 0, soak = 0, host = 0, steal = 0, kinds[3] = {};
-    for (size_t i = begin; i < end; ++i) {
-      calls += samples[i].calls_per_s;
-      server += samples[i].server_cores;
-      soak += samples[i].soak_cores;
-      host += samples[i].host_cores;
-      steal += samples[i].steal_cores;
-      for (int k = 0; k < 3; ++k) kinds[k] += samples[i].kind_per_s[k];
+  const double run_t = samples.empty() ? 0 : samples.back().t;
+  for (size_t begin = 0; begin < samples.size();) {
+    auto minute_of = [](const Sample& x) { return static_cast<int>((x.t - x.dt / 2) / 60); };
+    const int minute = minute_of(samples[begin]);
+    size_t end = begin;
+    double span = 0, calls = 0, server = 0, soak = 0, host = 0, steal = 0, kinds[3] = {};
+    for (; end < samples.size() && minute_of(samples[end]) == minute; ++end) {
+      const Sample& x = samples[end];
+      span += x.dt;
+      calls += x.calls_per_s * x.dt;
+      server += x.server_cores * x.dt;
+      soak += x.soak_cores * x.dt;
+      host += x.host_cores * x.dt;
+      steal += x.steal_cores * x.dt;
+      for (int k = 0; k < 3; ++k) kinds[k] += x.kind_per_s[k] * x.dt;
     }
-    const double n = static_cast<double>(end - begin);
-    const double rate = calls / n;
-    if (end - begin == 60) {
-      lo = begin == 0 ? rate : std::min(lo, rate);
+    begin = end;
+    if (span <= 0) continue;
+    const double rate = calls / span;
+    if (run_t >= 60.0 * (minute + 1)) {
+      lo = lo == 0 ? rate : std::min(lo, rate);
       hi = std::max(hi, rate);
     }
-    std::printf("  minute %2zu  %8.0f (%6.0f %5.0f %5.0f)  %6.3f  %6.3f  %5.1f %4.1f\n",
-                begin / 60 + 1, rate, kinds[0] / n, kinds[1] / n, kinds[2] / n,
+    std::printf("  minute %2d  %8.0f (%6.0f %5.0f %5.0f)  %6.3f  %6.3f  %5.1f %4.1f\n", minute + 1,
+                rate, kinds[0] / span, kinds[1] / span, kinds[2] / span,
                 calls > 0 ? 1e3 * server / calls : 0.0, calls > 0 ? 1e3 * soak / calls : 0.0,
-                host / n, steal / n);
+                host / span, steal / span);
   }
   if (lo > 0) std::printf("soak: full minutes, highest rate over lowest: %.3f\n", hi / lo);
 
@@ -325,13 +336,13 @@ int main(int argc, char** argv) {
         rss_second_median, peak, first_median, second_median);
     for (size_t i = 0; i < samples.size(); ++i) {
       out << absl::StrFormat(
-          "%s\n    {\"t\": %.1f, \"calls_per_second\": %.1f, \"rss_kb\": %d, "
+          "%s\n    {\"t\": %.2f, \"dt\": %.3f, \"calls_per_second\": %.1f, \"rss_kb\": %d, "
           "\"heap_allocated_bytes\": %d, \"heap_free_bytes\": %d, "
           "\"device_bytes\": %d, \"resident_tensors\": %d, \"server_cores\": %.2f, "
           "\"soak_cores\": %.2f, \"host_cores\": %.2f, \"steal_cores\": %.2f, "
           "\"small_per_second\": %.1f, \"streamed_per_second\": %.1f, "
           "\"resident_per_second\": %.1f}",
-          i ? "," : "", samples[i].t, samples[i].calls_per_s, samples[i].f.rss_kb,
+          i ? "," : "", samples[i].t, samples[i].dt, samples[i].calls_per_s, samples[i].f.rss_kb,
           samples[i].f.heap_allocated_bytes, samples[i].f.heap_free_bytes,
           samples[i].f.device_bytes, samples[i].f.resident_tensors, samples[i].server_cores,
           samples[i].soak_cores, samples[i].host_cores, samples[i].steal_cores,
