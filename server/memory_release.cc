@@ -22,20 +22,26 @@
 
 namespace tc::server {
 
+#if defined(TC_TCMALLOC)
+namespace {
+// One of tcmalloc's numeric properties; -1 where it does not know it.
+int64_t TcmallocProperty(const char* name) {
+  size_t v = 0;
+  return MallocExtension_GetNumericProperty(name, &v) ? static_cast<int64_t>(v) : -1;
+}
+}  // namespace
+#endif
+
 HeapStats ReadHeapStats() {
   HeapStats h;
 #if defined(TC_TCMALLOC)
-  auto property = [](const char* name) -> int64_t {
-    size_t v = 0;
-    return MallocExtension_GetNumericProperty(name, &v) ? static_cast<int64_t>(v) : -1;
-  };
-  h.allocated_bytes = property("generic.current_allocated_bytes");
+  h.allocated_bytes = TcmallocProperty("generic.current_allocated_bytes");
   // Free bytes in the page heap (not yet given back) and in the caches in front of it.
   int64_t free_bytes = 0;
   for (const char* name : {"tcmalloc.pageheap_free_bytes", "tcmalloc.central_cache_free_bytes",
                            "tcmalloc.transfer_cache_free_bytes",
                            "tcmalloc.current_total_thread_cache_bytes"}) {
-    const int64_t v = property(name);
+    const int64_t v = TcmallocProperty(name);
     if (v < 0) return HeapStats{h.allocated_bytes, -1};
     free_bytes += v;
   }
@@ -51,10 +57,10 @@ HeapStats ReadHeapStats() {
 
 int64_t MemoryReleaser::ReleaseOnce(bool busy, int64_t cushion_bytes) {
 #if defined(TC_TCMALLOC)
-  size_t free_bytes = 0;
-  if (!MallocExtension_GetNumericProperty("tcmalloc.pageheap_free_bytes", &free_bytes)) return 0;
+  const int64_t free_bytes = TcmallocProperty("tcmalloc.pageheap_free_bytes");
+  if (free_bytes < 0) return 0;
   const int64_t keep = busy ? cushion_bytes : 0;
-  const int64_t excess = static_cast<int64_t>(free_bytes) - keep;
+  const int64_t excess = free_bytes - keep;
   if (excess <= 0) return 0;
   MallocExtension_ReleaseToSystem(static_cast<size_t>(excess));
   return excess;

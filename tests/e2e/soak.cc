@@ -178,8 +178,9 @@ int main(int argc, char** argv) {
   const auto end = t0 + std::chrono::seconds(absl::GetFlag(FLAGS_seconds));
   int64_t last_calls = 0;
   auto last_t = t0;
+  const HostCpu host0 = HostCpuSeconds();
   double last_server = ProcessCpuSeconds(pid), last_self = SelfCpuSeconds(),
-         last_host = HostCpuSeconds().busy, last_steal = HostCpuSeconds().steal;
+         last_host = host0.busy, last_steal = host0.steal;
   LoadMixReport last_report;
   while (std::chrono::steady_clock::now() < end) {
     const auto next = std::min(end, std::chrono::steady_clock::now() + std::chrono::seconds(1));
@@ -187,12 +188,11 @@ int main(int argc, char** argv) {
     const auto now = std::chrono::steady_clock::now();
     const LoadMixReport r = load.report();
     Sample s;
-    s.t = std::chrono::duration<double>(now - t0).count();
-    s.calls_per_s = static_cast<double>(r.total() - last_calls) /
-                    std::chrono::duration<double>(now - last_t).count();
-    s.f = tc::testing::Footprint(target, pid);
     const double dt = std::chrono::duration<double>(now - last_t).count();
+    s.t = std::chrono::duration<double>(now - t0).count();
     s.dt = dt;
+    s.calls_per_s = static_cast<double>(r.total() - last_calls) / dt;
+    s.f = tc::testing::Footprint(target, pid);
     const HostCpu host = HostCpuSeconds();
     const double server_cpu = ProcessCpuSeconds(pid), self_cpu = SelfCpuSeconds();
     s.server_cores = (server_cpu - last_server) / dt;
