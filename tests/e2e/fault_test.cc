@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -146,24 +147,58 @@ TEST_F(FaultTest, SigtermUnderLoad) {
   load.Start();
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const LoadMixReport before = load.report();
-  // A call surely in flight at the signal: a streamed add of two 16 MiB inputs, begun first
-  // (the mix's own calls are short; at the signal there may be none of them in flight).
-  tensorcompute::v1::ComputeRequest slow;
-  slow.set_op("add");
-  for (int i = 0; i < 2; ++i) {
-    tensorcompute::v1::Tensor* t = slow.add_inputs();
-    t->set_dtype(tensorcompute::v1::float32);
-    t->add_shape(int64_t{1} << 22);
-    t->set_data(std::string(size_t{16} << 20, '\0'));
+  // A call surely in flight at the signal: a streamed add of two 4 MiB inputs whose header and
+  // first halves are sent before it and second halves after. The server cannot finish it
+  // before the rest comes, so the wait before the signal only makes its arrival surer.
+  constexpr int64_t kElements = int64_t{1} << 20;
+  constexpr int64_t kHalf = kElements / 2 * 4;
+  auto stub = tensorcompute::v1::TensorService::NewStub(
+      grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext slow_ctx;
+  slow_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto slow = stub->ComputeStream(&slow_ctx);
+  {
+    tensorcompute::v1::ComputeStreamRequest header;
+    header.mutable_header()->set_op("add");
+    for (int i = 0; i < 2; ++i) {
+      tensorcompute::v1::Tensor* t = header.mutable_header()->add_inputs();
+      t->set_dtype(tensorcompute::v1::float32);
+      t->add_shape(kElements);
+      t->set_storage_bytes(kElements * 4);
+    }
+    ASSERT_TRUE(slow->Write(header));
   }
-  absl::StatusOr<tensorcompute::v1::Tensor> slow_result;
-  std::thread slow_call([&] { slow_result = client_->ComputeStreamed(slow, 1 << 16); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Input i holds i + 1 everywhere.
+  auto send_half = [&](int input, int64_t offset) {
+    const std::vector<float> values(static_cast<size_t>(kHalf / 4), static_cast<float>(input + 1));
+    tensorcompute::v1::ComputeStreamRequest m;
+    m.mutable_chunk()->set_tensor(input);
+    m.mutable_chunk()->set_offset(offset);
+    m.mutable_chunk()->set_data(values.data(), static_cast<size_t>(kHalf));
+    return slow->Write(m);
+  };
+  ASSERT_TRUE(send_half(0, 0));
+  ASSERT_TRUE(send_half(1, 0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   // Calls that start about when the signal goes may meet gRPC's Shutdown (see LoadMix).
   load.MarkShutdown(absl::Now(), absl::Milliseconds(20));
   const auto signalled = std::chrono::steady_clock::now();
   ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
-  slow_call.join();
+  // The rest of the call in flight, after the signal; its result, whole.
+  EXPECT_TRUE(send_half(0, kHalf));
+  EXPECT_TRUE(send_half(1, kHalf));
+  slow->WritesDone();
+  int64_t result_bytes = 0, wrong_values = 0;
+  for (tensorcompute::v1::TensorStreamMessage m; slow->Read(&m);) {
+    // The output's bytes: in chunks after its header, or inline in a small one's header.
+    const std::string& data = m.has_chunk() ? m.chunk().data() : m.header().data();
+    if (data.empty()) continue;
+    result_bytes += static_cast<int64_t>(data.size());
+    std::vector<float> values(data.size() / 4);
+    std::memcpy(values.data(), data.data(), values.size() * 4);
+    for (float v : values) wrong_values += v != 3.0f;
+  }
+  const grpc::Status slow_status = slow->Finish();
   const int status = server_->WaitExit(25);
   const auto exited = std::chrono::steady_clock::now();
   // Clients keep calling a little after the exit: refused, not hung.
@@ -180,8 +215,9 @@ TEST_F(FaultTest, SigtermUnderLoad) {
   EXPECT_EQ(r.wrong, 0);
   EXPECT_GT(r.with(absl::StatusCode::kUnavailable), 0) << r.Summary();
   // In flight at the signal, and finished: the drain let it.
-  ASSERT_TRUE(slow_result.ok()) << slow_result.status();
-  EXPECT_EQ(slow_result->data().size(), size_t{16} << 20);
+  ASSERT_TRUE(slow_status.ok()) << slow_status.error_message();
+  EXPECT_EQ(result_bytes, kElements * 4);
+  EXPECT_EQ(wrong_values, 0);
 }
 
 // The device fails for good at its 600th run: the requests on it fail with INTERNAL, later
