@@ -694,7 +694,7 @@ Client::~Client() {
 
 absl::StatusOr<std::string> Client::SendRegionFd(int fd) {
   std::lock_guard<std::mutex> lock(region_mu_);
-  if (region_socket_ < 0) {
+  auto connect_socket = [this]() -> absl::Status {
     auto info = ServerInfo();
     if (!info.ok()) return info.status();
     const std::string& address = info->region_socket();
@@ -722,27 +722,42 @@ absl::StatusOr<std::string> Client::SendRegionFd(int fd) {
           "): is the server on this host?"));
     }
     region_socket_ = s;
+    return absl::OkStatus();
+  };
+  std::string r;
+  // The server closes a connection that holds no region and no ticket once it has been idle a
+  // while: a closed one is opened again, once.
+  for (int attempt = 0; attempt < 2 && r.empty(); ++attempt) {
+    if (region_socket_ >= 0 && attempt > 0) {
+      close(region_socket_);
+      region_socket_ = -1;
+    }
+    if (region_socket_ < 0) {
+      if (absl::Status s = connect_socket(); !s.ok()) return s;
+    }
+    char text[] = "register";
+    iovec iov{text, sizeof(text) - 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    // A connection the server closed may still hold its one reply (a refusal) to read.
+    if (sendmsg(region_socket_, &msg, MSG_NOSIGNAL) < 0 && errno != EPIPE &&
+        errno != ECONNRESET) {
+      return absl::UnavailableError(absl::StrCat("region socket: ", std::strerror(errno)));
+    }
+    char reply[512];
+    const ssize_t n = recv(region_socket_, reply, sizeof(reply), 0);
+    if (n > 0) r.assign(reply, static_cast<size_t>(n));
   }
-  char text[] = "register";
-  iovec iov{text, sizeof(text) - 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(region_socket_, &msg, MSG_NOSIGNAL) < 0) {
-    return absl::UnavailableError(absl::StrCat("region socket: ", std::strerror(errno)));
-  }
-  char reply[512];
-  const ssize_t n = recv(region_socket_, reply, sizeof(reply), 0);
-  if (n <= 0) return absl::UnavailableError("region socket closed by the server");
-  const std::string r(reply, static_cast<size_t>(n));
+  if (r.empty()) return absl::UnavailableError("region socket closed by the server");
   if (r.rfind("ticket ", 0) != 0) return absl::InvalidArgumentError(r);
   return r.substr(7, r.find(' ', 7) - 7);
 }

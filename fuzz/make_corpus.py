@@ -112,4 +112,21 @@ infer_requests = {
 }
 for name, req in infer_requests.items():
     write("model_infer", name, req.SerializeToString())
+
+# Region socket scripts (region_socket_fuzzer.cc): 0 opens a connection (pid, uid), 1 closes
+# one, 2 sends a message (connection, words, descriptors), 3 claims a ticket, 4 unregisters,
+# 5 checks a range.
+OPEN, CLOSE, SEND, CLAIM, UNREGISTER, RANGE = range(6)
+register_1mib = [SEND, 0, 0, 1, 0, 0, 1, 0, 0x10, 0x00]
+region_scripts = {
+    "register_claim_unregister": [OPEN, 1, 1] + register_1mib + [CLAIM, 0, 0, 0, 0, RANGE, 0, 1, 1,
+                                                                UNREGISTER, 0, 1, CLOSE, 0],
+    "claim_then_close": [OPEN, 1, 1] + register_1mib + [CLAIM, 0, 0, 1, 0, CLOSE, 0],
+    "unclaimed_tickets": [OPEN, 1, 1] + register_1mib * 5 + [OPEN, 2, 1] + register_1mib * 2,
+    "cuda_words": [OPEN, 1, 1, SEND, 0, 0, 2, 1, 4, 0, 0],
+    "descriptor_kinds": [OPEN, 1, 1] + sum(([SEND, 0, 0, 1, 0, 0, 1, k, 0, 1] for k in range(8)), []),
+    "many_connections": [OPEN, 1, 1] * 4 + [OPEN, 2, 2] * 4 + [CLOSE, 0] * 3,
+}
+for name, script in region_scripts.items():
+    write("region_socket", name, bytes(script))
 print("corpus written")

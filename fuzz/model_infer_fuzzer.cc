@@ -16,7 +16,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tensorcompute::v1::ComputeRequest compute;
   std::optional<tc::server::ShmTarget> output_shm;
   // No shared memory here: requests naming a region are refused.
-  if (!tc::server::ToComputeRequest(request, env.options, nullptr, &compute, &output_shm).ok()) {
+  if (!tc::server::ToComputeRequest(request, env.options, nullptr, nullptr, &compute,
+                                    &output_shm)
+           .ok()) {
     return 0;
   }
   auto job = tc::server::ComputeJob::Prepare(compute, "fuzz", false, env, absl::InfiniteFuture());

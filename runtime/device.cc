@@ -17,11 +17,7 @@ Device::Device(DeviceInfo info, int64_t budget, const DeviceOptions& options)
       memory_wait_(options.memory_wait),
       inject_fault_at_run_(options.inject_fault_at_run) {}
 
-absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time deadline,
-                                            Lane* lane) {
-  if (bytes < 0) return absl::InvalidArgumentError("negative allocation size");
-  if (failed()) return health();
-  const int64_t n = std::max<int64_t>(bytes, 1);
+absl::Status Device::Charge(int64_t n, absl::Time deadline) {
   auto over_budget = [&] {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device ", info_.index, " (", info_.kind, ") has no room for ", FormatBytes(n), ": ",
@@ -29,22 +25,42 @@ absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time
   };
   if (n > budget_) return over_budget();
   const absl::Time until = std::min(deadline, absl::Now() + memory_wait_);
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    // Reserve first, so concurrent requests never overshoot the budget together.
-    while (in_use_.load(std::memory_order_relaxed) + n > budget_) {
-      const absl::Time now = absl::Now();
-      if (now >= until) return over_budget();
-      freed_.wait_for(lock, absl::ToChronoNanoseconds(until - now));
-    }
-    const int64_t used = in_use_.fetch_add(n, std::memory_order_relaxed) + n;
-    if (used > peak_.load(std::memory_order_relaxed)) peak_.store(used, std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Counted first, so concurrent requests never overshoot the budget together.
+  while (in_use_.load(std::memory_order_relaxed) + n > budget_) {
+    const absl::Time now = absl::Now();
+    if (now >= until) return over_budget();
+    freed_.wait_for(lock, absl::ToChronoNanoseconds(until - now));
   }
+  const int64_t used = in_use_.fetch_add(n, std::memory_order_relaxed) + n;
+  if (used > peak_.load(std::memory_order_relaxed)) peak_.store(used, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+void Device::Uncharge(int64_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_use_.fetch_sub(n, std::memory_order_relaxed);
+  }
+  freed_.notify_all();
+}
+
+absl::StatusOr<std::shared_ptr<void>> Device::Reserve(int64_t bytes, absl::Time deadline) {
+  if (bytes < 0) return absl::InvalidArgumentError("negative reservation size");
+  if (absl::Status s = Charge(bytes, deadline); !s.ok()) return s;
+  return std::shared_ptr<void>(this, [bytes](Device* d) { d->Uncharge(bytes); });
+}
+
+absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time deadline,
+                                            Lane* lane) {
+  if (bytes < 0) return absl::InvalidArgumentError("negative allocation size");
+  if (failed()) return health();
+  const int64_t n = std::max<int64_t>(bytes, 1);
+  if (absl::Status s = Charge(n, deadline); !s.ok()) return s;
   void* tag = nullptr;
   absl::StatusOr<std::byte*> p = RawAllocate(n, zero, lane, &tag);
   if (!p.ok()) {
-    in_use_.fetch_sub(n, std::memory_order_relaxed);
-    freed_.notify_all();
+    Uncharge(n);
     if (absl::IsResourceExhausted(p.status())) {
       return absl::ResourceExhaustedError(absl::StrCat("device ", info_.index, " (", info_.kind,
                                                        ") is out of memory allocating ",
@@ -59,11 +75,7 @@ absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time
 
 void Device::Free(std::byte* p, int64_t bytes, void* tag) {
   RawFree(p, bytes, tag);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_use_.fetch_sub(bytes, std::memory_order_relaxed);
-  }
-  freed_.notify_all();
+  Uncharge(bytes);
 }
 
 absl::Status Device::health() const {

@@ -122,6 +122,12 @@ class Device {
   absl::StatusOr<StoragePtr> Allocate(int64_t bytes, bool zero, absl::Time deadline,
                                       Lane* lane = nullptr);
 
+  // Counts `bytes` against the budget without allocating them, as Allocate would (waiting, then
+  // RESOURCE_EXHAUSTED), until the returned handle goes: for host memory a request fills on
+  // the way to the device (bytes read out of a caller's shared memory). The handle must not
+  // outlive the device.
+  absl::StatusOr<std::shared_ptr<void>> Reserve(int64_t bytes, absl::Time deadline);
+
   virtual std::unique_ptr<Lane> AcquireLane() = 0;
   // Host -> storage: returns once `src` may be reused; the bytes arrive in lane order (Sync
   // waits for them).
@@ -242,6 +248,9 @@ class Device {
  private:
   friend class Storage;
   void Free(std::byte* p, int64_t bytes, void* tag);
+  // Counts n bytes in use, waiting for room until `deadline` (at most the memory wait).
+  absl::Status Charge(int64_t n, absl::Time deadline);
+  void Uncharge(int64_t n);
 
   int64_t budget_;
   absl::Duration memory_wait_;

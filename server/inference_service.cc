@@ -347,8 +347,8 @@ std::optional<DType> DTypeFromV2(absl::string_view name) {
 }
 
 absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOptions& options,
-                              const ShmLookup& shm, v1::ComputeRequest* out,
-                              std::optional<ShmTarget>* output_shm) {
+                              const ShmLookup& shm, ShmReadBudget* budget,
+                              v1::ComputeRequest* out, std::optional<ShmTarget>* output_shm) {
   output_shm->reset();
   const std::string& model = request.model_name();
   const bool expression = model == kExpressionModel;
@@ -445,6 +445,16 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
               options.max_request_bytes, " bytes for one request"));
         }
         copied += bytes;
+        if (budget == nullptr || !budget->reserve) {
+          return absl::InternalError("no budget for reading shared memory");
+        }
+        auto reserved = budget->reserve(bytes);
+        if (!reserved.ok()) {
+          return absl::Status(reserved.status().code(),
+                              absl::StrCat(what, " in shared memory: ",
+                                           reserved.status().message()));
+        }
+        budget->held.push_back(*std::move(reserved));
         if (absl::Status s = region->system->Read(params->offset, bytes, tensor->mutable_data());
             !s.ok()) {
           return s;
@@ -588,13 +598,28 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeR
   return absl::OkStatus();
 }
 
-InferenceServiceImpl::InferenceServiceImpl(ServiceEnv env, bool system_shm)
+InferenceServiceImpl::InferenceServiceImpl(ServiceEnv env, MappedBytes* system_shm)
     : env_(std::move(env)) {
-  if (system_shm) {
+  if (system_shm != nullptr) {
     const int max = env_.regions != nullptr ? env_.regions->options().max_regions : 256;
-    shm_ = std::make_unique<SystemShmStore>(max);
+    shm_ = std::make_unique<SystemShmStore>(max, system_shm);
   }
 }
+
+namespace {
+
+// Bytes read out of system shared memory count against the least loaded device's budget
+// (the device the request will most likely run on).
+ShmReadBudget ReadBudget(const ServiceEnv& env) {
+  ShmReadBudget b;
+  runtime::DeviceSet* devices = env.devices;
+  b.reserve = [devices](int64_t bytes) {
+    return devices->LeastLoaded().Reserve(bytes, absl::InfiniteFuture());
+  };
+  return b;
+}
+
+}  // namespace
 
 ShmLookup InferenceServiceImpl::LookupFor(const std::string& owner) const {
   if (shm_ == nullptr && env_.regions == nullptr) return nullptr;
@@ -788,8 +813,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
     v1::ComputeRequest request;
     v1::ComputeResponse result;
     std::optional<ShmTarget> output_shm;
+    ShmReadBudget budget;
   };
   auto state = std::make_shared<State>();
+  state->budget = ReadBudget(env_);
   // Shared-memory regions belong to the caller's identity, and moving their bytes is work for
   // the request pool, not a gRPC thread.
   const bool shm = UsesSharedMemory(*request);
@@ -825,7 +852,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
     // this: their bytes move into the Compute request instead of being copied.
     auto& mutable_request = const_cast<inf::ModelInferRequest&>(*request);
     if (absl::Status s = ToComputeRequest(mutable_request, env->options, lookup,
-                                          &state->request, &state->output_shm);
+                                          &state->budget, &state->request, &state->output_shm);
         !s.ok()) {
       call->Finish(s);
       return;
@@ -917,10 +944,17 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
         "byte_size ", bytes, " is past the end of the allocation (", opened->bytes, " bytes)")));
     return call.reactor;
   }
+  // The whole allocation is open, so the whole of it counts.
+  auto charge = env_.regions->mapped()->Charge(opened->bytes, "the CUDA shared memory");
+  if (!charge.ok()) {
+    call.Finish(charge.status());
+    return call.reactor;
+  }
   auto region = env_.regions->Adopt(
       *id, name,
       std::make_shared<Region>(opened->data, bytes, /*writable=*/true,
-                               RegionStore::kNoConnection, std::move(opened->closer), device));
+                               RegionStore::kNoConnection, std::move(opened->closer), device,
+                               *std::move(charge)));
   call.Finish(region.status());
   return call.reactor;
 }
@@ -1038,8 +1072,10 @@ class StreamInferReactor final
     }
     auto call = std::make_shared<UnaryCall>(
         UnaryCall{env_, nullptr, "ModelStreamInfer", ModelLabel(request_.model_name())});
+    // The last request's bytes go, and with them what they counted against the budget.
     compute_ = v1::ComputeRequest();
     result_ = v1::ComputeResponse();
+    budget_ = ReadBudget(*env_);
     // Reading and writing shared memory is work for the request pool, as in ModelInfer (the
     // stream has nothing else in flight meanwhile).
     if (UsesSharedMemory(request_)) {
@@ -1058,7 +1094,7 @@ class StreamInferReactor final
       }
     };
     if (absl::Status s =
-            ToComputeRequest(request_, env_->options, lookup_, &compute_, &output_shm_);
+            ToComputeRequest(request_, env_->options, lookup_, &budget_, &compute_, &output_shm_);
         !s.ok()) {
       call->Finish(s);
       return;
@@ -1101,6 +1137,7 @@ class StreamInferReactor final
   inf::ModelInferRequest request_;
   v1::ComputeRequest compute_;
   std::optional<ShmTarget> output_shm_;
+  ShmReadBudget budget_;
   v1::ComputeResponse result_;
   inf::ModelStreamInferResponse response_;
 };

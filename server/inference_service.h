@@ -41,17 +41,26 @@ struct ShmTarget {
   int64_t bytes = 0;
 };
 
+// Host memory that bytes read out of system shared memory take until the request ends,
+// counted against a device's budget as the v1 paths count what they bring in.
+struct ShmReadBudget {
+  // Counts `bytes` until the handle goes; RESOURCE_EXHAUSTED past the budget.
+  std::function<absl::StatusOr<std::shared_ptr<void>>(int64_t bytes)> reserve;
+  std::vector<std::shared_ptr<void>> held;
+};
+
 // Whether any input or requested output names a shared-memory region.
 bool UsesSharedMemory(const inf::ModelInferRequest& request);
 
 // A model request as a Compute request: the op or expression, the inputs in the op's order
 // (raw bytes moved out of `request`, typed contents converted, shared-memory inputs read
-// through `shm`), attributes from the request's parameters; `output_shm` set where the output
-// goes to shared memory. Errors are the protocol's: NOT_FOUND for an unknown model or version,
-// INVALID_ARGUMENT naming what was expected.
+// through `shm`, each counted in `budget` before it is read), attributes from the request's
+// parameters; `output_shm` set where the output goes to shared memory. Errors are the
+// protocol's: NOT_FOUND for an unknown model or version, INVALID_ARGUMENT naming what was
+// expected, RESOURCE_EXHAUSTED past a limit or the budget.
 absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOptions& options,
-                              const ShmLookup& shm, v1::ComputeRequest* out,
-                              std::optional<ShmTarget>* output_shm);
+                              const ShmLookup& shm, ShmReadBudget* budget,
+                              v1::ComputeRequest* out, std::optional<ShmTarget>* output_shm);
 
 // The result of a Compute as the model's response: OUTPUT0 with its datatype and shape, its
 // bytes moved into raw_output_contents, or written to `output_shm` (the entry then empty).
@@ -66,8 +75,9 @@ std::optional<DType> DTypeFromV2(absl::string_view name);
 
 class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackService {
  public:
-  // `system_shm`: serve system shared memory (off: its RPCs and tensor parameters are refused).
-  InferenceServiceImpl(ServiceEnv env, bool system_shm);
+  // `system_shm`: serve system shared memory, its registrations counted against the cap
+  // (null: off, its RPCs and tensor parameters are refused).
+  InferenceServiceImpl(ServiceEnv env, MappedBytes* system_shm);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const inf::ServerLiveRequest* request,

@@ -95,6 +95,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
     response->set_region_socket(regions->address());
     response->set_regions(regions->count());
     response->set_region_bytes(regions->bytes());
+    l->set_shared_memory_limit_bytes(regions->mapped()->limit());
+    response->set_shared_memory_bytes(regions->mapped()->used());
   }
   const HeapStats heap = ReadHeapStats();
   response->set_heap_allocated_bytes(heap.allocated_bytes);

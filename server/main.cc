@@ -1,5 +1,6 @@
 // tensorcompute-server: the gRPC process.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include "runtime/cpu_device.h"
 #include "server/auth.h"
 #include "server/inference_service.h"
+#include "server/mapped_bytes.h"
 #include "server/memory_release.h"
 #include "server/metrics.h"
 #include "server/resident.h"
@@ -97,9 +99,22 @@ ABSL_FLAG(std::string, region_socket, "auto",
           "Unix socket where same-host clients register shared-memory regions: a path, "
           "'@name' (abstract namespace), 'auto' ('@tensorcompute-PORT', or -PORT-PID when "
           "that is taken), or 'off'.");
-ABSL_FLAG(int64_t, region_quota_bytes, int64_t{64} << 30,
-          "Bytes of shared-memory regions one client may have registered.");
+ABSL_FLAG(int64_t, shared_memory_limit_bytes, 0,
+          "Bytes of shared memory (regions, CUDA IPC memory, KServe v2 system shared memory) "
+          "all callers together may have registered; 0: a quarter of the machine's memory "
+          "(or of the container's memory limit).");
+ABSL_FLAG(int64_t, region_quota_bytes, 0,
+          "Bytes of shared-memory regions one client may have registered; 0: "
+          "--shared_memory_limit_bytes.");
 ABSL_FLAG(int, region_max_count, 256, "Shared-memory regions one client may have registered.");
+ABSL_FLAG(int, region_max_connections, 256, "Connections the region socket keeps open at once.");
+ABSL_FLAG(int, region_connections_per_process, 16,
+          "Region socket connections one process may hold.");
+ABSL_FLAG(int, region_connections_per_user, 128,
+          "Region socket connections the processes of one user (uid) may hold.");
+ABSL_FLAG(int64_t, region_idle_seconds, 30,
+          "A region socket connection holding no region and no ticket is closed after this "
+          "long without a message.");
 ABSL_FLAG(bool, region_pin, true,
           "Pin regions for the GPU (cudaHostRegister) when they are registered, so copies to "
           "and from them run at full PCIe speed; false: copy through the staging buffers.");
@@ -130,8 +145,9 @@ void ApplyEnvironment() {
         "max_message_bytes", "max_request_bytes", "max_elements", "max_rank",
         "max_concurrent_per_device", "chunk_bytes", "resident_quota_bytes",
         "resident_max_tensors", "resident_ttl_seconds", "resident_max_ttl_seconds",
-        "unix_socket", "region_socket", "region_quota_bytes", "region_max_count", "region_pin",
-        "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
+        "unix_socket", "region_socket", "shared_memory_limit_bytes", "region_quota_bytes",
+        "region_max_count", "region_max_connections", "region_connections_per_process",
+        "region_connections_per_user", "region_idle_seconds", "region_pin", "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
         "shutdown_grace_seconds"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(var.c_str());
@@ -154,6 +170,27 @@ void Log(const std::string& line) {
 [[noreturn]] void Fail(const std::string& line, int code = 2) {
   Log(line);
   std::exit(code);
+}
+
+// The machine's memory, or the container's limit where that is lower (cgroup v2, then v1).
+int64_t MachineMemory() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  for (const char* path : {"/sys/fs/cgroup/memory.max",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream f(path);
+    int64_t limit = 0;
+    if (f >> limit && limit > 0 && limit < bytes) bytes = limit;
+  }
+  return bytes;
+}
+
+// Descriptors: the region socket's connections and tickets hold some each, besides gRPC's.
+void RaiseDescriptorLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &r);
+  }
 }
 
 // Whether --test_inject_device_fault_devices names device `index`.
@@ -442,6 +479,7 @@ int main(int argc, char** argv) {
   // joins an idle poller thread that may sleep up to 10 s more, after every call has
   // finished and everything of ours is freed. Exiting without it loses nothing.
   grpc_init();
+  RaiseDescriptorLimit();
 
   const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
   if (max_message <= 0 || max_message > INT32_MAX) {
@@ -493,14 +531,30 @@ int main(int argc, char** argv) {
   tc::server::ResidentStore resident(resident_options);
 
   // Regions start listening once the gRPC port is known (the default socket is named by it).
+  // Every kind of shared memory counts against one server-wide limit, sized by the machine.
+  int64_t shared_limit = absl::GetFlag(FLAGS_shared_memory_limit_bytes);
+  if (shared_limit < 0) Fail("--shared_memory_limit_bytes must be 0 or more");
+  if (shared_limit == 0) shared_limit = MachineMemory() / 4;
+  tc::server::MappedBytes mapped(shared_limit);
   tc::server::RegionOptions region_options;
   region_options.quota_bytes = absl::GetFlag(FLAGS_region_quota_bytes);
+  if (region_options.quota_bytes < 0) Fail("--region_quota_bytes must be 0 or more");
+  if (region_options.quota_bytes == 0) region_options.quota_bytes = shared_limit;
   region_options.max_regions = absl::GetFlag(FLAGS_region_max_count);
+  region_options.max_connections = absl::GetFlag(FLAGS_region_max_connections);
+  region_options.max_connections_per_process =
+      absl::GetFlag(FLAGS_region_connections_per_process);
+  region_options.max_connections_per_user = absl::GetFlag(FLAGS_region_connections_per_user);
+  region_options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_region_idle_seconds));
+  if (region_options.max_connections < 1 || region_options.max_connections_per_process < 1 ||
+      region_options.max_connections_per_user < 1) {
+    Fail("--region_max_connections and --region_connections_per_* must be at least 1");
+  }
   region_options.pin = absl::GetFlag(FLAGS_region_pin);
   const std::string region_socket = absl::GetFlag(FLAGS_region_socket);
   std::unique_ptr<tc::server::RegionStore> regions;
   if (region_socket != "off") {
-    regions = std::make_unique<tc::server::RegionStore>(region_options, &devices);
+    regions = std::make_unique<tc::server::RegionStore>(region_options, &devices, &mapped);
   }
 
   tc::server::Metrics metrics;
@@ -535,7 +589,7 @@ int main(int argc, char** argv) {
   tc::server::InferenceServiceImpl inference(
       tc::server::ServiceEnv{&devices, request_pool.get(), &resident, regions.get(), &metrics,
                              &auth, options, &life},
-      absl::GetFlag(FLAGS_system_shared_memory));
+      absl::GetFlag(FLAGS_system_shared_memory) ? &mapped : nullptr);
   tc::server::MemoryReleaser releaser([&life] { return life.active() > 0; },
                                       absl::GetFlag(FLAGS_malloc_cushion_bytes));
 

@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/grpc_status.h"
 #include "server/resident.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
@@ -41,7 +42,7 @@ std::string Errno(absl::string_view what) {
 absl::Status CheckRegionRange(const Region& r, int64_t offset, int64_t n, int64_t align,
                               const std::string& what) {
   if (offset < 0 || n < 0 || offset > r.bytes || n > r.bytes - offset) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": bytes [", offset, ", +", n,
+      return absl::InvalidArgumentError(absl::StrCat(what, ": bytes [", offset, ", +", n,
                                                    ") are outside region '", r.id, "' of ",
                                                    r.bytes, " bytes"));
   }
@@ -53,8 +54,8 @@ absl::Status CheckRegionRange(const Region& r, int64_t offset, int64_t n, int64_
   return absl::OkStatus();
 }
 
-RegionStore::RegionStore(RegionOptions options, runtime::DeviceSet* devices)
-    : options_(options), devices_(devices) {}
+RegionStore::RegionStore(RegionOptions options, runtime::DeviceSet* devices, MappedBytes* mapped)
+    : options_(options), devices_(devices), mapped_(mapped) {}
 
 RegionStore::~RegionStore() {
   if (server_.joinable()) {
@@ -102,53 +103,136 @@ absl::Status RegionStore::Listen(const std::string& address) {
   return absl::OkStatus();
 }
 
+bool RegionStore::OpenConnection(uint64_t connection, int64_t pid, int64_t uid,
+                                 std::string* why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int same_pid = 0, same_uid = 0;
+  for (const auto& [id, c] : open_) {
+    same_pid += pid >= 0 && c.pid == pid;
+    same_uid += uid >= 0 && c.uid == uid;
+  }
+  if (same_pid >= options_.max_connections_per_process) {
+    *why = absl::StrCat("error this process has ", same_pid,
+                        " connections to the region socket, its limit: use one");
+    return false;
+  }
+  if (same_uid >= options_.max_connections_per_user) {
+    *why = absl::StrCat("error this user has ", same_uid,
+                        " connections to the region socket, its limit");
+    return false;
+  }
+  if (static_cast<int>(open_.size()) >= options_.max_connections) {
+    *why = absl::StrCat("error the region socket has ", open_.size(),
+                        " connections, each holding regions or tickets: try again later");
+    return false;
+  }
+  open_[connection] = Connection{pid, uid, absl::Now(), 0};
+  return true;
+}
+
+void RegionStore::CloseConnection(uint64_t connection) { Drop(connection); }
+
+int RegionStore::connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(open_.size());
+}
+
+std::vector<uint64_t> RegionStore::IdleConnections(absl::Time now, bool one) const {
+  std::vector<uint64_t> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  const Connection* oldest = nullptr;
+  uint64_t oldest_id = 0;
+  for (const auto& [id, c] : open_) {
+    if (c.held > 0) continue;
+    if (one) {
+      if (oldest == nullptr || c.last_active < oldest->last_active) {
+        oldest = &c;
+        oldest_id = id;
+      }
+    } else if (now - c.last_active >= options_.idle_timeout) {
+      out.push_back(id);
+    }
+  }
+  if (oldest != nullptr) out.push_back(oldest_id);
+  return out;
+}
+
 void RegionStore::Serve() {
   // Index 0: the wake-up, 1: the listening socket, then one entry per connection.
   std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
   std::vector<uint64_t> ids = {0, 0};
   uint64_t next_id = 1;
+  auto close_at = [&](size_t i) {
+    close(fds[i].fd);
+    Drop(ids[i]);
+    fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(i));
+    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  auto close_ids = [&](const std::vector<uint64_t>& gone) {
+    for (uint64_t id : gone) {
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (ids[i] == id) {
+          close_at(i);
+          break;
+        }
+      }
+    }
+  };
   for (;;) {
     const int n = poll(fds.data(), fds.size(), 1000);
-    ExpireTickets(absl::Now());
+    const absl::Time now = absl::Now();
+    ExpireTickets(now);
+    close_ids(IdleConnections(now, /*one=*/false));
     if (n < 0 && errno != EINTR) return;
     if (n <= 0) continue;
     if (fds[0].revents != 0) break;
-    if (fds[1].revents & POLLIN) {
-      for (;;) {
-        const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) break;
-        if (static_cast<int>(fds.size()) - 2 >= options_.max_connections) {
-          close(c);
-          continue;
-        }
-        fds.push_back({c, POLLIN, 0});
-        ids.push_back(next_id++);
-        std::lock_guard<std::mutex> lock(mu_);
-        open_.insert(ids.back());
-      }
-    }
+    // Requests on connections already open first: a burst of new ones waits a turn.
     for (size_t i = fds.size(); i-- > 2;) {
       bool drop = (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
       if (!drop && (fds[i].revents & POLLIN)) {
-        const std::string reply = Handle(fds[i].fd, ids[i]);
+        const std::string reply = Receive(fds[i].fd, ids[i]);
         if (reply.empty()) {
           drop = true;
         } else if (send(fds[i].fd, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) {
           drop = true;
         }
       }
-      if (drop) {
-        close(fds[i].fd);
-        Drop(ids[i]);
-        fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(i));
-        ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(i));
+      if (drop) close_at(i);
+    }
+    if (fds[1].revents & POLLIN) {
+      for (;;) {
+        const int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (c < 0) break;
+        ucred cred{};
+        socklen_t cred_len = sizeof(cred);
+        int64_t pid = -1, uid = -1;
+        if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) == 0) {
+          pid = cred.pid;
+          uid = cred.uid;
+        }
+        std::string why;
+        bool opened = OpenConnection(next_id, pid, uid, &why);
+        if (!opened && connections() >= options_.max_connections) {
+          // Full, and this caller within its own limits: the connection idle longest that
+          // holds nothing makes room.
+          close_ids(IdleConnections(now, /*one=*/true));
+          opened = OpenConnection(next_id, pid, uid, &why);
+        }
+        if (!opened) {
+          // The refusal is the one reply the caller reads (to its first message).
+          (void)!send(c, why.data(), why.size(), MSG_NOSIGNAL);
+          close(c);
+          continue;
+        }
+        fds.push_back({c, POLLIN, 0});
+        ids.push_back(next_id++);
       }
     }
   }
   for (size_t i = 2; i < fds.size(); ++i) close(fds[i].fd);
 }
 
-std::string RegionStore::Handle(int conn, uint64_t connection) {
+std::string RegionStore::Receive(int conn, uint64_t connection) {
   char buf[kMaxMessage];
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
   iovec iov{buf, sizeof(buf)};
@@ -170,46 +254,65 @@ std::string RegionStore::Handle(int conn, uint64_t connection) {
       received.push_back(fd);
     }
   }
-  std::string reply;
-  const absl::string_view text(buf, static_cast<size_t>(got));
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
-    reply = "error message too long or too many descriptors: send \"register\" with one";
-  } else if (absl::StartsWith(text, "cuda ") && received.empty()) {
+    for (int fd : received) close(fd);
+    return "error message too long or too many descriptors: send \"register\" with one";
+  }
+  return HandleMessage(absl::string_view(buf, static_cast<size_t>(got)), std::move(received),
+                       connection);
+}
+
+std::string RegionStore::HandleMessage(absl::string_view text, std::vector<int> fds,
+                                       uint64_t connection) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = open_.find(connection); it != open_.end()) it->second.last_active = absl::Now();
+  }
+  std::string reply;
+  if (text.size() > kMaxMessage) {
+    reply = "error message too long: send \"register\" with one descriptor";
+  } else if (absl::StartsWith(text, "cuda ") && fds.empty()) {
     reply = RegisterCuda(text.substr(5), connection);
   } else if (text != "register") {
     reply = "error unknown message: send \"register\" with a memfd attached (SCM_RIGHTS), or "
             "\"cuda UUID HANDLE\"";
-  } else if (received.size() != 1) {
+  } else if (fds.size() != 1) {
     reply = "error \"register\" needs exactly one file descriptor attached (SCM_RIGHTS)";
   } else {
-    reply = Register(received[0], connection);
-    received.clear();  // Register closed it.
+    reply = Register(fds[0], connection);
+    fds.clear();  // Register took it.
   }
-  for (int fd : received) close(fd);
+  for (int fd : fds) close(fd);
   return reply;
 }
 
-std::string RegionStore::CheckPending(uint64_t connection) {
+std::string RegionStore::Ticket(Pending pending) {
+  const uint64_t connection = pending.connection;
   std::lock_guard<std::mutex> lock(mu_);
-  int pending = 0;
-  for (const auto& [ticket, p] : pending_) pending += p.region->connection == connection;
-  if (pending >= options_.max_pending) {
-    return absl::StrCat("more than ", options_.max_pending,
-                        " tickets not yet claimed on this connection");
+  auto conn = open_.find(connection);
+  if (conn == open_.end()) return "error the connection is closing";
+  int mine = 0;
+  for (const auto& [ticket, p] : pending_) mine += p.connection == connection;
+  if (mine >= options_.max_pending) {
+    return absl::StrCat("error more than ", options_.max_pending,
+                        " tickets not yet claimed on this connection: claim them "
+                        "(RegisterRegion) first");
   }
-  return std::string();
-}
-
-std::string RegionStore::Ticket(std::shared_ptr<Region> region) {
+  if (static_cast<int>(pending_.size()) >= options_.max_pending_total) {
+    return absl::StrCat("error the server holds ", pending_.size(),
+                        " tickets not yet claimed, its limit: try again later");
+  }
   const std::string ticket = NewHandle();
-  const int64_t bytes = region->bytes;
-  std::lock_guard<std::mutex> lock(mu_);
-  pending_[ticket] = Pending{std::move(region), absl::Now() + options_.ticket_ttl};
-  return absl::StrCat("ticket ", ticket, " ", bytes);
+  const int64_t bytes = pending.bytes;
+  const bool sized = pending.fd != nullptr;
+  pending.expires = absl::Now() + options_.ticket_ttl;
+  pending_[ticket] = std::move(pending);
+  conn->second.held += 1;
+  // A handle's extent is known once it is opened, at the claim.
+  return sized ? absl::StrCat("ticket ", ticket, " ", bytes) : absl::StrCat("ticket ", ticket);
 }
 
 std::string RegionStore::RegisterCuda(absl::string_view args, uint64_t connection) {
-  if (std::string busy = CheckPending(connection); !busy.empty()) return "error " + busy;
   const size_t space = args.find(' ');
   const absl::string_view uuid = args.substr(0, space);
   const absl::string_view hex = space == absl::string_view::npos ? "" : args.substr(space + 1);
@@ -218,7 +321,7 @@ std::string RegionStore::RegisterCuda(absl::string_view args, uint64_t connectio
     if (!uuid.empty() && devices_->at(i).info().uuid == uuid) device = &devices_->at(i);
   }
   if (device == nullptr) {
-    return absl::StrCat("error no GPU of this server has UUID '", uuid,
+    return absl::StrCat("error no GPU of this server has UUID '", Echo(uuid),
                         "' (ServerInfo lists its devices; the memory must be on one of them)");
   }
   if (device->failed()) return absl::StrCat("error ", device->health().message());
@@ -226,14 +329,11 @@ std::string RegionStore::RegisterCuda(absl::string_view args, uint64_t connectio
       !std::all_of(hex.begin(), hex.end(), [](char c) { return absl::ascii_isxdigit(c); })) {
     return "error the CUDA IPC handle must be given as hex digits";
   }
-  auto opened = device->OpenIpc(absl::HexStringToBytes(hex));
-  if (!opened.ok()) return absl::StrCat("error ", opened.status().message());
-  if (opened->bytes > options_.quota_bytes) {
-    return absl::StrCat("error a region of ", opened->bytes,
-                        " bytes exceeds this server's quota of ", options_.quota_bytes, " bytes");
-  }
-  return Ticket(std::make_shared<Region>(opened->data, opened->bytes, true, connection,
-                                         std::move(opened->closer), device));
+  Pending p;
+  p.ipc_handle = absl::HexStringToBytes(hex);
+  p.device = device;
+  p.connection = connection;
+  return Ticket(std::move(p));
 }
 
 std::string RegionStore::Register(int fd, uint64_t connection) {
@@ -241,7 +341,6 @@ std::string RegionStore::Register(int fd, uint64_t connection) {
     close(fd);
     return "error " + why;
   };
-  if (std::string busy = CheckPending(connection); !busy.empty()) return fail(busy);
   // Only a file that can be sealed against shrinking: a truncated mapping raises SIGBUS in
   // whoever touches it, and the seal makes truncation impossible from here on.
   int seals = fcntl(fd, F_GET_SEALS);
@@ -250,8 +349,18 @@ std::string RegionStore::Register(int fd, uint64_t connection) {
                 "memfd_create(name, MFD_ALLOW_SEALING)");
   }
   if ((seals & F_SEAL_SHRINK) == 0) {
+    if ((seals & F_SEAL_SEAL) != 0) {
+      return fail("the memfd cannot be sealed against shrinking: F_SEAL_SEAL is set without "
+                  "F_SEAL_SHRINK (add F_SEAL_SHRINK before F_SEAL_SEAL, or leave both)");
+    }
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
-      return fail("the memfd cannot be sealed against shrinking (F_SEAL_SEAL is set)");
+      const int flags = fcntl(fd, F_GETFL);
+      if (flags >= 0 && (flags & O_ACCMODE) == O_RDONLY) {
+        return fail("the memfd was sent read-only, so it cannot be sealed against shrinking: "
+                    "send a read-write descriptor (add F_SEAL_WRITE to make the region "
+                    "input-only), or seal it with F_SEAL_SHRINK before sending");
+      }
+      return fail(Errno("the memfd cannot be sealed against shrinking"));
     }
     seals |= F_SEAL_SHRINK;
   }
@@ -261,19 +370,59 @@ std::string RegionStore::Register(int fd, uint64_t connection) {
   if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
     return fail("the memfd is empty; size it (ftruncate) before registering it");
   }
-  if (st.st_size > options_.quota_bytes) {
-    return fail(absl::StrCat("a region of ", st.st_size, " bytes exceeds this server's quota of ",
-                             options_.quota_bytes, " bytes"));
+  if (st.st_size > options_.quota_bytes || st.st_size > mapped_->limit()) {
+    return fail(absl::StrCat("a region of ", st.st_size, " bytes exceeds this server's ",
+                             st.st_size > options_.quota_bytes ? "per-client quota" : "limit",
+                             " of ", std::min(options_.quota_bytes, mapped_->limit()),
+                             " bytes"));
   }
-  const bool writable = (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0;
+  Pending p;
+  p.fd = std::shared_ptr<const int>(new int(fd), [](const int* q) {
+    close(*q);
+    delete q;
+  });
+  p.bytes = st.st_size;
+  // A write seal now or later makes the server's mapping read-only (a shared writable
+  // mapping of a write-sealed memfd cannot be made).
+  const int flags = fcntl(fd, F_GETFL);
+  p.writable = (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0 && flags >= 0 &&
+               (flags & O_ACCMODE) != O_RDONLY;
+  p.connection = connection;
+  return Ticket(std::move(p));
+}
+
+absl::StatusOr<std::shared_ptr<Region>> RegionStore::Materialize(const Pending& p) {
+  if (p.fd == nullptr) {
+    if (p.device->failed()) return p.device->health();
+    auto opened = p.device->OpenIpc(p.ipc_handle);
+    if (!opened.ok()) return absl::InvalidArgumentError(opened.status().message());
+    if (opened->bytes > options_.quota_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("a region of ", opened->bytes, " bytes exceeds this server's quota of ",
+                       options_.quota_bytes, " bytes"));
+    }
+    auto charge = mapped_->Charge(opened->bytes, "the CUDA IPC memory");
+    if (!charge.ok()) return charge.status();
+    return std::make_shared<Region>(opened->data, opened->bytes, true, p.connection,
+                                    std::move(opened->closer), p.device, *std::move(charge));
+  }
+  auto charge = mapped_->Charge(p.bytes, "the region");
+  if (!charge.ok()) return charge.status();
+  // The seals may have changed since the ticket: a write seal added since makes a writable
+  // shared mapping impossible.
+  const int seals = fcntl(*p.fd, F_GET_SEALS);
+  const bool writable = p.writable && seals >= 0 &&
+                        (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0;
   const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-  void* p = mmap(nullptr, static_cast<size_t>(st.st_size), prot, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return "error " + Errno("mmap");
-  const auto size = static_cast<size_t>(st.st_size);
-  std::shared_ptr<void> mapping(p, [size](void* q) { munmap(q, size); });
-  return Ticket(std::make_shared<Region>(static_cast<std::byte*>(p), st.st_size, writable,
-                                         connection, std::move(mapping)));
+  const auto size = static_cast<size_t>(p.bytes);
+  void* m = mmap(nullptr, size, prot, MAP_SHARED, *p.fd, 0);
+  if (m == MAP_FAILED) {
+    const std::string why = Errno(absl::StrCat("mapping the region's ", p.bytes, " bytes"));
+    return errno == ENOMEM ? absl::ResourceExhaustedError(why) : absl::InvalidArgumentError(why);
+  }
+  std::shared_ptr<void> mapping(m, [size](void* q) { munmap(q, size); });
+  return std::make_shared<Region>(static_cast<std::byte*>(m), p.bytes, writable, p.connection,
+                                  std::move(mapping), nullptr, *std::move(charge));
 }
 
 absl::Status RegionStore::QuotaLocked(const std::string& owner, int64_t bytes) const {
@@ -291,7 +440,7 @@ absl::Status RegionStore::QuotaLocked(const std::string& owner, int64_t bytes) c
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& owner,
                                                           const std::string& ticket,
                                                           const std::string& name) {
-  std::shared_ptr<Region> region;
+  Pending p;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pending_.find(ticket);
@@ -300,12 +449,20 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& ow
           "no such region ticket (unknown, already claimed, expired, or its socket connection "
           "closed)");
     }
-    region = std::move(it->second.region);
+    p = std::move(it->second);
     pending_.erase(it);
-    if (auto q = QuotaLocked(owner, region->bytes); !q.ok()) return q;
+    if (auto c = open_.find(p.connection); c != open_.end()) {
+      c->second.held -= 1;
+      c->second.last_active = absl::Now();  // Not idle while its region is made.
+    }
+    // A handle's size is known once it is opened: its count and the bytes so far first.
+    if (auto q = QuotaLocked(owner, p.bytes); !q.ok()) return q;
   }
-  // Host memory is pinned for the GPU before anyone can use it, outside the lock (pinning a
-  // large mapping takes milliseconds).
+  // Mapped (or opened) and pinned for the GPU before anyone can use it, outside the lock
+  // (pinning a large mapping takes milliseconds).
+  auto made = Materialize(p);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<Region> region = *std::move(made);
   for (int i = 0; options_.pin && region->device == nullptr && i < devices_->size() &&
                   region->pin == nullptr;
        ++i) {
@@ -326,6 +483,7 @@ void RegionStore::AddLocked(const std::string& owner, const std::string& name,
   u.regions += 1;
   u.bytes += region->bytes;
   total_bytes_ += region->bytes;
+  if (auto c = open_.find(region->connection); c != open_.end()) c->second.held += 1;
   region->id = NewHandle();
   region->owner = owner;
   region->name = name;
@@ -353,7 +511,7 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Find(const std::string& own
   auto it = regions_.find(id);
   if (it == regions_.end() || it->second->owner != owner) {
     return absl::NotFoundError(absl::StrCat(
-        "no such region '", id, "' (unknown, unregistered, or its client disconnected)"));
+        "no such region '", Echo(id), "' (unknown, unregistered, or its client disconnected)"));
   }
   return it->second;
 }
@@ -368,6 +526,10 @@ void RegionStore::Remove(const std::string& id) {
     if (--u->second.regions == 0) usage_.erase(u);
   }
   total_bytes_ -= r.bytes;
+  if (auto c = open_.find(r.connection); c != open_.end()) {
+    c->second.held -= 1;
+    c->second.last_active = absl::Now();
+  }
   regions_.erase(it);
 }
 
@@ -376,7 +538,7 @@ absl::Status RegionStore::Unregister(const std::string& owner, const std::string
   std::lock_guard<std::mutex> lock(mu_);
   auto it = regions_.find(id);
   if (it == regions_.end() || it->second->owner != owner) {
-    return absl::NotFoundError(absl::StrCat("no such region '", id, "'"));
+    return absl::NotFoundError(absl::StrCat("no such region '", Echo(id), "'"));
   }
   gone = it->second;
   Remove(id);
@@ -384,14 +546,16 @@ absl::Status RegionStore::Unregister(const std::string& owner, const std::string
 }
 
 void RegionStore::Drop(uint64_t connection) {
-  // Unmapped (and unpinned) outside the lock, once no request holds them.
+  // Unmapped (and unpinned) outside the lock, once no request holds them; descriptors of
+  // tickets closed there too.
   std::vector<std::shared_ptr<Region>> gone;
+  std::vector<Pending> dropped;
   std::lock_guard<std::mutex> lock(mu_);
   open_.erase(connection);
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto next = std::next(it);
-    if (it->second.region->connection == connection) {
-      gone.push_back(std::move(it->second.region));
+    if (it->second.connection == connection) {
+      dropped.push_back(std::move(it->second));
       pending_.erase(it);
     }
     it = next;
@@ -407,12 +571,16 @@ void RegionStore::Drop(uint64_t connection) {
 }
 
 void RegionStore::ExpireTickets(absl::Time now) {
-  std::vector<std::shared_ptr<Region>> gone;
+  std::vector<Pending> gone;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto next = std::next(it);
     if (it->second.expires <= now) {
-      gone.push_back(std::move(it->second.region));
+      if (auto c = open_.find(it->second.connection); c != open_.end()) {
+        c->second.held -= 1;
+        c->second.last_active = now;
+      }
+      gone.push_back(std::move(it->second));
       pending_.erase(it);
     }
     it = next;

@@ -1,13 +1,17 @@
 // Shared-memory regions (DESIGN decision 12): memory a caller on the server's host shares with
 // it, so that tensors cross no socket. The caller sends a memfd over a Unix socket
 // (SCM_RIGHTS); the server seals the file against shrinking, so that no later truncation can
-// fault a mapping (no SIGBUS, whatever the caller does), maps it whole, and answers with a
-// one-time ticket. GPU memory comes the same way as a CUDA IPC handle, opened on the device
-// whose UUID the caller names, with the allocation's extent taken from the driver. The caller
-// claims the ticket over gRPC, which binds the region to its identity as resident tensors are
-// bound. A region ends when its owner unregisters it or when
-// the socket connection it came over closes; requests using it keep the mapping until they
-// finish.
+// fault a mapping (no SIGBUS, whatever the caller does), and answers with a one-time ticket.
+// GPU memory comes the same way as a CUDA IPC handle for the device whose UUID the caller
+// names. The caller claims the ticket over gRPC, which binds the region to its identity as
+// resident tensors are bound; only then, within that identity's quota and the server-wide cap
+// (MappedBytes), is the memfd mapped or the handle opened (its extent taken from the driver).
+// A region ends when its owner unregisters it or when the socket connection it came over
+// closes; requests using it keep the mapping until they finish.
+//
+// The socket is open to every local process, so it bounds what any one of them can hold:
+// connections per process and per user, tickets per connection and in all, and connections
+// that hold nothing are closed when idle, or to make room for a new caller.
 #pragma once
 
 #include <atomic>
@@ -20,11 +24,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/device.h"
+#include "server/mapped_bytes.h"
 
 namespace tc::server {
 
@@ -32,11 +36,16 @@ namespace tc::server {
 // through CUDA IPC (on `device`).
 struct Region {
   // `memory` unmaps or closes it when the last user lets go.
+  // `charge`: its bytes counted against the server-wide cap, given back after `memory` goes.
   Region(std::byte* base, int64_t bytes, bool writable, uint64_t connection,
-         std::shared_ptr<void> memory, runtime::Device* device = nullptr)
+         std::shared_ptr<void> memory, runtime::Device* device = nullptr,
+         std::shared_ptr<void> charge = nullptr)
       : base(base), bytes(bytes), writable(writable), connection(connection), device(device),
-        memory_(std::move(memory)) {}
-  ~Region() { pin.reset(); }
+        charge_(std::move(charge)), memory_(std::move(memory)) {}
+  ~Region() {
+    pin.reset();
+    memory_.reset();
+  }
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
@@ -56,6 +65,7 @@ struct Region {
   std::shared_ptr<void> pin;
 
  private:
+  std::shared_ptr<void> charge_;
   std::shared_ptr<void> memory_;
 };
 
@@ -63,9 +73,17 @@ struct RegionOptions {
   // Bytes and regions one identity may have registered.
   int64_t quota_bytes = int64_t{64} << 30;
   int max_regions = 256;
-  // Socket connections at once, and tickets not yet claimed per connection.
+  // Socket connections at once, from one process, and from one user (uid); a new caller over
+  // a limit is told so in the socket's one reply before it closes.
   int max_connections = 256;
+  int max_connections_per_process = 16;
+  int max_connections_per_user = 128;
+  // A connection that holds no ticket and no region and has sent nothing for this long is
+  // closed (and the longest idle such one, sooner, when a new caller needs its place).
+  absl::Duration idle_timeout = absl::Seconds(30);
+  // Tickets not yet claimed, per connection and in all (each keeps a descriptor open).
   int max_pending = 16;
+  int max_pending_total = 1024;
   absl::Duration ticket_ttl = absl::Seconds(60);
   // Pin claimed regions for the GPU (cudaHostRegister); off, copies stage through the
   // devices' pinned buffers instead.
@@ -75,15 +93,18 @@ struct RegionOptions {
 class RegionStore {
  public:
   // `devices` pin claimed regions (the first device that pins at all).
-  RegionStore(RegionOptions options, runtime::DeviceSet* devices);
+  // `mapped`: the server-wide cap every region counts against; it outlives the store.
+  RegionStore(RegionOptions options, runtime::DeviceSet* devices, MappedBytes* mapped);
   ~RegionStore();
 
   // Listens on `address`: a filesystem path, or "@name" in the abstract namespace.
   absl::Status Listen(const std::string& address);
   const std::string& address() const { return address_; }
   const RegionOptions& options() const { return options_; }
+  MappedBytes* mapped() const { return mapped_; }
 
-  // Binds the ticket's region to `owner`. NOT_FOUND for unknown and expired tickets.
+  // Binds the ticket's region to `owner`, and maps (or opens) it. NOT_FOUND for unknown and
+  // expired tickets, RESOURCE_EXHAUSTED past the owner's quota or the server-wide cap.
   absl::StatusOr<std::shared_ptr<Region>> Claim(const std::string& owner,
                                                const std::string& ticket,
                                                const std::string& name);
@@ -102,25 +123,51 @@ class RegionStore {
 
   int64_t count() const;
   int64_t bytes() const;
+  // Socket connections open now.
+  int connections() const;
+
+  // Handles one message as it came over connection `connection` (`text`, and the descriptors
+  // attached, which it takes); returns the reply. The socket's own path, and the fuzzer's.
+  std::string HandleMessage(absl::string_view text, std::vector<int> fds, uint64_t connection);
+  // A connection as the socket accepts one (the fuzzer's way in); false when a limit refuses
+  // it, with the reason in `why`. Closed with CloseConnection.
+  bool OpenConnection(uint64_t connection, int64_t pid, int64_t uid, std::string* why);
+  void CloseConnection(uint64_t connection);
 
  private:
+  // What a ticket stands for until it is claimed: a sealed memfd, or a CUDA IPC handle. Nothing
+  // is mapped or opened yet.
   struct Pending {
-    std::shared_ptr<Region> region;
+    std::shared_ptr<const int> fd;  // the memfd (closed when the last copy goes)
+    int64_t bytes = 0;              // its size; for a handle, known once opened
+    bool writable = true;
+    std::string ipc_handle;
+    runtime::Device* device = nullptr;
+    uint64_t connection = 0;
     absl::Time expires;
   };
+  struct Connection {
+    int64_t pid = -1;
+    int64_t uid = -1;
+    absl::Time last_active;
+    // Tickets pending and regions registered over it.
+    int held = 0;
+  };
   void Serve();
-  // Handles one message on a connection; returns the reply.
-  std::string Handle(int conn, uint64_t connection);
+  // Reads one message off a connection; returns the reply (empty: the connection ends).
+  std::string Receive(int conn, uint64_t connection);
   std::string Register(int fd, uint64_t connection);
   // "cuda UUID HANDLE": GPU memory shared through CUDA IPC.
   std::string RegisterCuda(absl::string_view args, uint64_t connection);
-  // The reply for a region waiting to be claimed.
-  std::string Ticket(std::shared_ptr<Region> region);
-  // Refuses another ticket on a connection that holds too many unclaimed.
-  std::string CheckPending(uint64_t connection);
+  // Issues a ticket unless the connection, or the server, holds too many unclaimed.
+  std::string Ticket(Pending pending);
+  // The region a claimed ticket stands for, mapped or opened and charged to the cap.
+  absl::StatusOr<std::shared_ptr<Region>> Materialize(const Pending& p);
   // Ends every region and ticket of a connection.
   void Drop(uint64_t connection);
   void ExpireTickets(absl::Time now);
+  // Connections idle past the timeout (or the longest idle one when `one`), to close.
+  std::vector<uint64_t> IdleConnections(absl::Time now, bool one) const;
   void Remove(const std::string& id);
   // RESOURCE_EXHAUSTED when `owner` cannot register `bytes` more. Takes mu_ held.
   absl::Status QuotaLocked(const std::string& owner, int64_t bytes) const;
@@ -130,6 +177,7 @@ class RegionStore {
 
   RegionOptions options_;
   runtime::DeviceSet* devices_;
+  MappedBytes* mapped_;
   std::string address_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
@@ -145,7 +193,7 @@ class RegionStore {
   absl::flat_hash_map<std::string, Usage> usage_;
   int64_t total_bytes_ = 0;
   // Socket connections still open: a region whose connection closed is not published.
-  absl::flat_hash_set<uint64_t> open_;
+  absl::flat_hash_map<uint64_t, Connection> open_;
 };
 
 // Reaches every byte of [offset, offset + n) inside the region, with n >= 0; INVALID_ARGUMENT

@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
 
 namespace tc::server {
 
@@ -32,7 +35,15 @@ SystemShm::~SystemShm() { close(fd); }
 
 absl::Status SystemShm::Read(int64_t at, int64_t n, std::string* out) const {
   if (absl::Status s = CheckRange(*this, at, n); !s.ok()) return s;
-  out->resize(static_cast<size_t>(n));
+  try {
+    out->resize(static_cast<size_t>(n));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no memory for the ", n, " bytes of shared-memory region '", name, "'"));
+  } catch (const std::length_error&) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no memory for the ", n, " bytes of shared-memory region '", name, "'"));
+  }
   int64_t done = 0;
   while (done < n) {
     const ssize_t got = pread(fd, out->data() + done, static_cast<size_t>(n - done),
@@ -76,13 +87,16 @@ absl::Status SystemShm::Write(int64_t at, const std::string& data) const {
 absl::Status SystemShmStore::Register(const std::string& owner, const std::string& name,
                                       const std::string& key, int64_t offset, int64_t bytes) {
   if (name.empty()) return absl::InvalidArgumentError("a shared-memory region needs a name");
-  // shm_open names: one component after the leading slash.
+  if (name.size() > 256) {
+    return absl::InvalidArgumentError("a shared-memory region's name is at most 256 bytes");
+  }
+  // shm_open names: one component after the leading slash, a C string.
   const std::string object = absl::StartsWith(key, "/") ? key : "/" + key;
   if (object.size() < 2 || object.size() > 255 || object.find('/', 1) != std::string::npos ||
-      object == "/." || object == "/..") {
+      object.find('\0') != std::string::npos || object == "/." || object == "/..") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", key, "' is not a shared-memory key: a name as given to shm_open, one path "
-        "component"));
+        "'", Echo(key), "' is not a shared-memory key: a name as given to shm_open, one path "
+        "component of at most 254 bytes, no NUL"));
   }
   if (offset < 0 || bytes <= 0 || offset > INT64_MAX - bytes) {
     return absl::InvalidArgumentError(absl::StrCat("offset ", offset, " and byte_size ", bytes,
@@ -94,7 +108,7 @@ absl::Status SystemShmStore::Register(const std::string& owner, const std::strin
     if (it != regions_.end()) {
       if (it->second.contains(name)) {
         return absl::AlreadyExistsError(
-            absl::StrCat("a shared-memory region named '", name, "' is already registered"));
+            absl::StrCat("a shared-memory region named '", Echo(name), "' is already registered"));
       }
       if (static_cast<int>(it->second.size()) >= max_regions_) {
         return absl::ResourceExhaustedError(absl::StrCat(
@@ -106,20 +120,32 @@ absl::Status SystemShmStore::Register(const std::string& owner, const std::strin
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT) {
-      return absl::NotFoundError(absl::StrCat("no shared-memory object '", key, "' on this host"));
+      return absl::NotFoundError(
+          absl::StrCat("no shared-memory object '", Echo(key), "' on this host"));
     }
     return absl::InvalidArgumentError(
-        absl::StrCat("shared-memory object '", key, "' cannot be opened: ", ErrnoText(e)));
+        absl::StrCat("shared-memory object '", Echo(key), "' cannot be opened: ", ErrnoText(e)));
   }
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < offset + bytes) {
-    const int64_t size = S_ISREG(st.st_mode) ? static_cast<int64_t>(st.st_size) : -1;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
-        "shared-memory object '", key, "' is ", size, " bytes: [", offset, ", ", offset + bytes,
-        ") is not inside it"));
+        "shared-memory object '", Echo(key), "' is not a regular file (a FIFO, socket or "
+        "device): only shared-memory objects are taken"));
   }
-  auto region = std::make_shared<const SystemShm>(name, key, fd, offset, bytes);
+  if (st.st_size < offset + bytes) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared-memory object '", Echo(key), "' is ", st.st_size, " bytes: [", offset, ", ",
+        offset + bytes, ") is not inside it"));
+  }
+  auto charge = mapped_->Charge(bytes, absl::StrCat("shared-memory region '", Echo(name), "'"));
+  if (!charge.ok()) {
+    close(fd);
+    return charge.status();
+  }
+  auto region =
+      std::make_shared<const SystemShm>(name, key, fd, offset, bytes, *std::move(charge));
   std::lock_guard<std::mutex> lock(mu_);
   auto& mine = regions_[owner];
   if (static_cast<int>(mine.size()) >= max_regions_) {
@@ -128,7 +154,7 @@ absl::Status SystemShmStore::Register(const std::string& owner, const std::strin
   }
   if (!mine.emplace(name, std::move(region)).second) {
     return absl::AlreadyExistsError(
-        absl::StrCat("a shared-memory region named '", name, "' is already registered"));
+        absl::StrCat("a shared-memory region named '", Echo(name), "' is already registered"));
   }
   return absl::OkStatus();
 }
@@ -141,7 +167,7 @@ absl::Status SystemShmStore::Unregister(const std::string& owner, const std::str
     return absl::OkStatus();
   }
   if (it == regions_.end() || it->second.erase(name) == 0) {
-    return absl::NotFoundError(absl::StrCat("no shared-memory region named '", name, "'"));
+    return absl::NotFoundError(absl::StrCat("no shared-memory region named '", Echo(name), "'"));
   }
   if (it->second.empty()) regions_.erase(it);
   return absl::OkStatus();
@@ -155,7 +181,7 @@ absl::StatusOr<std::shared_ptr<const SystemShm>> SystemShmStore::Find(
     auto r = it->second.find(name);
     if (r != it->second.end()) return r->second;
   }
-  return absl::NotFoundError(absl::StrCat("no shared-memory region named '", name,
+  return absl::NotFoundError(absl::StrCat("no shared-memory region named '", Echo(name),
                                           "' is registered (SystemSharedMemoryRegister)"));
 }
 

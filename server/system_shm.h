@@ -15,19 +15,24 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/mapped_bytes.h"
 
 namespace tc::server {
 
 struct SystemShm {
-  SystemShm(std::string name, std::string key, int fd, int64_t offset, int64_t bytes)
-      : name(std::move(name)), key(std::move(key)), fd(fd), offset(offset), bytes(bytes) {}
+  // `charge`: `bytes` counted against the server-wide cap while the registration lives.
+  SystemShm(std::string name, std::string key, int fd, int64_t offset, int64_t bytes,
+            std::shared_ptr<void> charge)
+      : name(std::move(name)), key(std::move(key)), fd(fd), offset(offset), bytes(bytes),
+        charge_(std::move(charge)) {}
   ~SystemShm();
   SystemShm(const SystemShm&) = delete;
   SystemShm& operator=(const SystemShm&) = delete;
 
   // Reads [at, at + n) of the registered range into `out`; writes `data` at `at`. n and the
   // range are checked against the registration, and a short read or write (the object shrank
-  // since) is FAILED_PRECONDITION.
+  // since) is FAILED_PRECONDITION; RESOURCE_EXHAUSTED where `out` cannot grow to n bytes (the
+  // caller has counted them against a budget first).
   absl::Status Read(int64_t at, int64_t n, std::string* out) const;
   absl::Status Write(int64_t at, const std::string& data) const;
 
@@ -37,12 +42,17 @@ struct SystemShm {
   // The registered range of the object.
   const int64_t offset;
   const int64_t bytes;
+
+ private:
+  std::shared_ptr<void> charge_;
 };
 
 class SystemShmStore {
  public:
-  // `max_regions` per identity.
-  explicit SystemShmStore(int max_regions) : max_regions_(max_regions) {}
+  // `max_regions` per identity; every registration's bytes count against `mapped`, which
+  // outlives the store.
+  SystemShmStore(int max_regions, MappedBytes* mapped)
+      : max_regions_(max_regions), mapped_(mapped) {}
 
   // Opens the object `key` ("/name" or "name") read-write and registers [offset, offset +
   // bytes) of it as `name` for `owner`. ALREADY_EXISTS for a name the owner uses, NOT_FOUND
@@ -60,6 +70,7 @@ class SystemShmStore {
 
  private:
   const int max_regions_;
+  MappedBytes* const mapped_;
   mutable std::mutex mu_;
   // owner -> name -> region.
   absl::flat_hash_map<std::string,

@@ -625,6 +625,81 @@ class KServeV2SharedMemoryTest(unittest.TestCase):
         self.assertEqual(len(status.regions), 0)
 
 
+class KServeV2SharedMemoryLimitsTest(unittest.TestCase):
+    """System shared memory against the server's memory: bytes read out of an object count
+    against the device budget, registrations against the server-wide shared-memory limit, and
+    keys that are not plain shared-memory objects are refused by name."""
+    BUDGET = 64 << 20
+    LIMIT = 200 << 20
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.target = start_server(ARGS.server, f"--backend={ARGS.backend}",
+                                            "--system_shared_memory",
+                                            f"--memory_budget={cls.BUDGET}",
+                                            f"--shared_memory_limit_bytes={cls.LIMIT}")
+        cls.channel = grpc.insecure_channel(cls.target)
+        cls.stub = v2_grpc.GRPCInferenceServiceStub(cls.channel)
+        # Sparse: nothing is allocated until written.
+        cls.shm = shared_memory.SharedMemory(create=True, size=256 << 20)
+        cls.key = "/" + cls.shm.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.shm.close()
+        cls.shm.unlink()
+        stop_server(cls.proc)
+
+    def tearDown(self):
+        self.stub.SystemSharedMemoryUnregister(v2.SystemSharedMemoryUnregisterRequest(), timeout=10)
+
+    def register(self, name, byte_size, key=None):
+        return self.stub.SystemSharedMemoryRegister(v2.SystemSharedMemoryRegisterRequest(
+            name=name, key=key or self.key, byte_size=byte_size), timeout=10)
+
+    def test_reads_count_against_the_memory_budget(self):
+        self.register("big", 128 << 20)
+        req = v2.ModelInferRequest(model_name="abs")
+        shm_input(req, "INPUT0", "UINT8", [128 << 20], "big", 128 << 20)
+        details = rpc_error(self, grpc.StatusCode.RESOURCE_EXHAUSTED, self.stub.ModelInfer, req,
+                            timeout=60)
+        self.assertIn("in shared memory", details)
+        self.assertTrue(self.stub.ServerReady(v2.ServerReadyRequest(), timeout=10).ready)
+        # Within the budget it is read, and the budget is whole again after each request.
+        np.ndarray((1 << 20,), np.int8, buffer=self.shm.buf)[:] = -3
+        for _ in range(3):
+            req = v2.ModelInferRequest(model_name="abs")
+            shm_input(req, "INPUT0", "INT8", [1 << 20], "big", 1 << 20)
+            out = self.stub.ModelInfer(req, timeout=60).raw_output_contents[0]
+            self.assertEqual(np.frombuffer(out, np.int8).tolist(), [3] * (1 << 20))
+
+    def test_registrations_count_against_the_limit(self):
+        self.register("a", 150 << 20)
+        details = rpc_error(self, grpc.StatusCode.RESOURCE_EXHAUSTED, self.register, "b",
+                            100 << 20)
+        self.assertIn("limit", details)
+        self.stub.SystemSharedMemoryUnregister(
+            v2.SystemSharedMemoryUnregisterRequest(name="a"), timeout=10)
+        self.register("b", 100 << 20)
+
+    def test_keys_that_are_not_shared_memory_objects(self):
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, self.register, "n", 16,
+                            key=self.key + "\0tail")
+        self.assertIn("NUL", details)
+        fifo = f"tc-fifo-{os.getpid()}"
+        os.mkfifo(f"/dev/shm/{fifo}")
+        try:
+            details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, self.register, "f", 16,
+                                key="/" + fifo)
+            self.assertIn("not a regular file", details)
+        finally:
+            os.unlink(f"/dev/shm/{fifo}")
+        details = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.SystemSharedMemoryStatus,
+                            v2.SystemSharedMemoryStatusRequest(name="x" * 65536), timeout=10)
+        self.assertLess(len(details), 512)
+
+
 class _CudaDriver:
     """The two driver calls a CUDA shared-memory client makes: the allocation holding a device
     address (cuPointerGetAttributes) and its IPC handle (cuIpcGetMemHandle)."""

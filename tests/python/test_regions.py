@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import grpc
@@ -60,6 +61,10 @@ class RegionTest(unittest.TestCase):
         self.assertTrue(info.region_socket.startswith("@tensorcompute-"), info.region_socket)
         self.assertEqual(info.backend, ARGS.backend)
         self.assertGreater(info.limits.region_quota_bytes, 0)
+        # By default one identity may use the whole server-wide limit, a quarter of the RAM.
+        self.assertEqual(info.limits.region_quota_bytes, info.limits.shared_memory_limit_bytes)
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        self.assertLessEqual(info.limits.shared_memory_limit_bytes, ram // 4)
         self.assertTrue(self.alice.shared_memory_available())
 
     def test_shared_arrays_in_and_out(self):
@@ -298,6 +303,196 @@ time.sleep(60)
         with self.assertRaisesRegex(RuntimeError, "quota"):
             self.raw_register(fd)
         os.close(fd)
+
+
+def vm_size(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize")
+
+
+def sparse_memfd(size):
+    fd = os.memfd_create("sparse", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    return fd
+
+
+def raw_connection(address):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect("\0" + address[1:] if address.startswith("@") else address)
+    return s
+
+
+def ask(sock, fd=None, text=b"register"):
+    try:
+        if fd is None:
+            sock.send(text)
+        else:
+            socket.send_fds(sock, [text], [fd])
+    except BrokenPipeError:
+        pass  # Refused: the server's one reply is still there to read.
+    return sock.recv(512).decode()
+
+
+class LocalCallerLimitsTest(unittest.TestCase):
+    """What one local process can do to the server and to the other callers through the region
+    socket, with the limits made small: tickets map nothing, every region counts against the
+    server-wide limit, connections are bounded per process and per server with room made for
+    new callers, idle connections close."""
+    LIMIT = 256 << 20
+    PER_PROCESS = 6
+
+    @classmethod
+    def setUpClass(cls):
+        cls.proc, cls.target = start_server(
+            ARGS.server, f"--backend={ARGS.backend}", f"--shared_memory_limit_bytes={cls.LIMIT}",
+            f"--region_quota_bytes={4 * cls.LIMIT}", f"--region_max_connections={2 * cls.PER_PROCESS}",
+            f"--region_connections_per_process={cls.PER_PROCESS}", "--region_idle_seconds=2")
+        cls.client = tcc.Client(cls.target)
+        cls.address = cls.client.server_info().region_socket
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        stop_server(cls.proc)
+
+    def healthy(self):
+        np.testing.assert_array_equal(self.client.compute("neg", np.ones(5, np.float32)),
+                                      -np.ones(5, np.float32))
+
+    def test_limits_are_reported(self):
+        info = self.client.server_info()
+        self.assertEqual(info.limits.shared_memory_limit_bytes, self.LIMIT)
+        self.assertEqual(info.limits.region_quota_bytes, 4 * self.LIMIT)
+
+    def test_unclaimed_tickets_map_nothing_and_claims_stay_within_the_limit(self):
+        before = vm_size(self.proc.pid)
+        fd = sparse_memfd(200 << 20)
+        socks = [raw_connection(self.address) for _ in range(4)]
+        tickets = []
+        try:
+            # 64 tickets for 12.5 GiB of sparse memory: nothing mapped until a claim.
+            for s in socks:
+                for _ in range(16):
+                    reply = ask(s, fd)
+                    self.assertTrue(reply.startswith("ticket "), reply)
+                    tickets.append(reply.split()[1])
+                self.assertIn("not yet claimed", ask(s, fd))
+            self.assertLess(vm_size(self.proc.pid) - before, 64 << 20)
+            # One claim fits the limit; a second would pass it.
+            info = self.client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=tickets[0]))
+            self.assertEqual(info.bytes, 200 << 20)
+            self.assertEqual(self.client.server_info().shared_memory_bytes, 200 << 20)
+            d = rpc_error(self, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          self.client.stub.RegisterRegion,
+                          pb.RegisterRegionRequest(ticket=tickets[1]))
+            self.assertIn("limit", d)
+            # A memfd larger than the limit gets no ticket at all.
+            big = sparse_memfd(self.LIMIT + 1)
+            self.assertIn("exceeds", ask(socks[0], big))
+            os.close(big)
+            self.healthy()
+            self.client.stub.UnregisterRegion(pb.UnregisterRegionRequest(region=info.region))
+            self.assertEqual(self.client.server_info().shared_memory_bytes, 0)
+        finally:
+            for s in socks:
+                s.close()
+            os.close(fd)
+        self.assertTrue(wait_for(lambda: vm_size(self.proc.pid) - before < 64 << 20))
+
+    def test_one_process_cannot_lock_others_out(self):
+        socks = []
+        try:
+            # This process gets its connections (the client's own among them); the next one is
+            # told why it is refused.
+            refused = ""
+            for _ in range(self.PER_PROCESS + 1):
+                socks.append(raw_connection(self.address))
+                reply = ask(socks[-1], text=b"hello")
+                if not reply.startswith("error unknown"):
+                    refused = reply
+                    break
+            self.assertIn(f"this process has {self.PER_PROCESS} connections", refused)
+            self.assertLessEqual(len(socks), self.PER_PROCESS + 1)
+            # Another process fills the rest of the socket with idle connections...
+            abstract = "\0" + self.address[1:]
+            child = subprocess.Popen([sys.executable, "-c", f"""
+import socket, sys, time
+socks = []
+for _ in range({self.PER_PROCESS}):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect({abstract!r})
+    s.send(b"hello"); s.recv(512)
+    socks.append(s)
+print("ready", flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+            self.assertEqual(child.stdout.readline().strip(), "ready")
+            # ...and a new caller still registers: the longest idle connection makes room.
+            other = subprocess.run([sys.executable, "-c", f"""
+import numpy as np, tensorcompute_client as tcc
+c = tcc.Client({self.target!r})
+x = c.shared_array((1000,), np.float32)
+x[:] = 2
+assert (c.compute("mul", x, x) == 4).all()
+print("registered")
+"""], capture_output=True, text=True, timeout=60)
+            self.assertIn("registered", other.stdout, other.stderr)
+            child.kill()
+            child.wait()
+            child.stdout.close()
+        finally:
+            for s in socks:
+                s.close()
+        self.healthy()
+
+    def test_idle_connections_close_and_clients_reconnect(self):
+        s = raw_connection(self.address)
+        self.assertTrue(ask(s, text=b"hello").startswith("error unknown"))
+        x = self.client.shared_array((100,), np.float32)
+        del x  # The client's connection holds nothing again.
+        time.sleep(4.5)
+        self.assertEqual(s.recv(512), b"")  # Closed by the server.
+        s.close()
+        # The client's own idle connection was closed too: it connects again by itself.
+        y = self.client.shared_array((100,), np.float32)
+        y[:] = 3
+        np.testing.assert_array_equal(self.client.compute("add", y, y), 6 * np.ones(100))
+
+    def test_a_connection_holding_a_region_stays_open(self):
+        x = self.client.shared_array((100,), np.float32)
+        time.sleep(4.5)
+        x[:] = 1
+        np.testing.assert_array_equal(self.client.compute("neg", x), -np.ones(100))
+
+    def test_error_messages_quote_caller_strings_briefly(self):
+        d = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.client.stub.UnregisterRegion,
+                      pb.UnregisterRegionRequest(region="r" * 65536))
+        self.assertLess(len(d), 512)
+        d = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.client.stub.Compute,
+                      pb.ComputeRequest(op="neg", inputs=[pb.Tensor(
+                          dtype=pb.float32, shape=[1], region="z" * 65536, storage_bytes=4)]))
+        self.assertLess(len(d), 512)
+
+    def test_read_only_memfd_is_refused_by_name(self):
+        fd = sparse_memfd(4096)
+        ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+        s = raw_connection(self.address)
+        try:
+            self.assertIn("read-only", ask(s, ro))
+            # Sealed against shrinking by its owner first, a read-only one is an input region.
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+            reply = ask(s, ro)
+            self.assertTrue(reply.startswith("ticket "), reply)
+            info = self.client.stub.RegisterRegion(
+                pb.RegisterRegionRequest(ticket=reply.split()[1]))
+            self.assertFalse(info.writable)
+        finally:
+            s.close()
+            os.close(ro)
+            os.close(fd)
 
 
 class RegionsOffTest(unittest.TestCase):

@@ -167,8 +167,8 @@ class Shm:
     (or exiting) ends every region registered through it."""
 
     def __init__(self, address: str):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.sock.connect("\0" + address[1:] if address.startswith("@") else address)
+        self.address = address
+        self.sock = self._connect()
         self.lock = threading.Lock()
         self.regions = {}
         # GPU allocations shared so far, by start address and by the driver's buffer id.
@@ -176,21 +176,44 @@ class Shm:
         self.device_buffers = {}
         self.scratch = threading.local()
 
-    def register(self, fd: int) -> str:
+    def _connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.connect("\0" + self.address[1:] if self.address.startswith("@")
+                         else self.address)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def _ask(self, send) -> str:
+        """Sends one message and returns the reply. The server closes a connection that holds
+        no region and no ticket once it has been idle a while: a closed one is opened again,
+        once."""
         with self.lock:
-            socket.send_fds(self.sock, [b"register"], [fd])
-            reply = self.sock.recv(512).decode()
+            for attempt in (0, 1):
+                try:
+                    send(self.sock)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # A refusal may still wait to be read.
+                try:
+                    reply = self.sock.recv(512)
+                except ConnectionResetError:
+                    reply = b""
+                if reply or attempt == 1:
+                    break
+                self.sock.close()
+                self.sock = self._connect()
+        reply = reply.decode(errors="replace")
         if not reply.startswith("ticket "):
-            raise RuntimeError(f"region socket: {reply}")
+            raise RuntimeError(f"region socket: {reply or 'closed by the server'}")
         return reply.split()[1]
 
+    def register(self, fd: int) -> str:
+        return self._ask(lambda s: socket.send_fds(s, [b"register"], [fd]))
+
     def register_cuda(self, uuid: str, handle: bytes) -> str:
-        with self.lock:
-            self.sock.send(f"cuda {uuid} {handle.hex()}".encode())
-            reply = self.sock.recv(512).decode()
-        if not reply.startswith("ticket "):
-            raise RuntimeError(f"region socket: {reply}")
-        return reply.split()[1]
+        return self._ask(lambda s: s.send(f"cuda {uuid} {handle.hex()}".encode()))
 
     def device_region(self, client, ptr: int, ordinal: int) -> "DeviceRegion":
         """The registered region holding device address `ptr`, registering its allocation
