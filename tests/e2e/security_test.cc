@@ -1,12 +1,14 @@
 // TLS, mutual TLS and bearer tokens against the real server binary, with certificates made by
 // openssl for the test; and resident tensors that other identities cannot see.
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "client/client.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/support/server_binary.h"
 #include "tests/support/server_process.h"
@@ -18,6 +20,7 @@ namespace {
 namespace v1 = ::tensorcompute::v1;
 using client::Client;
 using client::ClientOptions;
+using client::SharedRegion;
 using testing::Floats;
 
 using testing::BackendFlag;
@@ -204,6 +207,44 @@ TEST_F(SecurityTest, BearerTokensAndResidentTensorOwnership) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(testing::Values(*back), (std::vector<float>{1, 2, 3}));
   EXPECT_TRUE(alice.Release({handle}).ok());
+}
+
+// The C++ client's regions against the region socket's limits: a refusal is read and passed
+// on, and a connection the server closed as idle is opened again.
+TEST_F(SecurityTest, ClientRegionsMeetTheSocketsLimits) {
+  auto server = Start({"--region_connections_per_process=1", "--region_idle_seconds=1"});
+  ASSERT_GT(server->port(), 0);
+  Client first(server->target()), second(server->target());
+  auto compute_in = [](Client& c, SharedRegion& r) -> absl::StatusOr<std::vector<float>> {
+    const std::vector<float> x = {1.5f, -2.0f, 3.25f};
+    std::memcpy(r.data(), x.data(), sizeof(float) * x.size());
+    v1::ComputeRequest req;
+    req.set_op("neg");
+    *req.add_inputs() = r.Input(v1::float32, {3});
+    auto out = c.Compute(req);
+    if (!out.ok()) return out.status();
+    return testing::Values(*out);
+  };
+  const std::vector<float> negated = {-1.5f, 2.0f, -3.25f};
+  auto a = first.CreateRegion(4096);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto got = compute_in(first, **a);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, negated);
+  // This process has its one connection: the second client is told so.
+  auto refused = second.CreateRegion(4096);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("this process has 1 connections"), std::string::npos)
+      << refused.status();
+  // Unregistered, the first connection holds nothing and closes when idle; the client
+  // connects again by itself.
+  a->reset();
+  absl::SleepFor(absl::Seconds(3));
+  auto b = first.CreateRegion(4096);
+  ASSERT_TRUE(b.ok()) << b.status();
+  got = compute_in(first, **b);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, negated);
 }
 
 TEST_F(SecurityTest, BadTokenFilesStopTheServer) {

@@ -321,6 +321,7 @@ def sparse_memfd(size):
 
 def raw_connection(address):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(15)
     s.connect("\0" + address[1:] if address.startswith("@") else address)
     return s
 
