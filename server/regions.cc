@@ -32,6 +32,11 @@ namespace {
 
 // Longest message a client sends ("register"); anything longer is an error.
 constexpr size_t kMaxMessage = 256;
+// The connection id of a refused socket, and how many are held at once.
+constexpr uint64_t kRefused = 0;
+constexpr size_t kMaxRefused = 64;
+// sizeof(cudaIpcMemHandle_t).
+constexpr size_t kIpcHandleBytes = 64;
 
 std::string Errno(absl::string_view what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
@@ -162,6 +167,8 @@ void RegionStore::Serve() {
   std::vector<pollfd> fds = {{wake_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
   std::vector<uint64_t> ids = {0, 0};
   uint64_t next_id = 1;
+  // Refused connections, held until they close or this time passes.
+  absl::flat_hash_map<int, absl::Time> refused_until;
   auto close_at = [&](size_t i) {
     close(fds[i].fd);
     Drop(ids[i]);
@@ -189,6 +196,19 @@ void RegionStore::Serve() {
     // Requests on connections already open first: a burst of new ones waits a turn.
     for (size_t i = fds.size(); i-- > 2;) {
       bool drop = (fds[i].revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+      if (ids[i] == kRefused) {
+        // Whatever the refused caller sends is read and dropped (descriptors closed) so that
+        // closing leaves its one reply readable: a socket closed with unread data resets its
+        // peer, refusal and all.
+        if (!drop && (fds[i].revents & POLLIN)) Discard(fds[i].fd);
+        if (drop || now >= refused_until[fds[i].fd]) {
+          refused_until.erase(fds[i].fd);
+          close(fds[i].fd);
+          fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(i));
+          ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        continue;
+      }
       if (!drop && (fds[i].revents & POLLIN)) {
         const std::string reply = Receive(fds[i].fd, ids[i]);
         if (reply.empty()) {
@@ -219,9 +239,16 @@ void RegionStore::Serve() {
           opened = OpenConnection(next_id, pid, uid, &why);
         }
         if (!opened) {
-          // The refusal is the one reply the caller reads (to its first message).
+          // The refusal is the one reply the caller reads (to its first message); the socket
+          // stays a moment, to read what the caller sends, unless too many are refused at once.
           (void)!send(c, why.data(), why.size(), MSG_NOSIGNAL);
-          close(c);
+          if (refused_until.size() >= kMaxRefused) {
+            close(c);
+          } else {
+            refused_until[c] = now + absl::Seconds(2);
+            fds.push_back({c, POLLIN, 0});
+            ids.push_back(kRefused);
+          }
           continue;
         }
         fds.push_back({c, POLLIN, 0});
@@ -230,6 +257,27 @@ void RegionStore::Serve() {
     }
   }
   for (size_t i = 2; i < fds.size(); ++i) close(fds[i].fd);
+}
+
+void RegionStore::Discard(int conn) {
+  char buf[kMaxMessage];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  iovec iov{buf, sizeof(buf)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  if (recvmsg(conn, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) <= 0) return;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < n; ++k) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+      close(fd);
+    }
+  }
 }
 
 std::string RegionStore::Receive(int conn, uint64_t connection) {
@@ -325,9 +373,10 @@ std::string RegionStore::RegisterCuda(absl::string_view args, uint64_t connectio
                         "' (ServerInfo lists its devices; the memory must be on one of them)");
   }
   if (device->failed()) return absl::StrCat("error ", device->health().message());
-  if (hex.empty() || hex.size() % 2 != 0 ||
+  if (hex.size() != 2 * kIpcHandleBytes ||
       !std::all_of(hex.begin(), hex.end(), [](char c) { return absl::ascii_isxdigit(c); })) {
-    return "error the CUDA IPC handle must be given as hex digits";
+    return absl::StrCat("error the CUDA IPC handle must be given as ", 2 * kIpcHandleBytes,
+                        " hex digits (a cudaIpcMemHandle_t's ", kIpcHandleBytes, " bytes)");
   }
   Pending p;
   p.ipc_handle = absl::HexStringToBytes(hex);

@@ -156,6 +156,8 @@ class RegionStore {
   void Serve();
   // Reads one message off a connection; returns the reply (empty: the connection ends).
   std::string Receive(int conn, uint64_t connection);
+  // Reads one message off a refused connection and drops it, closing its descriptors.
+  static void Discard(int conn);
   std::string Register(int fd, uint64_t connection);
   // "cuda UUID HANDLE": GPU memory shared through CUDA IPC.
   std::string RegisterCuda(absl::string_view args, uint64_t connection);

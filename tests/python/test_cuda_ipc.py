@@ -93,21 +93,35 @@ class CudaIpcTest(unittest.TestCase):
         self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
     def test_bad_registrations(self):
+        from tensorcompute_client.v1 import tensor_service_pb2 as pb
         shm = self.alice._shm()
         uuid = self.alice.server_info().devices[0].uuid
         self.assertEqual(len(uuid), 32)
         cases = {"unknown device": f"cuda {'0' * 32} {'00' * 64}",
                  "not hex": f"cuda {uuid} {'zz' * 64}",
-                 "short handle": f"cuda {uuid} 0011",
-                 "garbage handle": f"cuda {uuid} {'5a' * 64}"}
+                 "short handle": f"cuda {uuid} 0011"}
         for name, msg in cases.items():
             with self.subTest(name):
                 shm.sock.send(msg.encode())
                 self.assertTrue(shm.sock.recv(512).startswith(b"error"), name)
+        # A handle is opened only when its ticket is claimed: one that opens nothing is refused
+        # there.
+        shm.sock.send(f"cuda {uuid} {'5a' * 64}".encode())
+        reply = shm.sock.recv(512).decode()
+        self.assertTrue(reply.startswith("ticket "), reply)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.alice.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=reply.split()[1]),
+                                           metadata=self.alice.metadata)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("CUDA IPC handle", e.exception.details())
         # The device is fine afterwards.
         x = torch.arange(10, device="cuda", dtype=torch.float32)
         torch.testing.assert_close(self.alice.compute("square", x), x * x)
-        self.assertEqual(self.alice.server_info().devices[0].failure, "")
+        info = self.alice.server_info()
+        self.assertEqual(info.devices[0].failure, "")
+        # The shared allocation (as large as the driver says) counts against the limit.
+        self.assertGreaterEqual(info.shared_memory_bytes, x.nbytes)
+        self.assertLessEqual(info.shared_memory_bytes, info.limits.shared_memory_limit_bytes)
 
     def test_regions_end_with_their_client(self):
         before = self.alice.server_info()
