@@ -63,7 +63,8 @@ void RunIntoRegion(const ServiceEnv& env, const v1::ComputeRequest& request,
     }
     // Copying out blocks on the device: not on its completion thread.
     env.pool->Schedule([job, storage, dst, call] {
-      call->Finish(job->device().Read(job->lane(), *storage, 0, dst, storage->bytes()));
+      call->Finish(job->device().Read(job->lane(), *storage, 0, dst,
+                                     job->plan().out_storage_bytes));
     });
   });
 }
@@ -213,7 +214,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
       env.pool->Schedule([job, storage, response, call] {
         std::byte* host = PrepareOutput(job->plan(), response->mutable_output());
         call->sent = job->plan().out_storage_bytes;
-        call->Finish(job->device().Read(job->lane(), *storage, 0, host, storage->bytes()));
+        call->Finish(
+            job->device().Read(job->lane(), *storage, 0, host, job->plan().out_storage_bytes));
       });
     });
   };

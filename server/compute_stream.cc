@@ -123,7 +123,8 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
       });
       return;
     }
-    const int64_t bytes = out_->bytes();
+    // The plan's bytes: an empty output's storage is one byte long, and sends none.
+    const int64_t bytes = job_->plan().out_storage_bytes;
     const int64_t chunk = env_.options.chunk_bytes;
     const int64_t chunks = (bytes + chunk - 1) / chunk;
     StartSending<v1::TensorStreamMessage>(

@@ -361,7 +361,7 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
   if (absl::Status s = CheckVersion(model, request.model_version()); !s.ok()) return s;
   if (!expression && op == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("model '", model, "' takes ",
-                                                   AritiesOf(model), " inputs, got ", n));
+                                                   AritiesOf(model), ", got ", n));
   }
 
   if (expression && n > kMaxExprInputs) {

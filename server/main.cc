@@ -459,6 +459,18 @@ void AddGauges(tc::server::Metrics& metrics, const tc::runtime::DeviceSet& devic
                      return std::vector<std::pair<std::string, double>>{
                          {"", static_cast<double>(regions->bytes())}};
                    });
+  metrics.AddGauge("tensorcompute_shared_memory_bytes",
+                   "Shared memory of every kind registered, and the server-wide limit.",
+                   [mapped = regions->mapped()] {
+                     return std::vector<std::pair<std::string, double>>{
+                         {"state=\"registered\"", static_cast<double>(mapped->used())},
+                         {"state=\"limit\"", static_cast<double>(mapped->limit())}};
+                   });
+  metrics.AddGauge("tensorcompute_region_connections",
+                   "Connections open on the region socket.", [regions] {
+                     return std::vector<std::pair<std::string, double>>{
+                         {"", static_cast<double>(regions->connections())}};
+                   });
 }
 
 }  // namespace

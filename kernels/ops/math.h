@@ -50,7 +50,11 @@ TC_HOST_DEVICE T WrapMul(T a, T b) {
 
 template <typename T>
 TC_HOST_DEVICE T WrapNeg(T a) {
-  return WrapSub(T(0), a);
+  if constexpr (std::is_floating_point_v<T>) {
+    return -a;  // Not 0 - a: the negation of +0.0 is -0.0.
+  } else {
+    return WrapSub(T(0), a);
+  }
 }
 
 template <typename T>

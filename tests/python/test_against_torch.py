@@ -29,7 +29,7 @@ def to_pb(t: torch.Tensor) -> pb.Tensor:
 class AgainstTorch(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.proc, target = start_server(ARGS.server)
+        cls.proc, target = start_server(ARGS.server, f"--backend={ARGS.backend}")
         cls.channel = grpc.insecure_channel(target)
         cls.stub = pb_grpc.TensorServiceStub(cls.channel)
 
@@ -195,6 +195,41 @@ class AgainstTorch(unittest.TestCase):
         want = torch.clamp(torch.round(real / 0.3) + 1, 0, 255).to(torch.uint8)
         self.check(got, want)
 
+    def test_signed_zeros_and_infinities(self):
+        # Every op PyTorch has under the same name, over +-0, +-1, +-2.5 and +-inf and every
+        # pair of them: wherever PyTorch's result is a zero or an infinity, ours is the same one,
+        # sign included (1 / -x and atan2(-x, y) follow from neg(+0.0) being -0.0).
+        ops = self.stub.ListOps(pb.ListOpsRequest(), timeout=30).ops
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            vals = torch.tensor([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, math.inf, -math.inf], dtype=dtype)
+            a, b = torch.cartesian_prod(vals, vals).unbind(1)
+            checked = 0
+            for op in ops:
+                fn = getattr(torch, op.name, None)
+                if (fn is None or any(x.required for x in op.attributes) or
+                        op.arity not in (1, 2)):
+                    continue
+                inputs = (vals,) if op.arity == 1 else (a.contiguous(), b.contiguous())
+                try:
+                    want = fn(*inputs)
+                except RuntimeError:
+                    continue  # Not in this PyTorch for this dtype.
+                if not want.dtype.is_floating_point:
+                    continue
+                try:
+                    got = self.run_op(op.name, *inputs)
+                except grpc.RpcError:
+                    continue
+                special = (want == 0) | want.isinf()
+                with self.subTest(op=op.name, dtype=dtype):
+                    self.assertEqual(got.dtype, want.dtype)
+                    self.assertTrue(torch.equal(got[special], want[special]) and
+                                    torch.equal(got[special].signbit(), want[special].signbit()),
+                                    f"\ninputs {[t[special] for t in inputs]}"
+                                    f"\ngot  {got[special]}\nwant {want[special]}")
+                checked += 1
+            self.assertGreater(checked, 10, dtype)
+
     def test_integer_division_by_zero_is_an_error(self):
         for op in ["floor_divide", "remainder", "fmod"]:
             with self.assertRaises(grpc.RpcError) as ctx:
@@ -206,5 +241,6 @@ class AgainstTorch(unittest.TestCase):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
+    parser.add_argument("--backend", default="cpu", help="cpu, or cuda on a GPU machine")
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0], *rest], verbosity=2)

@@ -325,8 +325,9 @@ class KServeV2Test(unittest.TestCase):
         details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer,
                             infer_request("add", [a, ("x", a)]), timeout=10)
         self.assertIn("INPUT0, INPUT1", details)
-        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, infer_request("add", [a]),
-                  timeout=10)
+        details = rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer,
+                            infer_request("add", [a]), timeout=10)
+        self.assertIn("takes 2 inputs, got 1", details)
         req = infer_request("add", [a, a])
         del req.raw_input_contents[1]
         rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, infer, req, timeout=10)

@@ -92,6 +92,11 @@ class MetricsTest(unittest.TestCase):
         if heap:
             self.assertGreaterEqual(heap["allocated"], 4096)  # At least the resident tensor.
             self.assertGreaterEqual(heap["free"], 0)
+        shared = {s.labels["state"]: s.value
+                  for s in families["tensorcompute_shared_memory_bytes"].samples}
+        self.assertEqual(shared["registered"], 0)
+        self.assertGreater(shared["limit"], 0)
+        self.assertEqual(families["tensorcompute_region_connections"].samples[0].value, 0)
 
         self.stub.Release(pb.ReleaseRequest(handles=[up.tensor.handle]), timeout=10)
         families = self.scrape()

@@ -287,6 +287,20 @@ time.sleep(60)
         np.testing.assert_array_equal(self.alice.compute("neg", np.ones(3, np.float32)),
                                       -np.ones(3, np.float32))
 
+    def test_empty_output_at_the_regions_end(self):
+        # An empty result written at the very end of a region writes nothing there.
+        r = self.alice.region(4096)
+        empty = pb.Tensor(dtype=pb.float32, shape=[0])
+        for offset in (0, 4096):
+            reply = self.alice.stub.Compute(
+                pb.ComputeRequest(op="neg", inputs=[empty], output_region=r.id,
+                                  output_region_offset=offset),
+                metadata=self.alice.metadata)
+            self.assertEqual(list(reply.output.shape), [0])
+        np.testing.assert_array_equal(self.alice.compute("neg", np.ones(3, np.float32)),
+                                      -np.ones(3, np.float32))
+        r.close()
+
     def test_dropped_arrays_unregister_their_region(self):
         before = self.info().region_bytes
         a = self.alice.shared_array((1000,), np.int64)

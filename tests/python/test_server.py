@@ -59,6 +59,19 @@ class ServerTest(unittest.TestCase):
                                 attributes={k: pb.Attribute(float_value=v) for k, v in attrs.items()})
         return array_of(self.stub.Compute(req, timeout=30).output)
 
+    def test_empty_outputs_send_no_bytes(self):
+        empty = pb.Tensor(dtype=pb.float32, shape=[3, 0])
+        reply = self.stub.Compute(pb.ComputeRequest(op="neg", inputs=[empty]), timeout=30)
+        self.assertEqual((list(reply.output.shape), reply.output.data), ([3, 0], b""))
+        # Streamed: a header of no bytes and no chunk after it.
+        replies = list(self.stub.ComputeStream(
+            iter([pb.ComputeStreamRequest(header=pb.ComputeRequest(op="neg", inputs=[empty]))]),
+            timeout=30))
+        self.assertEqual(len(replies), 1, replies)
+        self.assertEqual(list(replies[0].header.shape), [3, 0])
+        self.assertEqual(replies[0].header.storage_bytes, 0)
+        self.assert_serving()
+
     def test_health(self):
         self.assert_serving()
         r = self.health.Check(health_pb2.HealthCheckRequest(
