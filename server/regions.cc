@@ -42,6 +42,32 @@ std::string Errno(absl::string_view what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
 }
 
+// Reads one message of at most kMaxMessage bytes into `buf` without waiting, and takes every
+// descriptor attached to it into `fds` (so that none leaks, whatever the message says); its
+// msg_flags into `flags`. The bytes read; <= 0 where the connection closed or failed.
+ssize_t ReceiveMessage(int conn, char* buf, std::vector<int>* fds, int* flags) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+  iovec iov{buf, kMaxMessage};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  const ssize_t got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (got < 0) return got;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t k = 0; k < n; ++k) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
+      fds->push_back(fd);
+    }
+  }
+  *flags = msg.msg_flags;
+  return got;
+}
+
 }  // namespace
 
 absl::Status CheckRegionRange(const Region& r, int64_t offset, int64_t n, int64_t align,
@@ -261,49 +287,21 @@ void RegionStore::Serve() {
 
 void RegionStore::Discard(int conn) {
   char buf[kMaxMessage];
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  iovec iov{buf, sizeof(buf)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  if (recvmsg(conn, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT) <= 0) return;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t k = 0; k < n; ++k) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-      close(fd);
-    }
-  }
+  std::vector<int> fds;
+  int flags = 0;
+  (void)ReceiveMessage(conn, buf, &fds, &flags);
+  for (int fd : fds) close(fd);
 }
 
 std::string RegionStore::Receive(int conn, uint64_t connection) {
   char buf[kMaxMessage];
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  iovec iov{buf, sizeof(buf)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  const ssize_t got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC);
-  if (got <= 0) return std::string();  // Closed (or failed): the connection ends.
-  // Every descriptor that came is taken, so none leaks whatever the message says.
   std::vector<int> received;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t k = 0; k < n; ++k) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-      received.push_back(fd);
-    }
-  }
-  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+  int flags = 0;
+  const ssize_t got = ReceiveMessage(conn, buf, &received, &flags);
+  if (got <= 0 || (flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
     for (int fd : received) close(fd);
+    // Closed (or failed, or an empty message): the connection ends.
+    if (got <= 0) return std::string();
     return "error message too long or too many descriptors: send \"register\" with one";
   }
   return HandleMessage(absl::string_view(buf, static_cast<size_t>(got)), std::move(received),

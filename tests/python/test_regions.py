@@ -491,6 +491,21 @@ print("registered")
                           dtype=pb.float32, shape=[1], region="z" * 65536, storage_bytes=4)]))
         self.assertLess(len(d), 512)
 
+    def test_descriptors_of_dropped_messages_are_closed(self):
+        def server_fds():
+            return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+        before = server_fds()
+        fd = sparse_memfd(4096)
+        for text in (b"", b"x" * 1000):  # An empty message ends the connection; a long one
+            for _ in range(3):           # is refused: neither keeps the descriptor.
+                s = raw_connection(self.address)
+                socket.send_fds(s, [text], [fd, fd, fd])
+                if text:
+                    self.assertIn("too long", s.recv(512).decode())
+                s.close()
+        os.close(fd)
+        self.assertTrue(wait_for(lambda: server_fds() <= before), (server_fds(), before))
+
     def test_read_only_memfd_is_refused_by_name(self):
         fd = sparse_memfd(4096)
         ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
