@@ -147,8 +147,8 @@ void ApplyEnvironment() {
         "resident_max_tensors", "resident_ttl_seconds", "resident_max_ttl_seconds",
         "unix_socket", "region_socket", "shared_memory_limit_bytes", "region_quota_bytes",
         "region_max_count", "region_max_connections", "region_connections_per_process",
-        "region_connections_per_user", "region_idle_seconds", "region_pin", "metrics_port", "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file",
-        "shutdown_grace_seconds"}) {
+        "region_connections_per_user", "region_idle_seconds", "region_pin", "metrics_port",
+        "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file", "shutdown_grace_seconds"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(var.c_str());
     if (value == nullptr) continue;

@@ -73,7 +73,7 @@ ssize_t ReceiveMessage(int conn, char* buf, std::vector<int>* fds, int* flags) {
 absl::Status CheckRegionRange(const Region& r, int64_t offset, int64_t n, int64_t align,
                               const std::string& what) {
   if (offset < 0 || n < 0 || offset > r.bytes || n > r.bytes - offset) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": bytes [", offset, ", +", n,
+    return absl::InvalidArgumentError(absl::StrCat(what, ": bytes [", offset, ", +", n,
                                                    ") are outside region '", r.id, "' of ",
                                                    r.bytes, " bytes"));
   }
@@ -195,11 +195,14 @@ void RegionStore::Serve() {
   uint64_t next_id = 1;
   // Refused connections, held until they close or this time passes.
   absl::flat_hash_map<int, absl::Time> refused_until;
-  auto close_at = [&](size_t i) {
+  auto erase_at = [&](size_t i) {
     close(fds[i].fd);
-    Drop(ids[i]);
     fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(i));
     ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  auto close_at = [&](size_t i) {
+    Drop(ids[i]);
+    erase_at(i);
   };
   auto close_ids = [&](const std::vector<uint64_t>& gone) {
     for (uint64_t id : gone) {
@@ -229,9 +232,7 @@ void RegionStore::Serve() {
         if (!drop && (fds[i].revents & POLLIN)) Discard(fds[i].fd);
         if (drop || now >= refused_until[fds[i].fd]) {
           refused_until.erase(fds[i].fd);
-          close(fds[i].fd);
-          fds.erase(fds.begin() + static_cast<std::ptrdiff_t>(i));
-          ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(i));
+          erase_at(i);
         }
         continue;
       }
@@ -443,11 +444,7 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Materialize(const Pending& 
     if (p.device->failed()) return p.device->health();
     auto opened = p.device->OpenIpc(p.ipc_handle);
     if (!opened.ok()) return absl::InvalidArgumentError(opened.status().message());
-    if (opened->bytes > options_.quota_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("a region of ", opened->bytes, " bytes exceeds this server's quota of ",
-                       options_.quota_bytes, " bytes"));
-    }
+    // Its size against the owner's quota: checked by the claim once it is known.
     auto charge = mapped_->Charge(opened->bytes, "the CUDA IPC memory");
     if (!charge.ok()) return charge.status();
     return std::make_shared<Region>(opened->data, opened->bytes, true, p.connection,
