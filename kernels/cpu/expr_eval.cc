@@ -46,26 +46,12 @@ struct Schedule {
   std::vector<bool> input_used;
 };
 
-uint64_t ConstantBits(const Node& literal, DType target) {
-  uint64_t bits = 0;
-  VisitDType(target, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T v = literal.literal == expr::LiteralKind::kFloat ? Convert<T>(literal.float_value)
-                : literal.literal == expr::LiteralKind::kInt ? Convert<T>(literal.int_value)
-                                                             : Convert<T>(literal.int_value != 0);
-    std::memcpy(&bits, &v, sizeof(T));
-  });
-  return bits;
-}
-
-// Calls on literals alone (wrapped numbers: `1 / 3`, `sigmoid(0.5)`) are folded here, each run
-// once over one element into a constant, instead of over every block.
-absl::StatusOr<Schedule> MakeSchedule(const Program& program, const LaunchEnv& env) {
+// Every call of the tree takes at least one input (FoldConstants folded the others).
+Schedule MakeSchedule(const Program& program) {
   const expr::Expression& e = program.expression;
   Schedule s;
   s.input_used.assign(program.input_dtypes.size(), false);
   std::vector<int> buffer_of(e.nodes.size(), -1);
-  std::vector<int> constant_of(e.nodes.size(), -1);
   std::vector<int> free_buffers;
   for (size_t i = 0; i < e.nodes.size(); ++i) {
     const Node& n = e.nodes[i];
@@ -78,12 +64,12 @@ absl::StatusOr<Schedule> MakeSchedule(const Program& program, const LaunchEnv& e
     PreparedOp& op = step.op;
     op.op = n.op;
     op.attrs = t.attrs;
-    op.result_type = t.eval_result;
+    op.result_type = t.result;
     Plan& plan = op.plan;
     plan.ndim = 1;
     plan.num_operands = step.arity + 1;
-    plan.compute_dtype = t.eval_compute;
-    plan.out_dtype = plan.dtypes[0] = root ? program.out_dtype : t.storage;
+    plan.compute_dtype = t.compute;
+    plan.out_dtype = plan.dtypes[0] = root ? program.out_dtype : t.dtype;
     plan.path = Path::kContiguous;
     plan.kernel = Kernel::kCastRows;
     for (int k = 0; k < step.arity; ++k) {
@@ -98,32 +84,16 @@ absl::StatusOr<Schedule> MakeSchedule(const Program& program, const LaunchEnv& e
         case NodeKind::kLiteral: {
           const DType target = expr::LiteralTarget(n, t, k);
           out = {Arg::kConstant, static_cast<int>(s.constants.size())};
-          s.constants.push_back(ConstantBits(arg, target));
-          plan.dtypes[k + 1] = target;
+          const DType d = arg.zero_dim ? *arg.zero_dim : target;
+          s.constants.push_back(expr::LiteralBits(arg, d));
+          plan.dtypes[k + 1] = d;
           break;
         }
         case NodeKind::kCall:
-          out = constant_of[static_cast<size_t>(a)] >= 0
-                    ? Arg{Arg::kConstant, constant_of[static_cast<size_t>(a)]}
-                    : Arg{Arg::kBuffer, buffer_of[static_cast<size_t>(a)]};
-          plan.dtypes[k + 1] = program.types[static_cast<size_t>(a)].storage;
+          out = Arg{Arg::kBuffer, buffer_of[static_cast<size_t>(a)]};
+          plan.dtypes[k + 1] = program.types[static_cast<size_t>(a)].dtype;
           break;
       }
-    }
-    if (!root && t.tier == TypeTier::kWrappedNumber) {
-      // Every argument is a constant: one element, into a constant of the value's own dtype.
-      s.constants.push_back(0);
-      constant_of[i] = static_cast<int>(s.constants.size()) - 1;
-      plan.sizes[0] = plan.numel = 1;
-      char* operand[kMaxOperands];
-      operand[0] = reinterpret_cast<char*>(&s.constants.back());
-      plan.strides[0][0] = ItemSize(plan.dtypes[0]);
-      for (int k = 0; k < step.arity; ++k) {
-        operand[k + 1] = reinterpret_cast<char*>(&s.constants[static_cast<size_t>(step.args[k].index)]);
-        plan.strides[k + 1][0] = 0;
-      }
-      if (auto status = LaunchOp(op, operand, env); !status.ok()) return status;
-      continue;
     }
     // The result's buffer is taken before the arguments' are given back: a node never writes
     // over what it reads.
@@ -168,9 +138,7 @@ absl::Status RunExpression(const Program& program, std::byte* out,
                            absl::Span<const TensorView> inputs, const LaunchEnv& env) {
   const Iteration& it = program.space;
   if (it.numel == 0) return absl::OkStatus();
-  auto made = MakeSchedule(program, env);
-  if (!made.ok()) return made.status();
-  const Schedule& schedule = *made;
+  const Schedule schedule = MakeSchedule(program);
   const int nops = it.num_operands;
   char* base[kMaxIterOperands];
   base[0] = reinterpret_cast<char*>(out) + it.offsets[0];

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,7 @@ namespace tc::expr {
 
 enum class NodeKind : uint8_t {
   kInput,    // the request's input number `input`
-  kLiteral,  // a number or True/False
+  kLiteral,  // a number or True/False, or a folded constant (FoldConstants)
   kCall,     // catalog op `op` over `args`
 };
 
@@ -31,6 +32,10 @@ struct Node {
   LiteralKind literal = LiteralKind::kFloat;
   double float_value = 0;  // kFloat
   int64_t int_value = 0;   // kInt, kBool (0 or 1)
+  // A literal that is a zero-dimensional tensor of this dtype rather than a Python number: a
+  // cast of literals, folded (cast(0.1, float16) is torch.tensor(0.1, dtype=torch.float16)).
+  // Its value is exact in the dtype.
+  std::optional<DType> zero_dim;
   const CatalogEntry* op = nullptr;
   AttrMap attrs;
   std::vector<int> args;  // node indices

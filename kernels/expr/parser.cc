@@ -90,8 +90,10 @@ class Parser {
     const char c = text_[i];
     size_t j = i + 1;
     if (absl::ascii_isdigit(c) || (c == '.' && i + 1 < text_.size() && absl::ascii_isdigit(text_[i + 1]))) {
-      while (j < text_.size() && (absl::ascii_isalnum(text_[j]) || text_[j] == '.' ||
-                                  ((text_[j] == '+' || text_[j] == '-') &&
+      // An exponent's sign belongs to a decimal number, not to 0x1e+5 (0x1e plus 5).
+      const bool hex = c == '0' && i + 1 < text_.size() && (text_[i + 1] == 'x' || text_[i + 1] == 'X');
+      while (j < text_.size() && (absl::ascii_isalnum(text_[j]) || text_[j] == '.' || text_[j] == '_' ||
+                                  (!hex && (text_[j] == '+' || text_[j] == '-') &&
                                    (text_[j - 1] == 'e' || text_[j - 1] == 'E')))) {
         ++j;
       }
@@ -308,31 +310,71 @@ class Parser {
     return Call("pow", position, {base, Last()});
   }
 
+  // A number as Python writes it: decimal, 0x/0o/0b integers, floats with a point or an
+  // exponent, underscores between digits; a decimal integer with a leading zero (Python's
+  // SyntaxError) and complex numbers are refused.
   bool Number(Node& n) {
-    const std::string s(tok_.text);
+    const std::string written(tok_.text);
     n.kind = NodeKind::kLiteral;
     n.position = tok_.position;
-    const bool is_float = s.find_first_of(".eE") != std::string::npos;
+    auto fail = [&](absl::string_view why) {
+      Fail(n.position, absl::StrCat("'", written, "' ", why));
+      return false;
+    };
+    const bool prefixed = written.size() > 1 && written[0] == '0' &&
+                          absl::string_view("xXoObB").find(written[1]) != absl::string_view::npos;
+    const int base = !prefixed ? 10 : (written[1] == 'x' || written[1] == 'X') ? 16
+                                    : (written[1] == 'o' || written[1] == 'O') ? 8 : 2;
+    auto digit = [&](char c) {
+      if (base == 16) return absl::ascii_isxdigit(c);
+      return absl::ascii_isdigit(c) && c - '0' < base;
+    };
+    // Underscores only between two digits (after the prefix, between it and a digit).
+    std::string s;
+    for (size_t i = prefixed ? 2 : 0; i < written.size(); ++i) {
+      if (written[i] != '_') {
+        s.push_back(written[i]);
+        continue;
+      }
+      const bool after = i > 0 && (digit(written[i - 1]) || (prefixed && i == 2));
+      if (!after || i + 1 == written.size() || !digit(written[i + 1])) {
+        return fail("is not a number: '_' goes between digits");
+      }
+    }
+    if (!s.empty() && (s.back() == 'j' || s.back() == 'J')) {
+      return fail("is a complex number; there are none here");
+    }
     char* end = nullptr;
     errno = 0;
+    if (prefixed) {
+      if (s.empty()) return fail("is not a number");
+      for (char c : s) {
+        if (!digit(c)) return fail("is not a number");
+      }
+      const unsigned long long v = std::strtoull(s.c_str(), &end, base);
+      if (errno == ERANGE || v > static_cast<unsigned long long>(INT64_MAX)) {
+        return fail("does not fit 64 bits");
+      }
+      n.literal = LiteralKind::kInt;
+      n.int_value = static_cast<int64_t>(v);
+      return Next();
+    }
+    const bool is_float = s.find_first_of(".eE") != std::string::npos;
     if (is_float) {
       n.literal = LiteralKind::kFloat;
       n.float_value = std::strtod(s.c_str(), &end);
-      if (errno == ERANGE && std::isinf(n.float_value)) {
-        Fail(n.position, absl::StrCat("'", s, "' overflows float64"));
-        return false;
-      }
+      if (errno == ERANGE && std::isinf(n.float_value)) return fail("overflows float64");
     } else {
+      if (s.size() > 1 && s[0] == '0' && s.find_first_not_of('0') != std::string::npos) {
+        return fail("has a leading zero, which Python does not allow in a decimal integer "
+                    "(write 0o... for octal)");
+      }
       n.literal = LiteralKind::kInt;
       n.int_value = std::strtoll(s.c_str(), &end, 10);
-      if (errno == ERANGE) {
-        Fail(n.position, absl::StrCat("the integer literal '", s, "' does not fit 64 bits"));
-        return false;
-      }
+      if (errno == ERANGE) return fail("does not fit 64 bits");
     }
-    if (end != s.c_str() + s.size()) {
-      Fail(n.position, absl::StrCat("'", s, "' is not a number"));
-      return false;
+    if (end != s.c_str() + s.size() || s.find_first_of("xXoObB") != std::string::npos) {
+      return fail("is not a number");
     }
     return Next();
   }
@@ -435,7 +477,10 @@ class Parser {
     if (!Next()) return false;  // "("
     bool first = true;
     while (!Is(")")) {
-      if (!first && !Expect(",", absl::StrCat("between the arguments of ", name))) return false;
+      if (!first) {
+        if (!Expect(",", absl::StrCat("between the arguments of ", name))) return false;
+        if (Is(")")) break;  // a trailing comma, as Python allows
+      }
       first = false;
       // A keyword argument: name "=" value.
       if (tok_.kind == Tok::kName && pos_ < text_.size()) {
@@ -508,6 +553,20 @@ void Write(const Expression& e, int i, std::string* out) {
       absl::StrAppend(out, "$", n.input);
       return;
     case NodeKind::kLiteral:
+      if (n.zero_dim) {
+        // A folded cast: written as the cast it was, so that it reads back the same.
+        Node number = n;
+        number.zero_dim.reset();
+        number.literal = IsFloating(*n.zero_dim) ? LiteralKind::kFloat
+                         : *n.zero_dim == DType::kBool ? LiteralKind::kBool
+                                                       : LiteralKind::kInt;
+        Expression one;
+        one.nodes.push_back(number);
+        absl::StrAppend(out, "cast(");
+        Write(one, 0, out);
+        absl::StrAppend(out, ",dtype=", DTypeName(*n.zero_dim), ")");
+        return;
+      }
       if (n.literal == LiteralKind::kBool) {
         absl::StrAppend(out, n.int_value ? "True" : "False");
       } else if (n.literal == LiteralKind::kInt) {

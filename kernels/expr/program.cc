@@ -20,13 +20,16 @@ std::string GrammarDescription() {
       "Calls: any op ListOps lists, by name, inputs first and attributes by keyword: "
       "clamp(x, min=0, max=6), gelu(x, approximate=\"tanh\"), cast(x, float16) or "
       "cast(x, dtype=float16), where(cond, x, y).\n"
-      "Literals: integers, floats (1.5, 1e-3), True, False. They take part in type promotion "
-      "as Python scalars do in PyTorch (x_float16 * 2.5 stays float16; an integer literal "
-      "must fit the integer type it is computed in).\n"
-      "Types: each op follows its own rules, as if the ops ran one by one, except that "
-      "float16 and bfloat16 intermediates are kept in float32 and rounded once, at the output "
-      "(or where cast() asks for it), and arithmetic on literals alone is done in float64 or "
-      "int64.\n"
+      "Literals: numbers as Python writes them (7, 0x1f, 1_000, 1.5, 1e-3), True, False. They "
+      "take part in type promotion as Python scalars do in PyTorch (x_float16 * 2.5 stays "
+      "float16; an integer literal must fit the integer type it is computed in) and are "
+      "converted to the type their op computes in. Calls on literals alone are computed first, "
+      "as Python computes with numbers (int64 or float64; True + True is 2, 2 ** -1 is 0.5); a "
+      "cast of literals is a zero-dimensional tensor of that dtype.\n"
+      "Types: every op computes exactly as it does alone, each value kept in its own dtype "
+      "(float16 and bfloat16 ones rounded to it, as the op alone rounds them), so the result "
+      "equals the ops run one by one, bit for bit. An output dtype converts the root's value "
+      "as one op's output dtype does.\n"
       "Limits: ",
       limits.max_bytes, " bytes, nesting depth ", limits.max_depth, ", ", limits.max_nodes,
       " nodes.");
@@ -52,6 +55,7 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   auto program = std::make_shared<Program>();
   Expression& e = program->expression;
   e = *std::move(parsed);
+  if (auto s = FoldConstants(&e); !s.ok()) return s;
   std::vector<bool> used(static_cast<size_t>(n), false);
   for (const Node& node : e.nodes) {
     if (node.kind == NodeKind::kInput) used[static_cast<size_t>(node.input)] = true;
@@ -69,23 +73,22 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
         {v.dtype, v.shape.empty() ? TypeTier::kZeroDim : TypeTier::kDimensioned});
     program->input_dtypes.push_back(v.dtype);
   }
-  if (e.nodes.back().kind != NodeKind::kCall) {
-    // Every input is used, so the root is an input: copied through a cast to its own dtype.
+  auto cast_root = [&](DType dtype) {
     Node cast;
     cast.kind = NodeKind::kCall;
     cast.position = e.nodes.back().position;
     cast.op = FindOp("cast");
-    cast.attrs["dtype"] = inputs[static_cast<size_t>(e.nodes.back().input)].dtype;
+    cast.attrs["dtype"] = dtype;
     cast.args = {e.root()};
     e.nodes.push_back(std::move(cast));
+  };
+  if (e.nodes.back().kind != NodeKind::kCall) {
+    // Every input is used, so the root is an input: copied through a cast to its own dtype.
+    cast_root(inputs[static_cast<size_t>(e.nodes.back().input)].dtype);
   }
   auto types = TypeCheck(e, operands);
   if (!types.ok()) return types.status();
-  program->types = *std::move(types);
-  program->canonical = Canonical(e);
-
-  const NodeType& root = program->types.back();
-  DType out = root.dtype;
+  DType out = types->back().dtype;
   if (output.dtype && *output.dtype != out) {
     if (!CanCast(out, *output.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -93,8 +96,15 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
           " would be an unsafe cast: write cast(..., ", DTypeName(*output.dtype),
           ") in the expression to ask for it"));
     }
+    // The root's value as its op gives it, then converted, as one op with an output dtype.
     out = *output.dtype;
+    cast_root(out);
+    types = TypeCheck(e, operands);
+    if (!types.ok()) return types.status();
   }
+  program->types = *std::move(types);
+  program->canonical = Canonical(e);
+  const NodeType& root = program->types.back();
   program->out_dtype = out;
 
   auto out_strides = OutputStridesFor(inputs, output);
@@ -110,7 +120,7 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   plan.out_storage_bytes = it.out_storage_bytes;
   plan.out_has_gaps = it.out_has_gaps;
   plan.out_dtype = out;
-  plan.compute_dtype = root.eval_compute;
+  plan.compute_dtype = root.compute;
   plan.numel = it.numel;
   // The output alone: the inputs' side of the iteration lives in the program.
   plan.num_operands = 1;

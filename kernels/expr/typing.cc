@@ -1,6 +1,7 @@
 #include "kernels/expr/typing.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -12,14 +13,6 @@ namespace {
 
 absl::Status At(const Node& n, absl::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat("expression: at ", n.position, ": ", message));
-}
-
-// As the evaluator keeps a value of `dtype` reached at `tier`.
-DType Widened(DType dtype, TypeTier tier) {
-  if (!IsFloating(dtype)) return dtype;
-  return tier == TypeTier::kWrappedNumber ? DType::kFloat64
-         : ItemSize(dtype) == 2          ? DType::kFloat32
-                                         : dtype;
 }
 
 // Whether integer literal `v` may be computed as `t`. As PyTorch's overflow check: within the
@@ -44,7 +37,19 @@ bool IntFits(int64_t v, DType t) {
 }  // namespace
 
 DType LiteralTarget(const Node& call, const NodeType& type, int arg) {
-  return arg == call.op->spec.condition_input ? DType::kBool : type.eval_compute;
+  return arg == call.op->spec.condition_input ? DType::kBool : type.compute;
+}
+
+uint64_t LiteralBits(const Node& literal, DType target) {
+  uint64_t bits = 0;
+  VisitDType(target, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = literal.literal == LiteralKind::kFloat ? Convert<T>(literal.float_value)
+                : literal.literal == LiteralKind::kInt ? Convert<T>(literal.int_value)
+                                                       : Convert<T>(literal.int_value != 0);
+    std::memcpy(&bits, &v, sizeof(T));
+  });
+  return bits;
 }
 
 absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
@@ -58,15 +63,19 @@ absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
         if (n.input < 0 || n.input >= static_cast<int>(inputs.size())) {
           return At(n, absl::StrCat("input ", n.input, " was not sent"));
         }
-        t.dtype = t.storage = inputs[n.input].dtype;
+        t.dtype = inputs[n.input].dtype;
         t.tier = inputs[n.input].tier;
         continue;
       case NodeKind::kLiteral:
+        if (n.zero_dim) {
+          t.tier = TypeTier::kZeroDim;
+          t.dtype = *n.zero_dim;
+          continue;
+        }
         t.tier = TypeTier::kWrappedNumber;
         t.dtype = n.literal == LiteralKind::kBool  ? DType::kBool
                   : n.literal == LiteralKind::kInt ? DType::kInt64
                                                    : DType::kFloat32;
-        t.storage = Widened(t.dtype, t.tier);
         continue;
       case NodeKind::kCall:
         break;
@@ -116,6 +125,8 @@ absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
         break;
       case TypeRule::kCastToAttr:
         t.dtype = t.attrs.Type("dtype");
+        // A cast of numbers is a zero-dimensional tensor of its dtype, not a Python number.
+        if (t.tier == TypeTier::kWrappedNumber) t.tier = TypeTier::kZeroDim;
         break;
       case TypeRule::kQuantized:
         for (const TypeOperand& o : operands) {
@@ -128,22 +139,15 @@ absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
         t.compute = DType::kFloat32;
         break;
     }
-    // Widen where the functor has the wider type (every float op has float32 and float64).
-    t.eval_compute = Widened(t.compute, t.tier);
-    t.eval_result = Widened(t.result, t.tier);
-    if ((n.op->compute_types & DTypeBit(t.eval_compute)) == 0) {
-      t.eval_compute = t.compute;
-      t.eval_result = t.result;
-    }
-    // An explicit cast keeps the rounding it asks for; everything else stays wide.
-    t.storage = spec.rule == TypeRule::kCastToAttr && t.tier != TypeTier::kWrappedNumber
-                    ? t.dtype
-                    : Widened(t.dtype, t.tier);
-
     for (size_t k = 0; k < n.args.size(); ++k) {
       const Node& a = e.at(n.args[k]);
-      if (a.kind != NodeKind::kLiteral || a.literal != LiteralKind::kInt) continue;
+      if (a.kind != NodeKind::kLiteral || a.zero_dim || a.literal != LiteralKind::kInt) continue;
       const DType target = LiteralTarget(n, t, static_cast<int>(k));
+      if (k == 1 && spec.name == "pow" && IsIntegral(t.compute) && a.int_value < 0) {
+        return At(a, absl::StrCat("an integer to a negative integer power (", a.int_value,
+                                  ") is refused, as PyTorch refuses it: write a float "
+                                  "exponent, or cast the base to a float"));
+      }
       if (IsIntegral(target) && !IntFits(a.int_value, target)) {
         return At(a, absl::StrCat(a.int_value, " does not fit ", DTypeName(target),
                                   ", the type '", spec.name, "' computes in here"));

@@ -42,7 +42,13 @@ DType OperandType(const Program& p, int k) {
 
 // The stored type of node i's value: the output's at the root.
 DType ValueType(const Program& p, int i) {
-  return i == p.expression.root() ? p.out_dtype : p.types[static_cast<size_t>(i)].storage;
+  return i == p.expression.root() ? p.out_dtype : p.types[static_cast<size_t>(i)].dtype;
+}
+
+// A literal's type as the kernel holds it: a zero-dimensional tensor's own (converted by the
+// call like any operand), a number the type its call computes it in.
+DType LiteralType(const Node& call, const expr::NodeType& t, int arg, const Node& literal) {
+  return literal.zero_dim ? *literal.zero_dim : expr::LiteralTarget(call, t, arg);
 }
 
 bool Fits32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
@@ -63,7 +69,7 @@ void AppendEvaluator(const Program& p, std::string* s) {
     const Node& n = e.nodes[i];
     if (n.kind != NodeKind::kCall) continue;
     const expr::NodeType& t = p.types[i];
-    std::string call = absl::StrCat("tc::rtc::Apply<", TypeName(t.eval_compute), ", ",
+    std::string call = absl::StrCat("tc::rtc::Apply<", TypeName(t.compute), ", ",
                                     TypeName(ValueType(p, static_cast<int>(i))), ">(z, f", i);
     for (size_t k = 0; k < n.args.size(); ++k) {
       const Node& a = e.at(n.args[k]);
@@ -72,7 +78,7 @@ void AppendEvaluator(const Program& p, std::string* s) {
           absl::StrAppend(&call, ", x", a.input + 1);
           break;
         case NodeKind::kLiteral:
-          absl::StrAppend(&members, "  ", TypeName(expr::LiteralTarget(n, t, static_cast<int>(k))),
+          absl::StrAppend(&members, "  ", TypeName(LiteralType(n, t, static_cast<int>(k), a)),
                           " l", literals, ";\n");
           absl::StrAppend(&call, ", l", literals++);
           break;
@@ -344,14 +350,9 @@ std::string EvaluatorParam(const Program& p, int* error) {
     for (size_t k = 0; k < n.args.size(); ++k) {
       const Node& a = e.at(n.args[k]);
       if (a.kind != NodeKind::kLiteral) continue;
-      const DType target = expr::LiteralTarget(n, p.types[i], static_cast<int>(k));
-      VisitDType(target, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        const T v = a.literal == expr::LiteralKind::kFloat ? Convert<T>(a.float_value)
-                    : a.literal == expr::LiteralKind::kInt ? Convert<T>(a.int_value)
-                                                           : Convert<T>(a.int_value != 0);
-        put(&v, sizeof(T), alignof(T));
-      });
+      const DType target = LiteralType(n, p.types[i], static_cast<int>(k), a);
+      const uint64_t v = expr::LiteralBits(a, target);
+      put(&v, static_cast<size_t>(ItemSize(target)), static_cast<size_t>(ItemSize(target)));
     }
   }
   for (size_t i = 0; i < e.nodes.size(); ++i) {
@@ -359,7 +360,7 @@ std::string EvaluatorParam(const Program& p, int* error) {
     if (n.kind != NodeKind::kCall) continue;
     const FunctorInfo& f = Functor(n.op->index);
     alignas(16) char made[256];
-    f.make(p.types[i].attrs, p.types[i].eval_result, error, made);
+    f.make(p.types[i].attrs, p.types[i].result, error, made);
     put(made, f.size, f.align);
   }
   bytes.resize((bytes.size() + widest - 1) / widest * widest, '\0');

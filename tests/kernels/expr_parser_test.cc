@@ -99,6 +99,10 @@ TEST(ExprParser, BadExpressionsSayWhereAndWhat) {
   EXPECT_EQ(Error("cast(a, b)"), "expression: at 0: cast takes 1 input, not 2");
   EXPECT_EQ(Error("cast(a, neg (b))"), "expression: at 0: cast takes 1 input, not 2");
   EXPECT_EQ(Canon("cast(a + 1, int32 )"), "cast(add($0,1),dtype=int32)");
+  // Numbers as Python writes them; a trailing comma in a call.
+  EXPECT_EQ(Canon("a + 0x1F + 0o17 + 0B11 + 1_000_000 + 1_0.2_5e1_0 + 0x1e+5"),
+            "add(add(add(add(add(add(add($0,31),15),3),1000000),1.025e+11),30),5)");
+  EXPECT_EQ(Canon("clamp(a, min=0, max=1,)"), "clamp($0,max=1,min=0)");
   EXPECT_NE(Error("cast(a)").find("dtype"), std::string::npos) << Error("cast(a)");
   EXPECT_EQ(Error("add(a, b, beta=1)"), "expression: at 10: add has no attribute 'beta' (it has: alpha)");
   EXPECT_EQ(Error("neg(a, alpha=1)"), "expression: at 7: neg has no attribute 'alpha' (it has none)");
@@ -111,7 +115,15 @@ TEST(ExprParser, BadExpressionsSayWhereAndWhat) {
   EXPECT_EQ(Error("a $ b"), "expression: at 2: unexpected character '$'");
   EXPECT_EQ(Error(std::string("a + \x01")), "expression: at 4: unexpected byte 0x01");
   EXPECT_EQ(Error("a + 99999999999999999999"),
-            "expression: at 4: the integer literal '99999999999999999999' does not fit 64 bits");
+            "expression: at 4: '99999999999999999999' does not fit 64 bits");
+  EXPECT_EQ(Error("a + 0x8000000000000000"), "expression: at 4: '0x8000000000000000' does not fit 64 bits");
+  EXPECT_EQ(Error("a + 0x"), "expression: at 4: '0x' is not a number");
+  EXPECT_EQ(Error("a + 0b102"), "expression: at 4: '0b102' is not a number");
+  EXPECT_EQ(Error("a + 1__0"), "expression: at 4: '1__0' is not a number: '_' goes between digits");
+  EXPECT_EQ(Error("a + 1_.5"), "expression: at 4: '1_.5' is not a number: '_' goes between digits");
+  EXPECT_EQ(Error("a + 00"), "");
+  EXPECT_EQ(Error("neg(a,,)"), "expression: at 6: expected a number, an input, a call or '(', found ','");
+  EXPECT_EQ(Error("neg(,)"), "expression: at 4: expected a number, an input, a call or '(', found ','");
   EXPECT_EQ(Error("a * 1e999"), "expression: at 4: '1e999' overflows float64");
   EXPECT_EQ(Error("a + 1.2.3"), "expression: at 4: '1.2.3' is not a number");
   EXPECT_EQ(Error("a + * b"), "expression: at 4: expected a number, an input, a call or '(', found '*'");

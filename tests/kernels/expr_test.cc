@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,6 +61,11 @@ testing::ElementWriter Filler(DType dtype, std::mt19937_64& rng) {
     ref::Write(dtype, v, p);
   };
 }
+
+constexpr DType kAllDTypes[] = {DType::kBool,    DType::kUInt8,   DType::kInt8,
+                                DType::kInt16,   DType::kInt32,   DType::kInt64,
+                                DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+                                DType::kFloat64};
 
 // The backend every test here runs on, expressions and their op-by-op references alike.
 Backend& TestBackend() {
@@ -237,42 +244,137 @@ std::string RandomTree(std::mt19937_64& rng, int inputs, bool floating, int dept
   return s + ")";
 }
 
-// The reference: the tree run op by op through the engine. Literals become zero-dim tensors
-// (float64 or int64), which promote as Python scalars do for the trees above; for half
-// inputs everything runs in float32 and the result is rounded once at the end.
-OwnedTensor OpByOp(const Expression& e, const std::vector<OwnedTensor>& inputs, DType out) {
+// A random tree over every op of the catalog: inputs of mixed dtypes (some zero-dimensional),
+// literals of every kind, required attributes given and optional ones now and then. Every
+// call takes at least one input (calls on literals alone are Python's arithmetic, checked on
+// their own below); where's condition is a comparison.
+struct CatalogTree {
+  std::mt19937_64& rng;
+  int inputs;
+  std::vector<bool> used;
+
+  std::string Input() {
+    int i = static_cast<int>(rng() % static_cast<uint64_t>(inputs));
+    for (int k = 0; k < inputs; ++k) {
+      if (!used[static_cast<size_t>(k)]) {
+        i = k;
+        break;
+      }
+    }
+    used[static_cast<size_t>(i)] = true;
+    return std::string(1, static_cast<char>('a' + i));
+  }
+  std::string Literal() {
+    switch (rng() % 5) {
+      case 0: return "True";
+      case 1:
+      case 2: return std::to_string(static_cast<int>(rng() % 7));
+      default: return std::to_string(static_cast<int>(rng() % 7) - 3) + ".5";
+    }
+  }
+  std::string Attrs(const OpSpec& spec) {
+    std::string s;
+    for (const AttrSpec& a : spec.attrs) {
+      if (!a.required && rng() % 4 != 0) continue;
+      s += ", " + a.name + "=";
+      switch (a.type) {
+        case AttrType::kDType: s += std::string(DTypeName(kAllDTypes[rng() % std::size(kAllDTypes)])); break;
+        case AttrType::kFloat: s += a.required ? "0.75" : (rng() % 2 ? "2" : "-1.5"); break;
+        case AttrType::kInt: s += rng() % 2 ? "1" : "-2"; break;
+        case AttrType::kBool: s += "True"; break;
+        case AttrType::kString: s += "\"tanh\""; break;
+      }
+    }
+    return s;
+  }
+  // `has_input`: whether the subtree reads an input.
+  std::string Tree(int depth, bool& has_input) {
+    if (depth <= 0) {
+      has_input = rng() % 5 != 0;
+      return has_input ? Input() : Literal();
+    }
+    const CatalogEntry& op = Catalog()[rng() % Catalog().size()];
+    std::string s = op.spec.name + "(";
+    has_input = false;
+    for (int k = 0; k < op.spec.arity; ++k) {
+      if (k > 0) s += ", ";
+      bool arg_input = false;
+      if (k == op.spec.condition_input) {
+        bool x = false, y = false;
+        s += "(" + Tree(depth - 2, x) + ") > (" + Tree(depth - 2, y) + ")";
+        arg_input = x || y;
+      } else if (k + 1 == op.spec.arity && !has_input) {
+        s += Input();
+        arg_input = true;
+      } else {
+        s += Tree(depth - 1 - static_cast<int>(rng() % 2), arg_input);
+      }
+      has_input = has_input || arg_input;
+    }
+    return s + Attrs(op.spec) + ")";
+  }
+};
+
+// The reference: the tree run op by op through the engine. A literal becomes a zero-dim tensor
+// of the dtype its op's arguments promote to with it as a Python scalar (the op's result type,
+// which a zero-dim tensor of that dtype leaves as it is), holding the same value (the literals
+// of the trees are exact in every dtype). The output dtype, if any, is a cast of the root's.
+absl::StatusOr<OwnedTensor> OneByOne(const Expression& e, const std::vector<OwnedTensor>& inputs,
+                                     DType out) {
   Backend& backend = TestBackend();
   std::vector<OwnedTensor> values(e.nodes.size());
+  auto run = [&](absl::string_view op, const std::vector<TensorView>& args, const AttrMap& attrs,
+                 OwnedTensor* result) -> absl::Status {
+    auto p = PrepareOp(op, args, attrs, {}, backend.tile_rule());
+    if (!p.ok()) return p.status();
+    *result = Contiguous(p->plan.out_dtype, p->plan.out_shape);
+    return backend.Run(*p, args, reinterpret_cast<std::byte*>(result->storage.data()));
+  };
   for (size_t i = 0; i < e.nodes.size(); ++i) {
     const Node& n = e.nodes[i];
     if (n.kind == NodeKind::kInput) {
       values[i] = inputs[static_cast<size_t>(n.input)];
       continue;
     }
-    if (n.kind == NodeKind::kLiteral) {
-      ref::Value v;
-      v.is_int = n.literal != LiteralKind::kFloat;
-      v.i = n.int_value;
-      v.f = n.float_value;
-      values[i] = Contiguous(v.is_int ? DType::kInt64 : DType::kFloat64, {});
-      ref::Write(values[i].view.dtype, v, values[i].storage.data());
-      continue;
+    if (n.kind == NodeKind::kLiteral) continue;
+    std::vector<TypeOperand> operands;
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      if (static_cast<int>(k) == n.op->spec.condition_input) continue;
+      const Node& a = e.at(n.args[k]);
+      if (a.kind == NodeKind::kLiteral) {
+        operands.push_back({a.literal == LiteralKind::kBool  ? DType::kBool
+                            : a.literal == LiteralKind::kInt ? DType::kInt64
+                                                             : DType::kFloat32,
+                            TypeTier::kWrappedNumber});
+      } else {
+        const TensorView& v = values[static_cast<size_t>(n.args[k])].view;
+        operands.push_back({v.dtype, v.shape.empty() ? TypeTier::kZeroDim : TypeTier::kDimensioned});
+      }
     }
+    const DType promoted = ResultType(operands);
+    std::vector<OwnedTensor> literals(n.args.size());
     std::vector<TensorView> args;
-    for (int a : n.args) args.push_back(values[static_cast<size_t>(a)].view);
-    auto p = PrepareOp(n.op->spec.name, args, n.attrs, {}, backend.tile_rule());
-    EXPECT_TRUE(p.ok()) << p.status();
-    if (!p.ok()) return {};
-    values[i] = Contiguous(p->plan.out_dtype, p->plan.out_shape);
-    EXPECT_TRUE(backend.Run(*p, args, reinterpret_cast<std::byte*>(values[i].storage.data())).ok());
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      const Node& a = e.at(n.args[k]);
+      if (a.kind != NodeKind::kLiteral) {
+        args.push_back(values[static_cast<size_t>(n.args[k])].view);
+        continue;
+      }
+      const DType d = static_cast<int>(k) == n.op->spec.condition_input ? DType::kBool : promoted;
+      ref::Value v;
+      v.is_int = a.literal != LiteralKind::kFloat;
+      v.i = a.int_value;
+      v.f = a.float_value;
+      literals[k] = Contiguous(d, {});
+      ref::Write(d, ref::ConvertTo(d, v), literals[k].storage.data());
+      args.push_back(literals[k].view);
+    }
+    if (auto s = run(n.op->spec.name, args, n.attrs, &values[i]); !s.ok()) return s;
   }
-  const OwnedTensor& root = values.back();
+  OwnedTensor root = values.back();
   if (root.view.dtype == out) return root;
-  AttrMap cast = {{"dtype", out}};
-  auto p = PrepareOp("cast", {root.view}, cast, {}, backend.tile_rule());
-  EXPECT_TRUE(p.ok()) << p.status();
-  OwnedTensor result = Contiguous(out, root.view.shape);
-  EXPECT_TRUE(backend.Run(*p, {root.view}, reinterpret_cast<std::byte*>(result.storage.data())).ok());
+  OwnedTensor result;
+  if (auto s = run("cast", {root.view}, {{"dtype", out}}, &result); !s.ok()) return s;
   return result;
 }
 
@@ -284,60 +386,70 @@ bool SameBits(DType t, const char* x, const char* y) {
   return std::memcmp(x, y, static_cast<size_t>(ItemSize(t))) == 0;
 }
 
+// The contract of the expression language: for any tree it accepts, the result equals the
+// ops run one by one, bit for bit, on every backend: random trees of every op of the catalog,
+// inputs of mixed dtypes and random layouts (broadcasts, permutations, negative strides,
+// misaligned offsets, zero-dim inputs, short and long rows), output dtypes and layouts.
 TEST(ExprEval, RandomTreesMatchTheOpsRunOneByOne) {
   const uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(::testing::Message() << "TC_TEST_SEED=" << seed);
   std::mt19937_64 rng(seed);
-  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                          DType::kInt32,   DType::kInt8,    DType::kInt64,   DType::kUInt8};
-  // Shapes for short rows (blocks of whole rows, gathered), long rows (cut into blocks) and
-  // the random small ones.
-  // No zero-dim inputs: the reference's literals are zero-dim tensors, which would compete
-  // with them as Python scalars do not (ExprTyping covers those).
   const std::vector<DimVector> fixed = {{3, 2000}, {2, 3, 9000}, {2, 40000}, {700, 3}, {5000}, {1}};
-  for (int round = 0; round < 120; ++round) {
-    const DType dtype = dtypes[rng() % std::size(dtypes)];
-    const bool half = ItemSize(dtype) == 2 && IsFloating(dtype);
+  int checked = 0, refused = 0, errors = 0;
+  for (int round = 0; checked < 150 && round < 2000; ++round) {
+    const DType base = kAllDTypes[rng() % std::size(kAllDTypes)];
     const int ninputs = 1 + static_cast<int>(rng() % 4);
-    DimVector out_shape = round % 3 == 0 ? fixed[rng() % fixed.size()]
-                                         : testing::RandomShape(1 + static_cast<int>(rng() % 4), rng, 3000);
-    std::vector<bool> used(static_cast<size_t>(ninputs), false);
-    std::string text;
-    do {
-      std::fill(used.begin(), used.end(), false);
-      text = RandomTree(rng, ninputs, IsFloating(dtype), 1 + static_cast<int>(rng() % 4), used);
-    } while (std::find(used.begin(), used.end(), false) != used.end());
-    SCOPED_TRACE(text + " on " + std::string(DTypeName(dtype)) + " " + ShapeToString(out_shape));
-    std::vector<OwnedTensor> in, in_wide;
+    const DimVector out_shape = round % 3 == 0 ? fixed[rng() % fixed.size()]
+                                               : testing::RandomShape(1 + static_cast<int>(rng() % 4), rng, 3000);
+    CatalogTree gen{rng, ninputs, std::vector<bool>(static_cast<size_t>(ninputs), false)};
+    bool has_input = false;
+    std::string text = gen.Tree(1 + static_cast<int>(rng() % 4), has_input);
+    if (std::find(gen.used.begin(), gen.used.end(), false) != gen.used.end()) continue;
+    std::vector<OwnedTensor> in;
+    std::string described;
     for (int i = 0; i < ninputs; ++i) {
+      const DType dtype = rng() % 3 == 0 ? kAllDTypes[rng() % std::size(kAllDTypes)] : base;
       DimVector shape = i == 0 ? out_shape : testing::BroadcastableFrom(out_shape, rng);
-      if (shape.empty()) shape = {1};
+      if (i > 0 && rng() % 8 == 0) shape = {};
+      if (i == 0 && shape.empty()) shape = {1};
       in.push_back(testing::RandomLayout(dtype, shape, rng, Filler(dtype, rng)));
-      if (half) {  // the same values in float32, for the reference
-        OwnedTensor w = Contiguous(DType::kFloat32, shape);
-        size_t k = 0;
-        testing::ForEachIndex(shape, [&](const std::vector<int64_t>& idx) {
-          ref::Write(DType::kFloat32, ref::Read(dtype, testing::ElementAt(in.back().view, idx)),
-                     w.storage.data() + 4 * k++);
-        });
-        in_wide.push_back(w);
-      }
+      described += " " + std::string(DTypeName(dtype)) + ShapeToString(shape);
+    }
+    auto p = Prepare(text, in);
+    if (!p.ok()) {
+      ASSERT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+      ++refused;
+      continue;
     }
     OutputOptions output;
     if (rng() % 3 == 0) output.layout = OutputOptions::Layout::kLikeFirstInput;
-    auto p = Prepare(text, in, output);
-    ASSERT_TRUE(p.ok()) << p.status();
+    const DType wanted = kAllDTypes[rng() % std::size(kAllDTypes)];
+    if (rng() % 3 == 0 && CanCast(p->plan.out_dtype, wanted)) output.dtype = wanted;
+    p = Prepare(text, in, output);
+    ASSERT_TRUE(p.ok()) << text << ": " << p.status();
+    SCOPED_TRACE(text + " over" + described + " into " + std::string(DTypeName(p->plan.out_dtype)));
     absl::Status status;
     OwnedTensor got = Evaluate(*p, in, &status);
-    ASSERT_TRUE(status.ok()) << status;
     auto e = Parse(text, DefaultInputNames(ninputs));
     ASSERT_TRUE(e.ok());
-    OwnedTensor want = OpByOp(*e, half ? in_wide : in, p->plan.out_dtype);
-    ASSERT_EQ(want.view.shape, got.view.shape);
+    auto want = OneByOne(*e, in, p->plan.out_dtype);
+    if (!status.ok() || !want.ok()) {
+      // Integer division by zero: the same error either way. (A GPU kernel names every op of
+      // the tree that may raise it, "in 'floor_divide' or 'remainder'"; one op names itself.)
+      ASSERT_EQ(status.code(), want.status().code()) << status << " / " << want.status();
+      const std::string op = std::string(want.status().message()).substr(
+          std::string(want.status().message()).find('\''));
+      ASSERT_NE(std::string(status.message()).find(op.substr(0, op.size() - 1)), std::string::npos)
+          << status << " / " << want.status();
+      ++errors;
+      continue;
+    }
+    ++checked;
+    ASSERT_EQ(want->view.shape, got.view.shape);
     int bad = 0;
     testing::ForEachIndex(got.view.shape, [&](const std::vector<int64_t>& idx) {
       const char* g = testing::ElementAt(got.view, idx);
-      const char* w = testing::ElementAt(want.view, idx);
+      const char* w = testing::ElementAt(want->view, idx);
       if (!SameBits(got.view.dtype, g, w) && bad++ < 3) {
         ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << ": got "
                       << ref::Read(got.view.dtype, g).AsDouble() << ", op by op "
@@ -349,12 +461,14 @@ TEST(ExprEval, RandomTreesMatchTheOpsRunOneByOne) {
       return;
     }
   }
+  // Most random trees type (the rest are refused as their ops would refuse them).
+  EXPECT_EQ(checked, 150) << refused << " refused, " << errors << " errors";
 }
 
 // The independent reference: the random trees' ops written out in double and exact integer
-// arithmetic, each node's value kept as the evaluator keeps it (wrapped to the integer type;
-// rounded to float32, or float64 for float64) and the result rounded once to the output.
-// Float values are checked within 64 units of rounding of the largest magnitude any node
+// arithmetic, each node's value kept in the dtype as its op keeps it (wrapped to the integer
+// type, rounded to the float type). Float values are checked within 64 units of rounding of
+// the largest magnitude any node
 // reaches at that element (each op's error stays within a few units of its result, and the
 // tree has fewer than 32 nodes), plus one unit of the output's dtype. Comparisons of computed
 // floats could flip within that error, so float trees here have no where(); integer trees do,
@@ -399,7 +513,8 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
   for (int round = 0; round < 80; ++round) {
     const DType dtype = dtypes[rng() % std::size(dtypes)];
     const bool fl = IsFloating(dtype);
-    const DType storage = dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+    // Every node's value kept in the dtype, as its op alone keeps it.
+    const DType storage = dtype;
     const int ninputs = 1 + static_cast<int>(rng() % 4);
     const DimVector out_shape = round % 4 == 0 ? DimVector{3, 20000}
                                                : testing::RandomShape(1 + static_cast<int>(rng() % 4), rng, 2000);
@@ -479,9 +594,9 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
         return;
       }
       const double want = ref::RoundToFloat(dtype, v.back().f), gf = ref::Read(dtype, g).f;
-      const double eps = std::ldexp(1.0, storage == DType::kFloat64 ? -52 : -23);
       const int out_bits = dtype == DType::kFloat16 ? 10 : dtype == DType::kBFloat16 ? 7
                            : dtype == DType::kFloat32 ? 23 : 52;
+      const double eps = std::ldexp(1.0, -out_bits);
       const double out_ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(want), 1e-30)) - out_bits);
       if (!(std::fabs(gf - want) <= 64 * eps * largest + out_ulp) && bad++ < 3) {
         ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << ": got "
@@ -495,8 +610,9 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
   }
 }
 
-// Fixed expressions against double arithmetic written out here.
-TEST(ExprEval, HalfIntermediatesRoundOnceAtTheOutput) {
+// Fixed expressions against arithmetic written out here: each float16/bfloat16 value is
+// computed in float32 and rounded to its dtype, as its op alone does.
+TEST(ExprEval, HalfValuesRoundAsTheirOpsDo) {
   std::mt19937_64 rng(testing::TestSeed());
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     std::vector<OwnedTensor> in;
@@ -509,15 +625,19 @@ TEST(ExprEval, HalfIntermediatesRoundOnceAtTheOutput) {
     absl::Status status;
     OwnedTensor got = Evaluate(*p, in, &status);
     ASSERT_TRUE(status.ok()) << status;
+    const int bits = dtype == DType::kFloat16 ? 10 : 7;
+    auto r = [&](double v) { return ref::RoundToFloat(dtype, static_cast<float>(v)); };
     testing::ForEachIndex(got.view.shape, [&](const std::vector<int64_t>& idx) {
       auto x = [&](int i) { return ref::Read(dtype, testing::ElementAt(in[static_cast<size_t>(i)].view, idx)).f; };
-      const double ab = x(0) * x(1);
-      const double want = ref::RoundToFloat(dtype, 0.5 / (1 + std::exp(-(ab + x(2)))) - ab);
+      // a * b and + c are exact in float32 before their rounding; sigmoid may differ from
+      // this formula by a unit of float32, so by one of the half type after rounding.
+      const double ab = r(x(0) * x(1));
+      const double sg = r(1 / (1 + std::exp(-r(ab + x(2)))));
+      const double want = r(r(sg * 0.5) - ab);
       const double g = ref::Read(dtype, testing::ElementAt(got.view, idx)).f;
-      // One rounding of a value computed in float32: at most one unit in the last place.
-      const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::abs(want), 1e-4)) -
-                                               (dtype == DType::kFloat16 ? 10 : 7));
-      ASSERT_LE(std::abs(g - want), ulp) << DTypeName(dtype) << " at " << idx[0] << "," << idx[1];
+      const double tolerance = std::ldexp(1.0, std::ilogb(std::max(std::abs(want), 1e-4)) - bits) +
+                               std::ldexp(1.0, -1 - bits);
+      ASSERT_LE(std::abs(g - want), tolerance) << DTypeName(dtype) << " at " << idx[0] << "," << idx[1];
     });
   }
 }
@@ -549,14 +669,121 @@ TEST(ExprEval, IntegerDivisionByZeroIsAnError) {
     reinterpret_cast<int32_t*>(a.storage.data())[i] = i;
     reinterpret_cast<int32_t*>(b.storage.data())[i] = i == 4321 ? 0 : 3;
   }
-  for (const char* text : {"a // b + 1", "a * b + (7 // (2 - 2))"}) {  // the second, folded
-    auto p = Prepare(text, {a, b});
-    ASSERT_TRUE(p.ok()) << p.status();
-    absl::Status status;
-    Evaluate(*p, {a, b}, &status);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text;
-    EXPECT_EQ(status.message(), "integer division by zero in 'floor_divide'") << text;
+  auto p = Prepare("a // b + 1", {a, b});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::Status status;
+  Evaluate(*p, {a, b}, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "integer division by zero in 'floor_divide'");
+  // Numbers alone are Python's: refused where the expression is prepared.
+  EXPECT_EQ(Error("a * b + (7 // (2 - 2))", {a, b}),
+            "expression: at 9: division by zero in 'floor_divide' of two numbers (Python raises "
+            "ZeroDivisionError)");
+}
+
+// Values of a small tensor, as doubles.
+OwnedTensor Values(DType dtype, const std::vector<double>& v, bool zero_dim = false) {
+  OwnedTensor t = Contiguous(dtype, zero_dim ? DimVector{} : DimVector{static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) {
+    ref::Value x;
+    x.is_int = !IsFloating(dtype);
+    x.i = static_cast<int64_t>(v[i]);
+    x.f = v[i];
+    ref::Write(dtype, ref::ConvertTo(dtype, x), t.storage.data() + i * ItemSize(dtype));
   }
+  return t;
+}
+
+std::vector<double> RunExpr(const std::string& text, const std::vector<OwnedTensor>& in,
+                        std::optional<DType> out = std::nullopt) {
+  OutputOptions output;
+  output.dtype = out;
+  auto p = Prepare(text, in, output);
+  EXPECT_TRUE(p.ok()) << text << ": " << p.status();
+  if (!p.ok()) return {};
+  absl::Status status;
+  OwnedTensor got = Evaluate(*p, in, &status);
+  EXPECT_TRUE(status.ok()) << text << ": " << status;
+  std::vector<double> v;
+  testing::ForEachIndex(got.view.shape, [&](const std::vector<int64_t>& idx) {
+    v.push_back(ref::Read(got.view.dtype, testing::ElementAt(got.view, idx)).AsDouble());
+  });
+  return v;
+}
+
+// The cases where expressions once differed from their ops, each against the op's result.
+TEST(ExprEval, MeansExactlyItsOps) {
+  const double inf = std::numeric_limits<double>::infinity();
+  // An output dtype converts the root's value; it does not skip its rounding or its cast.
+  EXPECT_EQ(RunExpr("cast(a, int8)", {Values(DType::kFloat32, {300.5, -1.5})}, DType::kInt32),
+            (std::vector<double>{127, -1}));
+  EXPECT_EQ(RunExpr("cast(a, float16)", {Values(DType::kFloat32, {0.1})}, DType::kFloat32),
+            std::vector<double>{0.0999755859375});
+  EXPECT_EQ(RunExpr("a * b", {Values(DType::kFloat16, {0.1}), Values(DType::kFloat16, {3})},
+                DType::kFloat32),
+            std::vector<double>{0.2998046875});
+  // A half op's arguments of other dtypes are rounded to it first.
+  EXPECT_EQ(RunExpr("a + b", {Values(DType::kFloat16, {0.5, -65504}), Values(DType::kInt32, {2049, 100000})}),
+            (std::vector<double>{2048, inf}));
+  EXPECT_EQ(RunExpr("a < b", {Values(DType::kFloat16, {2048}), Values(DType::kInt32, {2049})}),
+            std::vector<double>{0});
+  EXPECT_EQ(RunExpr("a * b", {Values(DType::kFloat16, {3}), Values(DType::kFloat64, {0.1}, true)}),
+            std::vector<double>{0.2998046875});
+  EXPECT_EQ(RunExpr("a * 0.1", {Values(DType::kFloat16, {3})}), std::vector<double>{0.2998046875});
+  // A half intermediate is rounded where its op would round it.
+  EXPECT_EQ(RunExpr("cast(a * b, float32) - 0.2998046875",
+                {Values(DType::kFloat16, {0.1}), Values(DType::kFloat16, {3})}),
+            std::vector<double>{0});
+  // Signs of zero.
+  EXPECT_EQ(RunExpr("1 / -a", {Values(DType::kFloat32, {0})}), std::vector<double>{-inf});
+  EXPECT_EQ(RunExpr("atan2(-a, b)", {Values(DType::kFloat32, {0}), Values(DType::kFloat32, {-1})}),
+            std::vector<double>{-static_cast<double>(static_cast<float>(M_PI))});
+  // Numbers alone: checked as a literal is, casts rounded.
+  const OwnedTensor i8 = Values(DType::kInt8, {1});
+  EXPECT_EQ(Error("a + (100 + 200)", {i8}),
+            "expression: at 5: 300 does not fit int8, the type 'add' computes in here");
+  EXPECT_EQ(RunExpr("a * cast(0.1, float16)", {Values(DType::kFloat64, {1})}),
+            std::vector<double>{0.0999755859375});
+  EXPECT_EQ(RunExpr("a + cast(1e300, float32)", {Values(DType::kFloat64, {1})}),
+            std::vector<double>{inf});
+  // A cast of numbers is a zero-dim tensor: int32 with a float16 one is float16.
+  EXPECT_EQ(TypeOf("a * cast(2, float16)", {Values(DType::kInt32, {1})}), DType::kFloat16);
+  EXPECT_EQ(TypeOf("a * 2.0", {Values(DType::kInt32, {1})}), DType::kFloat32);
+}
+
+// Python's syntax and Python's meaning for arithmetic on numbers, or a refusal saying so.
+TEST(ExprEval, NumbersAreComputedAsPythonComputesThem) {
+  const OwnedTensor f = Values(DType::kFloat32, {3}), i = Values(DType::kInt32, {3});
+  EXPECT_EQ(RunExpr("a * (True + True)", {i}), std::vector<double>{6});
+  EXPECT_EQ(RunExpr("a * ~True", {i}), std::vector<double>{-6});
+  EXPECT_EQ(RunExpr("a * -True", {i}), std::vector<double>{-3});
+  EXPECT_EQ(RunExpr("a * 2 ** -1", {f}), std::vector<double>{1.5});
+  EXPECT_EQ(TypeOf("a * 2 ** -1", {i}), DType::kFloat32);
+  EXPECT_EQ(RunExpr("a * 2 ** 10", {i}), std::vector<double>{3072});
+  EXPECT_EQ(RunExpr("a + 0x10 + 0o10 + 0b10 + 1_000", {i}), std::vector<double>{1029});
+  EXPECT_EQ(RunExpr("neg(a,)", {i}), std::vector<double>{-3});
+  EXPECT_EQ(RunExpr("clamp(a, min=0, max=2,)", {i}), std::vector<double>{2});
+  EXPECT_EQ(RunExpr("a * (7 // -2) + 7 % -2", {i}), std::vector<double>{-13});
+  EXPECT_EQ(RunExpr("a * (1 / 3)", {Values(DType::kFloat64, {3})}), std::vector<double>{3 * (1.0 / 3)});
+  EXPECT_EQ(RunExpr("a * (1 < 2)", {i}), std::vector<double>{3});
+  EXPECT_EQ(Error("a + 007", {i}),
+            "expression: at 4: '007' has a leading zero, which Python does not allow in a decimal "
+            "integer (write 0o... for octal)");
+  EXPECT_EQ(Error("a + 1_", {i}), "expression: at 4: '1_' is not a number: '_' goes between digits");
+  EXPECT_EQ(Error("a + 2j", {i}), "expression: at 4: '2j' is a complex number; there are none here");
+  EXPECT_EQ(Error("a ** -1", {i}),
+            "expression: at 5: an integer to a negative integer power (-1) is refused, as PyTorch "
+            "refuses it: write a float exponent, or cast the base to a float");
+  EXPECT_EQ(Error("a * (1 / 0)", {f}),
+            "expression: at 5: division by zero in 'div' of two numbers (Python raises "
+            "ZeroDivisionError)");
+  EXPECT_EQ(Error("a * (2 ** 63)", {i}),
+            "expression: at 5: 'pow' of these numbers does not fit 64 bits");
+  EXPECT_EQ(Error("a * (1 << -1)", {i}), "expression: at 5: a negative shift count (Python raises ValueError)");
+  EXPECT_EQ(Error("a * (2 and 3)", {i}),
+            "expression: at 5: 'logical_and' (and, or) over numbers takes True and False only: "
+            "Python's would give one of the numbers back");
+  EXPECT_EQ(RunExpr("a * (True and not False)", {i}), std::vector<double>{3});
 }
 
 TEST(ExprEval, AttributesLiteralsAndExplicitCasts) {

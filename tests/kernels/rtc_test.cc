@@ -132,15 +132,15 @@ TEST(ExpressionKernels, ParametersCarryLiteralsInTheirComputeTypes) {
   ASSERT_TRUE(p.ok()) << p.status();
   int error = 0;
   const std::string bytes = EvaluatorParam(*p->expression, &error);
-  // The zero, one literal (3, as the float32 that float16 computes in), mul (empty), add
-  // (its alpha, a double, 8-byte aligned).
-  ASSERT_EQ(bytes.size(), 24u);
+  // The zero, one literal (3, as the float16 that a float16 mul computes in: its storage
+  // type, widened in registers), mul (empty), add (its alpha, a double, 8-byte aligned).
+  ASSERT_EQ(bytes.size(), 16u);
   EXPECT_EQ(bytes.substr(0, 4), std::string(4, '\0'));
-  float three;
-  std::memcpy(&three, bytes.data() + 4, sizeof(float));
-  EXPECT_EQ(three, 3.0f);
+  uint16_t three;
+  std::memcpy(&three, bytes.data() + 4, sizeof(three));
+  EXPECT_EQ(three, 0x4200);  // 3.0 in float16
   double alpha;
-  std::memcpy(&alpha, bytes.data() + 16, sizeof(double));
+  std::memcpy(&alpha, bytes.data() + 8, sizeof(double));
   EXPECT_EQ(alpha, 1.0);
 }
 

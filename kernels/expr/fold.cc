@@ -1,0 +1,211 @@
+// FoldConstants (kernels/expr/typing.h): calls on literals alone, evaluated once on the host
+// with the ops' own CPU kernels, the way Python evaluates arithmetic on numbers.
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/launch_env.h"
+#include "kernels/expr/typing.h"
+#include "kernels/scalar_types.h"
+
+namespace tc::expr {
+namespace {
+
+absl::Status At(const Node& n, absl::string_view message) {
+  return absl::InvalidArgumentError(absl::StrCat("expression: at ", n.position, ": ", message));
+}
+
+bool Named(const Node& call, std::initializer_list<absl::string_view> names) {
+  for (absl::string_view name : names) {
+    if (call.op->spec.name == name) return true;
+  }
+  return false;
+}
+
+bool IsNumber(const Node& n) { return n.kind == NodeKind::kLiteral && !n.zero_dim; }
+
+bool IsZero(const Node& n) {
+  return n.literal == LiteralKind::kFloat ? n.float_value == 0 : n.int_value == 0;
+}
+
+// Python's meaning of an operator on numbers, where the op's own would differ: bools count
+// as integers in arithmetic, an integer to a negative integer power is a float, and what
+// Python raises for is refused.
+absl::Status AsPython(const Node& call, std::vector<Node>& args) {
+  if (Named(call, {"add", "sub", "mul", "floor_divide", "remainder", "fmod", "pow", "neg", "abs",
+                   "bitwise_not", "left_shift", "right_shift"})) {
+    for (Node& a : args) {
+      if (IsNumber(a) && a.literal == LiteralKind::kBool) a.literal = LiteralKind::kInt;
+    }
+  }
+  if (Named(call, {"logical_and", "logical_or"})) {
+    for (const Node& a : args) {
+      if (IsNumber(a) && a.literal != LiteralKind::kBool) {
+        return At(call, absl::StrCat("'", call.op->spec.name,
+                                     "' (and, or) over numbers takes True and False only: "
+                                     "Python's would give one of the numbers back"));
+      }
+    }
+  }
+  if (args.size() == 2 && IsNumber(args[1])) {
+    const Node& b = args[1];
+    if (Named(call, {"div", "floor_divide", "remainder", "fmod"}) && IsZero(b)) {
+      return At(call, absl::StrCat("division by zero in '", call.op->spec.name,
+                                   "' of two numbers (Python raises ZeroDivisionError)"));
+    }
+    if (Named(call, {"left_shift", "right_shift"}) && b.literal != LiteralKind::kFloat &&
+        b.int_value < 0) {
+      return At(call, "a negative shift count (Python raises ValueError)");
+    }
+    if (Named(call, {"pow"}) && IsNumber(args[0]) && args[0].literal == LiteralKind::kInt &&
+        b.literal == LiteralKind::kInt && b.int_value < 0) {
+      for (Node& a : args) {
+        a.float_value = static_cast<double>(a.int_value);
+        a.literal = LiteralKind::kFloat;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Whether an int64 op of Python's would leave 64 bits: Python's integers do not wrap.
+bool Overflows(const Node& call, const std::vector<Node>& args, int64_t* result) {
+  auto v = [&](size_t k) { return args[k].int_value; };
+  int64_t r = 0;
+  bool over = false;
+  if (Named(call, {"add"})) {
+    over = __builtin_add_overflow(v(0), v(1), &r);
+  } else if (Named(call, {"sub"})) {
+    over = __builtin_sub_overflow(v(0), v(1), &r);
+  } else if (Named(call, {"mul"})) {
+    over = __builtin_mul_overflow(v(0), v(1), &r);
+  } else if (Named(call, {"neg", "abs"})) {
+    over = v(0) == INT64_MIN;
+  } else if (Named(call, {"floor_divide"})) {
+    over = v(0) == INT64_MIN && v(1) == -1;
+  } else if (Named(call, {"pow"})) {
+    r = 1;
+    int64_t base = v(0);
+    for (int64_t e = v(1); e > 0 && !over; e >>= 1) {
+      if (e & 1) over = __builtin_mul_overflow(r, base, &r);
+      if (e > 1 && !over) over = __builtin_mul_overflow(base, base, &base);
+    }
+  } else if (Named(call, {"left_shift"})) {
+    const int64_t c = v(1);
+    over = v(0) != 0 && (c >= 63 || (v(0) << c) >> c != v(0));
+  }
+  *result = r;
+  return over;
+}
+
+// Runs `call` over its literal arguments, typed `t`, into a literal.
+absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args,
+                              const NodeType& t) {
+  // Numbers compute as Python does, in float64 where the value is a float; a value involving
+  // a zero-dimensional tensor (a cast) as the op computes it.
+  const bool python = t.tier == TypeTier::kWrappedNumber;
+  auto wide = [&](DType d) { return python && IsFloating(d) ? DType::kFloat64 : d; };
+  PreparedOp op;
+  op.op = call.op;
+  op.attrs = t.attrs;
+  op.result_type = wide(t.result);
+  Plan& plan = op.plan;
+  plan.ndim = 1;
+  plan.sizes[0] = plan.numel = 1;
+  plan.num_operands = static_cast<int>(args.size()) + 1;
+  plan.compute_dtype = wide(t.compute);
+  if ((call.op->compute_types & DTypeBit(plan.compute_dtype)) == 0) plan.compute_dtype = t.compute;
+  plan.out_dtype = plan.dtypes[0] = wide(t.dtype);
+  plan.path = Path::kContiguous;
+  plan.kernel = Kernel::kCastRows;
+  NodeType computed = t;
+  computed.compute = plan.compute_dtype;
+  uint64_t values[kMaxOperands] = {};
+  char* operand[kMaxOperands];
+  operand[0] = reinterpret_cast<char*>(&values[0]);
+  plan.strides[0][0] = ItemSize(plan.dtypes[0]);
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Node& a = args[k];
+    const DType d = a.zero_dim ? *a.zero_dim : LiteralTarget(call, computed, static_cast<int>(k));
+    plan.dtypes[k + 1] = d;
+    values[k + 1] = LiteralBits(a, d);
+    operand[k + 1] = reinterpret_cast<char*>(&values[k + 1]);
+    plan.strides[k + 1][0] = 0;
+  }
+  // One element: the pool's workers never run (below its grain); it exists for the API.
+  static ThreadPool* pool = new ThreadPool(1);
+  if (auto s = cpu::LaunchOp(op, operand, cpu::LaunchEnv{pool}); !s.ok()) {
+    return At(call, s.message());
+  }
+
+  Node out;
+  out.kind = NodeKind::kLiteral;
+  out.position = call.position;
+  if (!python) out.zero_dim = t.dtype;
+  VisitDType(plan.out_dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T v;
+    std::memcpy(&v, &values[0], sizeof(T));
+    if constexpr (std::is_same_v<T, bool>) {
+      out.literal = LiteralKind::kBool;
+      out.int_value = v ? 1 : 0;
+    } else if constexpr (std::is_integral_v<T>) {
+      out.literal = LiteralKind::kInt;
+      out.int_value = static_cast<int64_t>(v);
+    } else {
+      out.literal = LiteralKind::kFloat;
+      out.float_value = static_cast<double>(static_cast<OpMath<T>>(v));
+    }
+  });
+  if (python && out.literal == LiteralKind::kInt) {
+    int64_t exact = 0;
+    if (Overflows(call, args, &exact)) {
+      return At(call, absl::StrCat("'", call.op->spec.name,
+                                   "' of these numbers does not fit 64 bits"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status FoldConstants(Expression* e) {
+  std::vector<Node> out;
+  std::vector<int> moved(e->nodes.size(), -1);
+  for (size_t i = 0; i < e->nodes.size(); ++i) {
+    Node n = std::move(e->nodes[i]);
+    for (int& a : n.args) a = moved[static_cast<size_t>(a)];
+    bool constant = n.kind == NodeKind::kCall;
+    for (int a : n.args) constant = constant && out[static_cast<size_t>(a)].kind == NodeKind::kLiteral;
+    if (!constant) {
+      out.push_back(std::move(n));
+      moved[i] = static_cast<int>(out.size()) - 1;
+      continue;
+    }
+    // The arguments, one literal each, are the last nodes (post-order).
+    std::vector<Node> args;
+    for (size_t k = 0; k < n.args.size(); ++k) {
+      if (n.args[k] != static_cast<int>(out.size() - n.args.size() + k)) {
+        return absl::InternalError("expression: a tree not in post-order");
+      }
+      args.push_back(out[static_cast<size_t>(n.args[k])]);
+    }
+    out.resize(out.size() - args.size());
+    if (auto s = AsPython(n, args); !s.ok()) return s;
+    Expression one;
+    one.nodes = args;
+    Node call = n;
+    for (size_t k = 0; k < args.size(); ++k) call.args[k] = static_cast<int>(k);
+    one.nodes.push_back(call);
+    auto types = TypeCheck(one, {});
+    if (!types.ok()) return types.status();
+    auto folded = Evaluate(n, args, types->back());
+    if (!folded.ok()) return folded.status();
+    out.push_back(*std::move(folded));
+    moved[i] = static_cast<int>(out.size()) - 1;
+  }
+  e->nodes = std::move(out);
+  return absl::OkStatus();
+}
+
+}  // namespace tc::expr
