@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/codec.h"
 #include "server/job.h"
+#include "server/parse.h"
 #include "server/reactor.h"
 #include "server/service.h"
 #include "server/unary_call.h"
@@ -111,12 +112,21 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
 }  // namespace
 
 grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext* ctx,
-                                                     const v1::ComputeRequest* request,
+                                                     const grpc::ByteBuffer* raw,
                                                      v1::ComputeResponse* response) {
+  auto request = std::make_shared<v1::ComputeRequest>();
+  const absl::Status parsed = ParseRequest(*raw, request.get());
   auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "Compute",
-                                                    OpLabel(*request)});
+                                                    parsed.ok() ? OpLabel(*request) : ""});
   grpc::ServerUnaryReactor* reactor = call->reactor;
-  if (call->Admit()) StartCompute(env_, ctx, request, response, std::move(call));
+  if (!call->Admit()) return reactor;
+  if (!parsed.ok()) {
+    call->Finish(parsed);
+    return reactor;
+  }
+  // The request lives until the call finishes.
+  call->complete = [reactor, request](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); };
+  StartCompute(env_, ctx, request.get(), response, std::move(call));
   return reactor;
 }
 

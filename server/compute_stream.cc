@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/codec.h"
 #include "server/job.h"
+#include "server/parse.h"
 #include "server/reactor.h"
 #include "server/service.h"
 
@@ -11,7 +12,7 @@ namespace tc::server {
 
 namespace {
 
-using StreamBase = grpc::ServerBidiReactor<v1::ComputeStreamRequest, v1::TensorStreamMessage>;
+using StreamBase = grpc::ServerBidiReactor<grpc::ByteBuffer, v1::TensorStreamMessage>;
 
 // Header, then the streamed inputs' chunks; the output goes back as a header and chunks (or a
 // header with a handle when kept resident). Chunks are handled in arrival order, each copied
@@ -33,12 +34,12 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
     // Serializes the handling of messages in the order they arrived: the next read can only
     // complete after this one started, and waits here until this one is done.
     std::lock_guard<std::mutex> order(order_mu_);
-    v1::ComputeStreamRequest msg;
+    grpc::ByteBuffer raw;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       if (ok) {
-        msg.Swap(&in_);
+        raw.Swap(&in_);
         StartRead(&in_);
       }
     }
@@ -46,8 +47,12 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
       EndOfInput();
       return;
     }
-    absl::Status s;
-    if (msg.has_header()) {
+    v1::ComputeStreamRequest msg;
+    absl::Status s = ParseRequest(raw, &msg);
+    raw.Clear();
+    if (!s.ok()) {
+      // Said below.
+    } else if (msg.has_header()) {
       s = Header(msg.release_header());
     } else if (msg.has_chunk()) {
       if (job_ == nullptr) {
@@ -144,7 +149,7 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
         });
   }
 
-  v1::ComputeStreamRequest in_;
+  grpc::ByteBuffer in_;
   std::mutex order_mu_;
   std::unique_ptr<v1::ComputeRequest> header_;
   std::shared_ptr<ComputeJob> job_;
@@ -153,7 +158,7 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
 
 }  // namespace
 
-StreamBase* TensorServiceImpl::ComputeStream(grpc::CallbackServerContext* ctx) {
+StreamBase* TensorServiceImpl::ComputeStreamBytes(grpc::CallbackServerContext* ctx) {
   return new ComputeStreamReactor(ctx, env_);
 }
 

@@ -12,10 +12,33 @@ namespace tc::server {
 
 struct UnaryCall;
 
+// Compute and ComputeStream read their requests as bytes, parsed by ParseRequest
+// (server/parse.h) so that a request that does not parse gets a status saying why; their
+// responses are protobuf messages as usual.
+template <class Base>
+class WithParsedComputeRequests : public Base {
+ public:
+  WithParsedComputeRequests() {
+    grpc::Service::MarkMethodCallback(
+        0, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, v1::ComputeResponse>(
+               [this](grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                      v1::ComputeResponse* response) { return Compute(ctx, request, response); }));
+    grpc::Service::MarkMethodCallback(
+        1, new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, v1::TensorStreamMessage>(
+               [this](grpc::CallbackServerContext* ctx) { return ComputeStreamBytes(ctx); }));
+  }
+  virtual grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* request,
+                                            v1::ComputeResponse* response) = 0;
+  virtual grpc::ServerBidiReactor<grpc::ByteBuffer, v1::TensorStreamMessage>* ComputeStreamBytes(
+      grpc::CallbackServerContext* ctx) = 0;
+};
+
 // Upload and Download take raw messages (their chunks skip protobuf's copies, see
-// proto/chunk_wire.h); every other method takes protobuf messages.
-using TensorServiceBase = v1::TensorService::WithRawCallbackMethod_Upload<
-    v1::TensorService::WithRawCallbackMethod_Download<v1::TensorService::CallbackService>>;
+// proto/chunk_wire.h); Compute and ComputeStream raw requests; every other method protobuf
+// messages.
+using TensorServiceBase = WithParsedComputeRequests<v1::TensorService::WithRawCallbackMethod_Upload<
+    v1::TensorService::WithRawCallbackMethod_Download<v1::TensorService::CallbackService>>>;
 
 class TensorServiceImpl final : public TensorServiceBase {
  public:
@@ -25,9 +48,9 @@ class TensorServiceImpl final : public TensorServiceBase {
                     const Auth* auth, ServiceOptions options, Lifecycle* life);
 
   grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
-                                    const v1::ComputeRequest* request,
+                                    const grpc::ByteBuffer* request,
                                     v1::ComputeResponse* response) override;
-  grpc::ServerBidiReactor<v1::ComputeStreamRequest, v1::TensorStreamMessage>* ComputeStream(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, v1::TensorStreamMessage>* ComputeStreamBytes(
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* ctx,
                                                     grpc::ByteBuffer* response) override;

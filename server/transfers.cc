@@ -4,21 +4,13 @@
 #include "absl/strings/str_cat.h"
 #include "proto/chunk_wire.h"
 #include "server/codec.h"
+#include "server/parse.h"
 #include "server/reactor.h"
 #include "server/service.h"
 #include "server/unary_call.h"
 
 namespace tc::server {
 namespace {
-
-// Parses a whole message with protobuf.
-template <class M>
-absl::Status ParseMessage(grpc::ByteBuffer& buffer, M* m, const char* what) {
-  if (!grpc::SerializationTraits<M>::Deserialize(&buffer, m).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed ", what, " message"));
-  }
-  return absl::OkStatus();
-}
 
 // A header (a new tensor, or a part of an existing one's storage), then chunks in order. Raw
 // messages: a chunk goes from the slices gRPC received it in to the device (chunk_wire.h);
@@ -62,7 +54,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
       s = Chunk(chunk.offset(), pieces);
     } else {
       v1::UploadRequest msg;
-      s = ParseMessage(raw, &msg, "UploadRequest");
+      s = ParseRequest(raw, &msg);
       if (!s.ok()) {
       } else if (msg.has_header()) {
         s = Header(msg.header());
@@ -231,7 +223,7 @@ class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc
   void Begin(const grpc::ByteBuffer& raw) {
     grpc::ByteBuffer copy(raw);
     v1::DownloadRequest request;
-    if (auto s = ParseMessage(copy, &request, "DownloadRequest"); !s.ok()) {
+    if (auto s = ParseRequest(copy, &request); !s.ok()) {
       FinishOnce(s);
       return;
     }

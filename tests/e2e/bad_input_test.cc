@@ -288,8 +288,25 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
                      cv.wait(l, [&] { return done; });
                      return client::FromGrpc(status);
                    },
-                   // gRPC's own answer when a request message does not parse.
-                   C::kUnimplemented, ""});
+                   C::kInvalidArgument, "the request is not a ComputeRequest message"});
+  // Text fields hold UTF-8: other bytes are named, not a parse failure without a word.
+  cases.push_back(Unary("expression not UTF-8", kInvalid,
+                        "field 'expression' is not UTF-8: byte 0xff at 4 (in the ComputeRequest)",
+                        [](auto& r) { r.set_op(""); r.set_expression("a + \xff"); }));
+  cases.push_back(Unary("input name not UTF-8", kInvalid, "field 'input_names[1]' is not UTF-8: byte 0xc3 at 1",
+                        [](auto& r) {
+                          r.set_op("");
+                          r.set_expression("a + b");
+                          r.add_input_names("a");
+                          r.add_input_names("b\xc3(");
+                        }));
+  {
+    v1::ComputeStreamRequest h;
+    h.mutable_header()->set_expression("a + b");
+    h.mutable_header()->add_input_names("\xed\xa0\x80");  // a surrogate
+    cases.push_back(Stream("stream header's input name not UTF-8",
+                           "field 'header.input_names[0]' is not UTF-8: byte 0xed at 0", {h}));
+  }
   // Upload and Download read raw messages: bytes that are not one get a clear status.
   for (const char* method : {"Upload", "Download"}) {
     cases.push_back({absl::StrCat("bytes that are not a protobuf message, to ", method),
@@ -309,7 +326,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
                            },
                            [](grpc::ByteBuffer&) { return absl::OkStatus(); });
                      },
-                     C::kInvalidArgument, "malformed"});
+                     C::kInvalidArgument, "the request is not a"});
   }
   // Streams.
   cases.push_back(Stream("stream without a header", "ended before its header", {}));
