@@ -1113,6 +1113,10 @@ class StreamInferReactor final
       response_.set_error_message(std::string(out.message()));
       response_.mutable_infer_response()->set_id(request_.id());
     }
+    // Each request has this one response, its last, as Triton says of its own responses
+    // (clients asking for enable_empty_final_response wait for it).
+    (*response_.mutable_infer_response()->mutable_parameters())["triton_final_response"]
+        .set_bool_param(true);
     StartWrite(&response_);
   }
 

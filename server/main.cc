@@ -39,6 +39,7 @@
 #include "server/metrics.h"
 #include "server/resident.h"
 #include "server/service.h"
+#include "server/unserved.h"
 #if TC_WITH_CUDA
 #include "kernels/cuda/expr_kernels.h"
 #include "runtime/cuda_device.h"
@@ -624,6 +625,8 @@ int main(int argc, char** argv) {
   builder.SetMaxSendMessageSize(static_cast<int>(max_message));
   builder.RegisterService(&service);
   builder.RegisterService(&inference);
+  tc::server::UnservedMethods unserved;
+  builder.RegisterCallbackGenericService(&unserved);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     Log(absl::StrCat("cannot listen on ", address));

@@ -2,6 +2,8 @@
 // messages (inference.GRPCInferenceService, generated from proto/inference), as a C++ client
 // written for Triton would; results against a reference computed here.
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
@@ -195,6 +198,9 @@ TEST_F(KServeV2Test, StreamAnswersEachRequestInOrder) {
   int n = 0;
   while (stream->Read(&r)) {
     EXPECT_EQ(r.infer_response().id(), std::to_string(n));
+    // Each response is its request's last, as Triton marks it.
+    ASSERT_EQ(r.infer_response().parameters().count("triton_final_response"), 1u);
+    EXPECT_TRUE(r.infer_response().parameters().at("triton_final_response").bool_param());
     if (n == 3) {
       EXPECT_NE(r.error_message().find("'nope'"), std::string::npos) << r.error_message();
     } else {
@@ -206,6 +212,38 @@ TEST_F(KServeV2Test, StreamAnswersEachRequestInOrder) {
   }
   EXPECT_EQ(n, 6);
   EXPECT_TRUE(stream->Finish().ok());
+}
+
+// Methods this server does not serve (Triton's statistics and repository methods, a typo)
+// say so by name instead of gRPC's empty UNIMPLEMENTED.
+TEST_F(KServeV2Test, UnservedMethodsSayWhat) {
+  auto channel = grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  for (const char* method : {"/inference.GRPCInferenceService/ModelStatistics",
+                             "/inference.GRPCInferenceService/RepositoryIndex",
+                             "/tensorcompute.v1.TensorService/Nope"}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    grpc::Slice empty("", 0);  // an empty message
+    grpc::ByteBuffer request(&empty, 1), response;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status status;
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> l(mu);
+      status = s;
+      done = true;
+      cv.notify_all();
+    });
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << method;
+    EXPECT_NE(status.error_message().find(std::string("method '") + method + "' is not served here"),
+              std::string::npos)
+        << status.error_message();
+  }
+  ExpectReady();
 }
 
 }  // namespace
