@@ -82,6 +82,8 @@ struct Case {
   std::vector<DType> dtypes;
   std::vector<DimVector> shapes;
   DType out;
+  // The first input is read transposed (a square one's strides swapped), as x.t().
+  bool transposed = false;
 };
 
 }  // namespace
@@ -125,6 +127,8 @@ int main(int argc, char** argv) {
       {"affine_norm_f32", "(a - 0.5) * 1.7 * b + c", {F32, F32, F32},
        {{M, M}, {M}, {M}}, F32},
       {"where_f32", "where(a > 0, a * 0.1, b)", {F32, F32}, {{N}, {N}}, F32},
+      {"transposed_f32", "sigmoid(a) * b + c", {F32, F32, F32}, {{M, M}, {M, M}, {M, M}}, F32,
+       true},
   };
 
   struct Row {
@@ -143,6 +147,7 @@ int main(int argc, char** argv) {
       in_bufs.push_back(Random(k.dtypes[i], Numel(k.shapes[i]), 11 + i));
       in.push_back(View(in_bufs.back(), k.dtypes[i], k.shapes[i]));
     }
+    if (k.transposed) std::swap(in[0].strides[0], in[0].strides[1]);
     OutputOptions output;
     output.dtype = k.out;
     auto prepared = expr::PrepareExpression(k.text, {}, in, output);
@@ -181,6 +186,26 @@ int main(int argc, char** argv) {
     // --sweep: the same expression with other pack widths and packs per thread than the
     // walk ChooseWalk picks, for choosing that rule.
     const rtc::Walk chosen = rtc::ChooseWalk(program, base);
+    if (sweep && chosen.kind == rtc::Walk::kTiles) {
+      for (int u : {4, 8}) {
+        rtc::Walk w = chosen;
+        w.unroll = u;
+        cuda::ExprLaunch l;
+        l.source = rtc::GenerateSource(program, w);
+        l.arch = arch;
+        l.params.push_back(rtc::WalkArgs(program, w, base, env.multiprocessors, &l.geometry));
+        l.params.push_back(rtc::EvaluatorParam(program, env.error));
+        std::promise<std::shared_ptr<const cuda::ExprKernel>> kp;
+        cache.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
+          if (!r.ok()) std::exit(1);
+          kp.set_value(*r);
+        });
+        const std::shared_ptr<const cuda::ExprKernel> kk = kp.get_future().get();
+        const double ms = median_ms([&] { (void)cuda::LaunchExpr(l, *kk, stream); });
+        std::printf("sweep %s tiles 32x%d: %.3f ms, %.1f%% of copy\n", k.name.c_str(), 8 * u, ms,
+                    100 * row.copy / ms);
+      }
+    }
     if (sweep && chosen.kind == rtc::Walk::kRows && chosen.vector > 1) {
       for (int v : {chosen.vector, 2 * chosen.vector}) {
         for (int u : {1, 2}) {

@@ -25,6 +25,8 @@ def cases():
     yield "affine_norm_f32", lambda a, b, c: (a - 0.5) * 1.7 * b + c, [
         r((M, M), f32, 0), r((M,), f32, 1), r((M,), f32, 2)]
     yield "where_f32", lambda a, b: torch.where(a > 0, a * 0.1, b), [r((N,), f32, 0), r((N,), f32, 1)]
+    yield "transposed_f32", lambda a, b, c: torch.sigmoid(a.t()) * b + c, [
+        r((M, M), f32, 0), r((M, M), f32, 1), r((M, M), f32, 2)]
 
 
 def median_ms(fn, reps):

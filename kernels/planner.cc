@@ -137,49 +137,15 @@ bool ChooseAnyPermutedTiles(Plan& p) {
   return true;
 }
 
-// TileRule::kDenseSameTypes, any rank. Tiles span dim 0 (where the output is dense) and the
-// dim along which the most inputs that are not dense along dim 0 are dense ("staged": one or
-// two, as many tiles as fit in the shared memory a block may take), which the plan moves to
-// dim 1; the dims left are the tiles' batch dims. Both tile dims at least 16 long, a tile's
-// offsets within 32 bits.
+// TileRule::kDenseSameTypes, any rank (ChooseTileDims).
 bool ChooseTiles(Plan& p, bool same_types) {
-  const int64_t item = ItemSize(p.compute_dtype);
-  if (!same_types || p.ndim < 2 || p.strides[0][0] != ItemSize(p.dtypes[0]) || p.sizes[0] < 16) {
-    return false;
-  }
-  // Tiles of 32 or 64 along dim 0, at most 2^31 - 1 of them.
-  if (p.sizes[0] / 32 >= INT32_MAX) return false;
-  const auto staged_along = [&](int k, int d) {
-    return p.strides[k][d] == item && p.strides[k][0] != item && p.strides[k][0] != 0;
-  };
-  int dim = -1, most = 0;
-  for (int d = 1; d < p.ndim; ++d) {
-    if (p.sizes[d] < 16) continue;
-    int count = 0;
-    for (int k = 1; k < p.num_operands; ++k) count += staged_along(k, d);
-    if (count > most) {
-      dim = d;
-      most = count;
-    }
-  }
-  if (most == 0 || most > 2) return false;
-  for (int k = 0; k < p.num_operands; ++k) {
-    for (int d : {0, dim}) {
-      const int64_t s = p.strides[k][d];
-      if (s <= -(int64_t{1} << 23) || s >= (int64_t{1} << 23)) return false;
-    }
-  }
-  // Move `dim` to 1, the dims between it and 1 one place out, in order.
-  for (int d = dim; d > 1; --d) {
-    std::swap(p.sizes[d], p.sizes[d - 1]);
-    for (int k = 0; k < p.num_operands; ++k) std::swap(p.strides[k][d], p.strides[k][d - 1]);
-  }
-  int staged = 0;
-  for (int k = 1; k < p.num_operands; ++k) {
-    p.staged[k] = staged_along(k, 1) ? static_cast<int8_t>(staged++) : int8_t{-1};
-  }
-  p.num_staged = staged;
-  return true;
+  if (!same_types) return false;
+  int64_t item[kMaxOperands];
+  for (int k = 0; k < p.num_operands; ++k) item[k] = ItemSize(p.compute_dtype);
+  item[0] = ItemSize(p.dtypes[0]);
+  p.num_staged = ChooseTileDims(p.ndim, p.num_operands, p.sizes, p.strides[0], kMaxRank, item,
+                                2, p.staged);
+  return p.num_staged > 0;
 }
 
 // Row geometry, for plans of up to three dims; kRows where every operand allows it.
@@ -273,6 +239,44 @@ std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit) {
     todo.push_back(lo);
   }
   return done;
+}
+
+int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides, int rank,
+                   const int64_t* item, int max_staged, int8_t* staged) {
+  auto stride = [&](int k, int d) -> int64_t& { return strides[k * rank + d]; };
+  if (ndim < 2 || stride(0, 0) != item[0] || sizes[0] < 16) return 0;
+  // Tiles of 32 or 64 along dim 0, at most 2^31 - 1 of them.
+  if (sizes[0] / 32 >= INT32_MAX) return 0;
+  const auto staged_along = [&](int k, int d) {
+    return stride(k, d) == item[k] && stride(k, 0) != item[k] && stride(k, 0) != 0;
+  };
+  int dim = -1, most = 0;
+  for (int d = 1; d < ndim; ++d) {
+    if (sizes[d] < 16) continue;
+    int count = 0;
+    for (int k = 1; k < num_operands; ++k) count += staged_along(k, d);
+    if (count > most) {
+      dim = d;
+      most = count;
+    }
+  }
+  if (most == 0 || most > max_staged) return 0;
+  for (int k = 0; k < num_operands; ++k) {
+    for (int d : {0, dim}) {
+      const int64_t s = stride(k, d);
+      if (s <= -(int64_t{1} << 23) || s >= (int64_t{1} << 23)) return 0;
+    }
+  }
+  // Move `dim` to 1, the dims between it and 1 one place out, in order.
+  for (int d = dim; d > 1; --d) {
+    std::swap(sizes[d], sizes[d - 1]);
+    for (int k = 0; k < num_operands; ++k) std::swap(stride(k, d), stride(k, d - 1));
+  }
+  int count = 0;
+  for (int k = 0; k < num_operands; ++k) {
+    staged[k] = k > 0 && staged_along(k, 1) ? static_cast<int8_t>(count++) : int8_t{-1};
+  }
+  return count;
 }
 
 absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype,

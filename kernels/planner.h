@@ -161,6 +161,17 @@ struct Iteration : IterationDims {
   int64_t offsets[kMaxIterOperands] = {};
 };
 
+// The tile rule (Kernel::kTiles), one for ops and expressions: tiles span dim 0 (where the
+// output is dense, at least 16 long) and the dim along which the most inputs that are not
+// dense along dim 0 are dense ("staged": up to `max_staged`, as many tiles as fit in the
+// shared memory a block may take), which moves to dim 1; the dims left are the tiles' batch
+// dims. Both tile dims at least 16 long, a tile's offsets within 32 bits. `strides`: operand
+// k's stride along dim d at strides[k * rank + d], bytes; `item[k]`: its element size.
+// Returns the number of staged operands, 0 (nothing moved) where tiles do not apply;
+// staged[k] is each one's tile, -1 for the others.
+int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides, int rank,
+                   const int64_t* item, int max_staged, int8_t* staged);
+
 // Fills `it` for `inputs` (validated with ValidateView) and an output of `out_dtype`. With no
 // elements, ndim is 1 and sizes[0] 0.
 absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype,

@@ -110,6 +110,18 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   auto out_strides = OutputStridesFor(inputs, output);
   if (!out_strides.ok()) return out_strides.status();
   if (auto s = BuildIteration(inputs, out, *out_strides, &program->space); !s.ok()) return s;
+  // The planner's tile rule, as for an op: tiles of at most three dims where some inputs are
+  // dense along another dim than the output.
+  Iteration& space = program->space;
+  int64_t item[kMaxIterOperands];
+  item[0] = ItemSize(out);
+  for (int k = 1; k < space.num_operands; ++k) item[k] = ItemSize(inputs[static_cast<size_t>(k - 1)].dtype);
+  if (space.ndim <= 3 && space.numel > 0) {
+    program->num_staged = ChooseTileDims(space.ndim, space.num_operands, space.sizes,
+                                         &space.strides[0][0], kMaxRank, item, kMaxExprStaged,
+                                         program->staged);
+    if (program->num_staged > 0) program->kernel = Kernel::kTiles;
+  }
 
   PreparedOp p;
   p.result_type = root.result;
@@ -130,7 +142,7 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
     plan.sizes[j] = it.sizes[j];
     plan.strides[0][j] = it.strides[0][j];
   }
-  plan.kernel = Kernel::kGeneral;
+  plan.kernel = program->kernel;
   plan.path = Path::kStrided;
   p.expression = std::move(program);
   return p;

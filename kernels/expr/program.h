@@ -30,7 +30,16 @@ struct Program {
   // The output's dtype (the root's, or the one the request asked for) and the inputs'.
   DType out_dtype = DType::kFloat32;
   std::vector<DType> input_dtypes;
+  // The kernel family the planner chose for the space (ChooseTileDims): kTiles, with
+  // `staged[k]` the shared tile of each operand read through one (-1 for the others), or
+  // kGeneral, which each backend walks its own way.
+  Kernel kernel = Kernel::kGeneral;
+  int8_t staged[kMaxIterOperands] = {};
+  int num_staged = 0;
 };
+
+// Inputs an expression's tile kernel stages at most (each tile 32 x 33 elements).
+inline constexpr int kMaxExprStaged = 4;
 
 // What ListOps says about the expression language: grammar, names, limits, semantics.
 std::string GrammarDescription();

@@ -229,6 +229,72 @@ void AppendStridedKernel(const Program& p, const Walk& w, std::string* s) {
   absl::StrAppend(s, ");\n  }\n}\n");
 }
 
+// Blocks of 32 x 8 threads; a tile is 32 elements along dim 0 by T1 = 8 * U along dim 1.
+void AppendTilesKernel(const Program& p, const Walk& w, std::string* s) {
+  const int nops = NumInputs(p) + 1, nd = w.ndim;
+  const int U = w.unroll, T1 = 8 * U;
+  const std::string params = Parameters(absl::StrCat("tc::rtc::StridedArgs<", nops, ", ", nd, ">"));
+  absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(", kThreads, ") tc_expr(",
+                  params, ") {\n");
+  // One shared tile per staged input, an element of padding a row keeping reads down a
+  // column on distinct banks.
+  for (int k = 1; k < nops; ++k) {
+    if (p.staged[k] < 0) continue;
+    absl::StrAppend(s, "  __shared__ ", TypeName(OperandType(p, k)), " t", k, "[32][", T1 + 1, "];\n");
+  }
+  absl::StrAppend(
+      s, "  constexpr int U = ", U, ", T1 = ", T1, ", H = T1 / 32;\n",
+      "  const long long n0 = a.size[0], n1 = a.size[1];\n",
+      "  const long long tiles0 = (n0 + 31) / 32, tiles = tiles0 * ((n1 + T1 - 1) / T1);\n",
+      "  const long long count = tiles * ", nd == 3 ? "a.size[2]" : "1", ";\n",
+      "  const int x = threadIdx.x, y = threadIdx.y;\n",
+      "  for (long long t = blockIdx.x; t < count; t += gridDim.x) {\n",
+      "    const long long batch = t / tiles, r = t - batch * tiles;\n",
+      "    const long long c0 = (r % tiles0) * 32, c1 = (r / tiles0) * T1;\n");
+  for (int k = 0; k < nops; ++k) {
+    absl::StrAppend(s, "    ", k == 0 ? "" : "const ", "char* p", k, " = a.base[", k, "]",
+                    nd == 3 ? absl::StrCat(" + batch * a.stride[", k, "][2]") : "", ";\n");
+  }
+  // Every load of the tile first: the staged inputs along dim 1 (a warp reads 32 consecutive
+  // elements; 4 rows of dim 0 by H pieces of 32 per thread), the others along dim 0 (U
+  // elements per thread); then the staged ones into shared memory, one barrier, evaluation.
+  std::string staged_loads, stores, direct_loads, args;
+  for (int k = 1; k < nops; ++k) {
+    const char* t = TypeName(OperandType(p, k));
+    absl::StrAppend(&args, k > 1 ? ", " : "");
+    if (p.staged[k] >= 0) {
+      absl::StrAppend(s, "    ", t, " s", k, "[4 * H];\n");
+      absl::StrAppend(&staged_loads, "          s", k, "[v * H + h] = *reinterpret_cast<const ", t,
+                      "*>(p", k, " + i0 * a.stride[", k, "][0] + i1 * a.stride[", k, "][1]);\n");
+      absl::StrAppend(&stores, "        t", k, "[y + 8 * v][x + 32 * h] = s", k, "[v * H + h];\n");
+      absl::StrAppend(&args, "t", k, "[x][y + 8 * u]");
+    } else {
+      absl::StrAppend(s, "    ", t, " x", k, "[U];\n");
+      absl::StrAppend(&direct_loads, "        x", k, "[u] = *reinterpret_cast<const ", t, "*>(p", k,
+                      " + i0 * a.stride[", k, "][0] + i1 * a.stride[", k, "][1]);\n");
+      absl::StrAppend(&args, "x", k, "[u]");
+    }
+  }
+  absl::StrAppend(s, "#pragma unroll\n    for (int v = 0; v < 4; ++v) {\n",
+                  "#pragma unroll\n      for (int h = 0; h < H; ++h) {\n",
+                  "        const long long i0 = c0 + y + 8 * v, i1 = c1 + x + 32 * h;\n",
+                  "        if (i0 < n0 && i1 < n1) {\n", staged_loads, "        }\n      }\n    }\n");
+  absl::StrAppend(s, "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n",
+                  "      const long long i0 = c0 + x, i1 = c1 + y + 8 * u;\n",
+                  "      if (i0 < n0 && i1 < n1) {\n", direct_loads, "      }\n    }\n");
+  if (!stores.empty()) {
+    absl::StrAppend(s, "#pragma unroll\n    for (int v = 0; v < 4; ++v) {\n",
+                    "#pragma unroll\n      for (int h = 0; h < H; ++h) {\n", stores, "      }\n    }\n");
+  }
+  absl::StrAppend(s, "    __syncthreads();\n",
+                  "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n",
+                  "      const long long i0 = c0 + x, i1 = c1 + y + 8 * u;\n",
+                  "      if (i0 < n0 && i1 < n1) {\n",
+                  "        *reinterpret_cast<", TypeName(p.out_dtype),
+                  "*>(p0 + i0 * a.stride[0][0] + i1 * a.stride[0][1]) = e(", args,
+                  ");\n      }\n    }\n    __syncthreads();\n  }\n}\n");
+}
+
 void Put(std::string* s, const void* p, size_t n) {
   s->append(static_cast<const char*>(p), n);
 }
@@ -240,6 +306,17 @@ Walk ChooseWalk(const Program& p, char* const* base) {
   const Iteration& it = p.space;
   Walk w;
   w.ndim = std::max(1, it.ndim);
+  if (p.kernel == Kernel::kTiles) {
+    // Tiles 32 x 32 (unroll 4) or 32 x 64 (unroll 8) elements: see --sweep of
+    // tensorcompute-expr-bench.
+    w.kind = Walk::kTiles;
+    int64_t shared = 0;
+    for (int k = 1; k < it.num_operands; ++k) {
+      if (p.staged[k] >= 0) shared += 32 * 65 * ItemSize(OperandType(p, k));
+    }
+    w.unroll = shared <= 48 * 1024 ? 8 : 4;  // a block's static shared memory
+    return w;
+  }
   if (it.ndim > 2) {
     w.kind = Walk::kStrided;
     bool fits = it.numel <= INT32_MAX;
@@ -325,6 +402,8 @@ std::string GenerateSource(const Program& p, const Walk& w) {
   s += "\n";
   if (w.kind == Walk::kRows) {
     AppendRowsKernel(p, w, &s);
+  } else if (w.kind == Walk::kTiles) {
+    AppendTilesKernel(p, w, &s);
   } else {
     AppendStridedKernel(p, w, &s);
   }
@@ -419,6 +498,17 @@ std::string WalkArgs(const Program& p, const Walk& w, char* const* base, int mul
     Put(&s, &f, sizeof(f));
   }
   while (s.size() % 8 != 0) s.push_back('\0');
+  if (w.kind == Walk::kTiles) {
+    // 32 x 8 threads a block, blocks looping over the tiles.
+    const int64_t t1 = 8 * w.unroll;
+    const int64_t tiles = (it.sizes[0] + 31) / 32 * ((it.sizes[1] + t1 - 1) / t1) *
+                          (nd == 3 ? it.sizes[2] : 1);
+    g->block[0] = 32;
+    g->block[1] = kThreads / 32;
+    g->grid[0] = static_cast<unsigned>(
+        std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{multiprocessors} * 16)));
+    return s;
+  }
   g->block[0] = kThreads;
   g->grid[0] = static_cast<unsigned>(std::max<int64_t>(
       1, std::min<int64_t>((it.numel + kThreads - 1) / kThreads, int64_t{multiprocessors} * 16)));

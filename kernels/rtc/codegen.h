@@ -27,6 +27,11 @@ struct Walk {
     // Any rank (StridedArgs), one element per thread and step; 32-bit index math by
     // multiply-and-shift division where every offset fits, 64-bit division otherwise.
     kStrided,
+    // Two or three dims (StridedArgs) where the planner chose tiles (Program::kernel): a
+    // block takes 32 x 32 elements of dims 0 and 1 (dim 2: the tiles' batches), reads the
+    // staged inputs along dim 1 into shared memory and evaluates along dim 0, so that every
+    // load and store of a warp is coalesced.
+    kTiles,
   } kind = kRows;
   int vector = 1;
   // Packs (kRows) each thread has in flight per step.

@@ -103,6 +103,42 @@ TEST(ExpressionKernels, EveryOpAndDtypeCompilesInEveryWalk) {
   for (const CatalogEntry& e : Catalog()) EXPECT_EQ(covered.count(e.spec.name), 1u) << e.spec.name;
 }
 
+// The planner's tile rule decides for expressions as for ops: inputs dense along another dim
+// than the output (transposed views) are staged through shared tiles, whatever their dtypes;
+// the kernel compiles.
+TEST(ExpressionKernels, TransposedInputsTakeTheTiles) {
+  auto view = [](DType dtype, bool transposed) {
+    TensorView v;
+    v.dtype = dtype;
+    v.shape = {64, 48};
+    v.strides = transposed ? DimVector{1, 64} : DimVector{48, 1};
+    v.storage_bytes = 64 * 48 * ItemSize(dtype);
+    return v;
+  };
+  char* base[4] = {reinterpret_cast<char*>(4096), reinterpret_cast<char*>(8192),
+                   reinterpret_cast<char*>(16384), reinterpret_cast<char*>(32768)};
+  auto p = expr::PrepareExpression(
+      "sigmoid(a) * b + c", {},
+      {view(DType::kFloat32, true), view(DType::kInt8, false), view(DType::kFloat16, true)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const expr::Program& program = *p->expression;
+  EXPECT_EQ(program.kernel, Kernel::kTiles);
+  EXPECT_EQ(program.num_staged, 2);
+  EXPECT_EQ(program.staged[1], 0);
+  EXPECT_EQ(program.staged[2], -1);
+  EXPECT_EQ(program.staged[3], 1);
+  const Walk w = ChooseWalk(program, base);
+  EXPECT_EQ(w.kind, Walk::kTiles);
+  auto c = CompileToCubin(GenerateSource(program, w), 90);
+  ASSERT_TRUE(c.ok()) << c.status();
+  // Dense inputs alone: rows, as before.
+  p = expr::PrepareExpression("sigmoid(a) * b", {},
+                              {view(DType::kFloat32, false), view(DType::kInt8, false)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->expression->kernel, Kernel::kGeneral);
+  EXPECT_EQ(ChooseWalk(*p->expression, base).kind, Walk::kRows);
+}
+
 TEST(ExpressionKernels, SourceHoldsNeitherNamesNorValues) {
   const Operands o = Layout(DType::kFloat32, 0);
   auto source = [&](const std::string& text, std::vector<std::string> names) {
