@@ -186,24 +186,33 @@ int main(int argc, char** argv) {
     // --sweep: the same expression with other pack widths and packs per thread than the
     // walk ChooseWalk picks, for choosing that rule.
     const rtc::Walk chosen = rtc::ChooseWalk(program, base);
+    // A walk of the sweep, compiled and timed: its median ms; `compile_ms` the compile's.
+    auto time_walk = [&](const rtc::Walk& w, double* compile_ms) {
+      cuda::ExprLaunch l;
+      l.source = rtc::GenerateSource(program, w);
+      l.arch = arch;
+      l.params.push_back(rtc::WalkArgs(program, w, base, env.multiprocessors, &l.geometry));
+      l.params.push_back(rtc::EvaluatorParam(program, env.error));
+      const auto t0 = std::chrono::steady_clock::now();
+      std::promise<std::shared_ptr<const cuda::ExprKernel>> kp;
+      cache.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
+        if (!r.ok()) std::exit(1);
+        kp.set_value(*r);
+      });
+      const auto kern = kp.get_future().get();
+      *compile_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      return median_ms([&] { (void)cuda::LaunchExpr(l, *kern, stream); });
+    };
+    double compile_ms = 0;
     if (sweep && chosen.kind == rtc::Walk::kTiles) {
       for (int u : {4, 8}) {
         rtc::Walk w = chosen;
         w.unroll = u;
-        cuda::ExprLaunch l;
-        l.source = rtc::GenerateSource(program, w);
-        l.arch = arch;
-        l.params.push_back(rtc::WalkArgs(program, w, base, env.multiprocessors, &l.geometry));
-        l.params.push_back(rtc::EvaluatorParam(program, env.error));
-        std::promise<std::shared_ptr<const cuda::ExprKernel>> kp;
-        cache.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
-          if (!r.ok()) std::exit(1);
-          kp.set_value(*r);
-        });
-        const std::shared_ptr<const cuda::ExprKernel> kk = kp.get_future().get();
-        const double ms = median_ms([&] { (void)cuda::LaunchExpr(l, *kk, stream); });
-        std::printf("sweep %s tiles 32x%d: %.3f ms, %.1f%% of copy\n", k.name.c_str(), 8 * u, ms,
-                    100 * row.copy / ms);
+        const double ms = time_walk(w, &compile_ms);
+        std::printf("sweep %-22s tiles 32x%d %s: %.3f ms, %.1f%% of copy, compiled in %.0f ms\n",
+                    k.name.c_str(), 8 * u, u == chosen.unroll ? "(chosen)" : "        ", ms,
+                    100 * row.copy / ms, compile_ms);
       }
     }
     if (sweep && chosen.kind == rtc::Walk::kRows && chosen.vector > 1) {
@@ -212,21 +221,7 @@ int main(int argc, char** argv) {
           rtc::Walk w = chosen;
           w.vector = v;
           w.unroll = u;
-          cuda::ExprLaunch l;
-          l.source = rtc::GenerateSource(program, w);
-          l.arch = arch;
-          l.params.push_back(rtc::WalkArgs(program, w, base, env.multiprocessors, &l.geometry));
-          l.params.push_back(rtc::EvaluatorParam(program, env.error));
-          const auto t0 = std::chrono::steady_clock::now();
-          std::promise<std::shared_ptr<const cuda::ExprKernel>> kp;
-          cache.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
-            if (!r.ok()) std::exit(1);
-            kp.set_value(*r);
-          });
-          const auto kern = kp.get_future().get();
-          const double compile_ms =
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-          const double ms = median_ms([&] { (void)cuda::LaunchExpr(l, *kern, stream); });
+          const double ms = time_walk(w, &compile_ms);
           std::printf("sweep %-22s V=%d U=%d %s: %.3f ms, %.1f%% of copy, compiled in %.0f ms\n",
                       k.name.c_str(), v, u, v == chosen.vector && u == chosen.unroll ? "(chosen)" : "        ",
                       ms, 100 * row.copy / ms, compile_ms);

@@ -13,6 +13,7 @@
 #include "client/client.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "tests/support/raw_call.h"
 #include "tests/support/server_binary.h"
 #include "tests/support/server_process.h"
 #include "tests/support/wire_tensors.h"
@@ -267,26 +268,10 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
                    C::kResourceExhausted, "message larger than max"});
   cases.push_back({"bytes that are not a protobuf message",
                    [this] {
-                     grpc::GenericStub generic(channel_);
-                     grpc::ClientContext ctx;
                      const char garbage[] = "\xff\xff\xff\xff\x0f not a ComputeRequest";
-                     grpc::Slice slice(garbage, sizeof(garbage));
-                     grpc::ByteBuffer request(&slice, 1), response;
-                     grpc::Status status;
-                     std::mutex mu;
-                     std::condition_variable cv;
-                     bool done = false;
-                     generic.UnaryCall(&ctx, "/tensorcompute.v1.TensorService/Compute",
-                                       grpc::StubOptions(), &request, &response,
-                                       [&](grpc::Status s) {
-                                         std::lock_guard<std::mutex> l(mu);
-                                         status = s;
-                                         done = true;
-                                         cv.notify_all();
-                                       });
-                     std::unique_lock<std::mutex> l(mu);
-                     cv.wait(l, [&] { return done; });
-                     return client::FromGrpc(status);
+                     return client::FromGrpc(testing::RawUnaryCall(
+                         channel_, "/tensorcompute.v1.TensorService/Compute",
+                         std::string(garbage, sizeof(garbage))));
                    },
                    C::kInvalidArgument, "the request is not a ComputeRequest message"});
   // Text fields hold UTF-8: other bytes are named, not a parse failure without a word.

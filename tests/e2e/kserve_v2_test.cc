@@ -2,8 +2,6 @@
 // messages (inference.GRPCInferenceService, generated from proto/inference), as a C++ client
 // written for Triton would; results against a reference computed here.
 #include <cmath>
-#include <condition_variable>
-#include <mutex>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -11,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "tests/support/raw_call.h"
 #include "tests/support/server_binary.h"
 #include "tests/support/server_process.h"
 
@@ -218,26 +216,10 @@ TEST_F(KServeV2Test, StreamAnswersEachRequestInOrder) {
 // say so by name instead of gRPC's empty UNIMPLEMENTED.
 TEST_F(KServeV2Test, UnservedMethodsSayWhat) {
   auto channel = grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials());
-  grpc::GenericStub generic(channel);
   for (const char* method : {"/inference.GRPCInferenceService/ModelStatistics",
                              "/inference.GRPCInferenceService/RepositoryIndex",
                              "/tensorcompute.v1.TensorService/Nope"}) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    grpc::Slice empty("", 0);  // an empty message
-    grpc::ByteBuffer request(&empty, 1), response;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    grpc::Status status;
-    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
-      std::lock_guard<std::mutex> l(mu);
-      status = s;
-      done = true;
-      cv.notify_all();
-    });
-    std::unique_lock<std::mutex> l(mu);
-    cv.wait(l, [&] { return done; });
+    const grpc::Status status = testing::RawUnaryCall(channel, method, "");
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << method;
     EXPECT_NE(status.error_message().find(std::string("method '") + method + "' is not served here"),
               std::string::npos)
