@@ -14,6 +14,7 @@
 #include "kernels/planner.h"
 #include "server/codec.h"
 #include "server/grpc_status.h"
+#include "server/job.h"
 #include "server/unary_call.h"
 
 #ifndef TC_VERSION
@@ -264,27 +265,17 @@ absl::Status ContentsToBytes(const inf::InferTensorContents& c, DType t, int64_t
   return absl::OkStatus();
 }
 
-// Elements of `shape`, checked: dims >= 0, at most `max_rank` of them, at most `max_elements`.
+// Elements of `shape`, checked: dims >= 0, then the limits as v1 checks them (CheckSize).
 absl::StatusOr<int64_t> CountElements(const google::protobuf::RepeatedField<int64_t>& shape,
                                       const ServiceOptions& options, absl::string_view what) {
-  if (shape.size() > options.max_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", shape.size(),
-                                                   " is over this server's limit of ",
-                                                   options.max_rank));
-  }
-  int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": shape [", absl::StrJoin(shape, ","), "] has a negative dim"));
     }
-    if (__builtin_mul_overflow(n, d, &n) || n > options.max_elements) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": shape [", absl::StrJoin(shape, ","), "] holds more than this server's limit of ",
-          options.max_elements, " elements"));
-    }
   }
-  return n;
+  return CheckSize(absl::MakeConstSpan(shape.data(), static_cast<size_t>(shape.size())), what,
+                   options);
 }
 
 // The datatype ModelMetadata gives an op's input: float32 where the op takes it, else the

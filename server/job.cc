@@ -14,24 +14,6 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view what) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
-absl::Status CheckSize(const TensorView& v, absl::string_view what, const ServiceOptions& o) {
-  if (static_cast<int>(v.shape.size()) > o.max_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", v.shape.size(),
-                                                   " exceeds this server's limit of ",
-                                                   o.max_rank));
-  }
-  // Zero for an empty tensor, whatever its other dims multiply to.
-  auto checked = CheckedNumel(v.shape);
-  if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", checked.status().message()));
-  const int64_t numel = *checked;
-  if (numel > o.max_elements) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", numel,
-                                                     " elements exceed this server's limit of ",
-                                                     o.max_elements));
-  }
-  return absl::OkStatus();
-}
-
 // The bytes view `v` reaches, [lo, hi) from its data pointer; {0, 0} when it has no elements.
 // (A view with elements was checked by ValidateView to reach only bytes of its storage, so
 // none of this overflows; one without is not, so it returns first.)
@@ -49,6 +31,25 @@ std::pair<int64_t, int64_t> ReachedSpan(const TensorView& v) {
 }
 
 }  // namespace
+
+absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_view what,
+                                  const ServiceOptions& o) {
+  if (static_cast<int>(shape.size()) > o.max_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", shape.size(),
+                                                   " exceeds this server's limit of ",
+                                                   o.max_rank));
+  }
+  // Zero for an empty tensor, whatever its other dims multiply to.
+  auto checked = CheckedNumel(shape);
+  if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", checked.status().message()));
+  const int64_t numel = *checked;
+  if (numel > o.max_elements) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", numel,
+                                                     " elements exceed this server's limit of ",
+                                                     o.max_elements));
+  }
+  return numel;
+}
 
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
     const v1::Tensor& t, const std::string& owner, const std::string& what,
@@ -179,7 +180,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
       v = *std::move(view);
       total += v.storage_bytes;
     }
-    if (auto s = CheckSize(v, what, limits); !s.ok()) return s;
+    if (auto s = CheckSize(v.shape, what, limits); !s.ok()) return s.status();
     if (total > limits.max_request_bytes) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the request's inputs exceed this server's limit of ",
@@ -216,7 +217,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   job->prepared_ = *std::move(prepared);
   TensorView out_meta;
   out_meta.shape = job->plan().out_shape;
-  if (auto s = CheckSize(out_meta, "the output", limits); !s.ok()) return s;
+  if (auto s = CheckSize(out_meta.shape, "the output", limits); !s.ok()) return s.status();
   job->keep_resident_ = request.keep_output_resident();
   job->ttl_seconds_ = request.resident_ttl_seconds();
   if (job->keep_resident_) {

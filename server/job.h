@@ -17,6 +17,12 @@
 
 namespace tc::server {
 
+// The elements of a tensor of `shape`, within the server's limits, as both front doors check
+// them: INVALID_ARGUMENT past the rank limit or for a shape whose count overflows,
+// RESOURCE_EXHAUSTED past the element limit; `what` names the tensor in the message.
+absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_view what,
+                                  const ServiceOptions& o);
+
 // A tensor whose storage lies in one of `owner`'s regions: its view (data pointing into the
 // mapping, every element checked to lie inside), and the region, held while it is in use.
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(

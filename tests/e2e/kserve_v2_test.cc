@@ -177,6 +177,14 @@ TEST_F(KServeV2Test, ErrorsLeaveTheServerServing) {
   for (int i = 0; i < 4; ++i) req.mutable_inputs(0)->add_shape(int64_t{1} << 20);
   s = Infer(req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // More elements than the server takes: the code and words of v1's Compute (bad_input_test).
+  req.mutable_inputs(0)->clear_shape();
+  req.mutable_inputs(0)->add_shape(int64_t{1} << 37);
+  s = Infer(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("137438953472 elements exceed this server's limit of 68719476736"),
+            std::string::npos)
+      << s.error_message();
   ExpectReady();
 }
 
