@@ -12,6 +12,7 @@
 #include "kernels/catalog.h"
 #include "kernels/engine.h"
 #include "kernels/planner.h"
+#include "kernels/expr/typing.h"
 #include "server/codec.h"
 #include "server/grpc_status.h"
 #include "server/job.h"
@@ -294,21 +295,28 @@ std::vector<std::pair<std::string, DType>> ModelInputs(const CatalogEntry& op) {
   return inputs;
 }
 
-// The output's datatype for inputs of those types (the engine's own rules: promotion, bool
-// comparisons), float32 where that cannot be planned without attributes (an expression, an
-// op with a required attribute).
+// The output's datatype for inputs of those types, by the typing rules every request goes
+// through (promotion, bool comparisons, casts: expr::TypeCheck on the one call), float32
+// where there is no telling without attributes (an expression, an op with a required one).
 DType MetadataOutputType(absl::string_view name) {
   const CatalogEntry* op = FindOp(name);
   if (op == nullptr) return DType::kFloat32;
-  static const std::byte zeros[8] = {};
-  std::vector<TensorView> inputs(op->spec.arity);
+  expr::Expression call;
+  expr::Node node;
+  node.kind = expr::NodeKind::kCall;
+  node.op = op;
+  std::vector<TypeOperand> inputs;
   for (int i = 0; i < op->spec.arity; ++i) {
-    inputs[i].dtype = MetadataInputType(*op, i);
-    inputs[i].data = zeros;
-    inputs[i].storage_bytes = sizeof(zeros);
+    expr::Node input;
+    input.kind = expr::NodeKind::kInput;
+    input.input = i;
+    call.nodes.push_back(input);
+    node.args.push_back(i);
+    inputs.push_back({MetadataInputType(*op, i), TypeTier::kDimensioned});
   }
-  auto prepared = PrepareOp(name, inputs, {});
-  return prepared.ok() ? prepared->plan.out_dtype : DType::kFloat32;
+  call.nodes.push_back(node);
+  auto types = expr::TypeCheck(call, inputs);
+  return types.ok() ? types->back().dtype : DType::kFloat32;
 }
 
 }  // namespace

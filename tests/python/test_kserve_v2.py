@@ -168,12 +168,28 @@ class KServeV2Test(unittest.TestCase):
         self.assertEqual([t.datatype for t in r.inputs], ["BOOL", "FP32", "FP32"])
         r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name="bitwise_and"), timeout=10)
         self.assertEqual(r.inputs[0].datatype, r.outputs[0].datatype)
-        # Every op of ListOps is a model.
+        # Every op of ListOps is a model, whose output datatype is what a request with the
+        # inputs' datatypes gets (ops that need an attribute aside).
         ops = pb_grpc.TensorServiceStub(self.channel).ListOps(pb.ListOpsRequest(), timeout=10).ops
+        checked = 0
         for op in ops:
             r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name=op.name), timeout=10)
             self.assertEqual(r.name, op.name)
             self.assertEqual(len(r.outputs), 1)
+            req = v2.ModelInferRequest(model_name=op.name)
+            for t in r.inputs:
+                size = {"BOOL": 1, "UINT8": 1, "INT8": 1, "INT16": 2, "FP16": 2, "BF16": 2,
+                        "INT32": 4, "FP32": 4, "INT64": 8, "FP64": 8}[t.datatype]
+                req.inputs.add(name=t.name, datatype=t.datatype, shape=[2])
+                req.raw_input_contents.append(b"\x01" + b"\x00" * (2 * size - 1))
+            try:
+                out = self.stub.ModelInfer(req, timeout=10)
+            except grpc.RpcError as e:
+                self.assertEqual(e.code(), grpc.StatusCode.INVALID_ARGUMENT, op.name)
+                continue
+            self.assertEqual(out.outputs[0].datatype, r.outputs[0].datatype, op.name)
+            checked += 1
+        self.assertGreater(checked, 40)
         details = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.ModelMetadata,
                             v2.ModelMetadataRequest(name="resnet50"), timeout=10)
         self.assertIn("'resnet50'", details)
