@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < in.size(); ++i) {
       base[i + 1] = reinterpret_cast<char*>(in_bufs[i].p) + program.space.offsets[i + 1];
     }
-    const cuda::ExprLaunch launch = cuda::PrepareExprLaunch(program, base, env, arch);
+    const cuda::ExprLaunch launch = cuda::PrepareExprLaunch(program, base, env.multiprocessors, arch);
     std::promise<std::shared_ptr<const cuda::ExprKernel>> got;
     cache.Get(launch.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
       if (!r.ok()) {
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     Row row;
     row.name = k.name;
     row.fused = median_ms([&] {
-      if (auto st = cuda::LaunchExpr(launch, *kernel, stream); !st.ok()) {
+      if (auto st = cuda::LaunchExpr(launch, *kernel, program, env); !st.ok()) {
         std::fprintf(stderr, "%s: %s\n", k.name.c_str(), st.ToString().c_str());
         std::exit(1);
       }
@@ -183,15 +183,17 @@ int main(int argc, char** argv) {
     for (const TensorView& v : in) row.bytes += Numel(v.shape) * ItemSize(v.dtype);
     row.copy = copy_ms(row.bytes);
     // --sweep: the same expression with other pack widths and packs per thread than the
-    // walk ChooseWalk picks, for choosing that rule.
-    const rtc::Walk chosen = rtc::ChooseWalk(program, base);
+    // planner's walk (PlanExpression), for choosing that rule.
+    const ExprWalk& chosen = program.walk;
+    const int chosen_vector = expr::VectorFor(program, base);
     // A walk of the sweep, compiled and timed: its median ms; `compile_ms` the compile's.
-    auto time_walk = [&](const rtc::Walk& w, double* compile_ms) {
+    auto time_walk = [&](int vector, int unroll, double* compile_ms) {
+      expr::Program variant = program;
+      variant.walk.unroll = unroll;
       cuda::ExprLaunch l;
-      l.source = rtc::GenerateSource(program, w);
+      l.source = rtc::GenerateSource(variant, vector);
       l.arch = arch;
-      l.params.push_back(rtc::WalkArgs(program, w, base, env.multiprocessors, &l.geometry));
-      l.params.push_back(rtc::EvaluatorParam(program, env.error));
+      l.walk_args = rtc::WalkArgs(variant, vector, base, env.multiprocessors, &l.geometry);
       const auto t0 = std::chrono::steady_clock::now();
       std::promise<std::shared_ptr<const cuda::ExprKernel>> kp;
       cache.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
@@ -201,28 +203,23 @@ int main(int argc, char** argv) {
       const auto kern = kp.get_future().get();
       *compile_ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      return median_ms([&] { (void)cuda::LaunchExpr(l, *kern, stream); });
+      return median_ms([&] { (void)cuda::LaunchExpr(l, *kern, variant, env); });
     };
     double compile_ms = 0;
-    if (sweep && chosen.kind == rtc::Walk::kTiles) {
+    if (sweep && chosen.kernel == Kernel::kTiles) {
       for (int u : {4, 8}) {
-        rtc::Walk w = chosen;
-        w.unroll = u;
-        const double ms = time_walk(w, &compile_ms);
+        const double ms = time_walk(1, u, &compile_ms);
         std::printf("sweep %-22s tiles 32x%d %s: %.3f ms, %.1f%% of copy, compiled in %.0f ms\n",
                     k.name.c_str(), 8 * u, u == chosen.unroll ? "(chosen)" : "        ", ms,
                     100 * row.copy / ms, compile_ms);
       }
     }
-    if (sweep && chosen.kind == rtc::Walk::kRows && chosen.vector > 1) {
-      for (int v : {chosen.vector, 2 * chosen.vector}) {
+    if (sweep && chosen.kernel == Kernel::kRows && chosen_vector > 1) {
+      for (int v : {chosen_vector, 2 * chosen_vector}) {
         for (int u : {1, 2}) {
-          rtc::Walk w = chosen;
-          w.vector = v;
-          w.unroll = u;
-          const double ms = time_walk(w, &compile_ms);
+          const double ms = time_walk(v, u, &compile_ms);
           std::printf("sweep %-22s V=%d U=%d %s: %.3f ms, %.1f%% of copy, compiled in %.0f ms\n",
-                      k.name.c_str(), v, u, v == chosen.vector && u == chosen.unroll ? "(chosen)" : "        ",
+                      k.name.c_str(), v, u, v == chosen_vector && u == chosen.unroll ? "(chosen)" : "        ",
                       ms, 100 * row.copy / ms, compile_ms);
         }
       }
@@ -375,7 +372,7 @@ int main(int argc, char** argv) {
       }
       char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};
       const auto t0 = std::chrono::steady_clock::now();
-      const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env, arch);
+      const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env.multiprocessors, arch);
       std::promise<void> done;
       fresh.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
         if (!r.ok()) std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
@@ -395,7 +392,7 @@ int main(int argc, char** argv) {
     const int kHits = 20000;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kHits; ++i) {
-      const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env, arch);
+      const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env.multiprocessors, arch);
       fresh.Get(l.source, arch, [](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>>) {});
     }
     const double hit_us =

@@ -17,7 +17,8 @@ const std::vector<CatalogEntry>& Catalog() {
   {                                                                                \
     OpSpec spec = F::Spec();                                                       \
     spec.arity = F::kArity;                                                        \
-    c->push_back({static_cast<OpIndex>(c->size()), std::move(spec), F::kComputeTypes}); \
+    c->push_back({static_cast<OpIndex>(c->size()), std::move(spec), F::kComputeTypes,   \
+                  kHasHostFloatRow<F> || kLongMath<F>});                                 \
   }
     TC_FOR_EACH_OP(TC_ADD_ENTRY)
 #undef TC_ADD_ENTRY

@@ -20,6 +20,9 @@ struct CatalogEntry {
   // The functor's compute types (F::kComputeTypes); tests/kernels/catalog_test.cc checks that
   // every dtype the spec accepts has a kernel. (spec.arity is the functor's F::kArity.)
   uint32_t compute_types;
+  // Long math per element (transcendental functions, pow): what the planner weighs where a
+  // fused kernel inlines a copy of the tree per vector element.
+  bool long_math = false;
 };
 
 const std::vector<CatalogEntry>& Catalog();

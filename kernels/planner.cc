@@ -424,4 +424,101 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   return plan;
 }
 
+ExprWalk PlanExpression(Iteration* it, const int64_t* item, bool long_math, int max_staged) {
+  ExprWalk w;
+  const int nops = it->num_operands;
+  if (it->ndim <= 3 && it->numel > 0) {
+    w.num_staged = ChooseTileDims(it->ndim, nops, it->sizes, &it->strides[0][0], kMaxRank, item,
+                                  max_staged, w.staged);
+    if (w.num_staged > 0) {
+      // Tiles 32 x 64 (unroll 8) where the staged tiles fit a block's 48 KiB of static shared
+      // memory, 32 x 32 (unroll 4) otherwise: see --sweep of tensorcompute-expr-bench.
+      w.kernel = Kernel::kTiles;
+      int64_t shared = 0;
+      for (int k = 1; k < nops; ++k) {
+        if (w.staged[k] >= 0) shared += 32 * 65 * item[k];
+      }
+      w.unroll = shared <= 48 * 1024 ? 8 : 4;
+      return w;
+    }
+  }
+  if (it->ndim > 2) {
+    w.kernel = Kernel::kGeneral;
+    bool fits = it->numel <= INT32_MAX;
+    for (int k = 0; k < nops && fits; ++k) {
+      int64_t reach = 0;
+      for (int d = 0; d < it->ndim; ++d) reach += std::llabs(it->strides[k][d]) * (it->sizes[d] - 1);
+      fits = reach <= INT32_MAX;
+    }
+    w.wide = !fits;
+    return w;
+  }
+  w.kernel = Kernel::kRows;
+  // 16 bytes of the widest dense operand per access, where every dense operand's rows start
+  // apart by a multiple of its pack; any other step runs element by element. Mixed widths
+  // (float16 inputs, a float32 output) take 16 bytes of the narrowest, so up to 32 of the
+  // widest.
+  int64_t widest = 1, narrowest = 16;
+  bool packable = true;
+  for (int k = 0; k < nops; ++k) {
+    const int64_t step = it->strides[k][0];
+    if (step == item[k]) {
+      widest = std::max(widest, item[k]);
+      narrowest = std::min(narrowest, item[k]);
+    } else if (step != 0 || k == 0) {
+      packable = false;
+    }
+  }
+  // Every dense operand's rows start apart by a multiple of a pack of `v`, up to 16 bytes
+  // (wider packs are several accesses).
+  auto rows_keep = [&](int64_t v) {
+    for (int k = 0; k < nops; ++k) {
+      if (it->strides[k][0] != item[k]) continue;
+      if (it->ndim == 2 && it->strides[k][1] % std::min<int64_t>(item[k] * v, 16) != 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  int64_t v = packable ? std::min(16 / narrowest, 32 / widest) : 1;
+  while (v > 1 && !rows_keep(v)) v /= 2;
+  // Bytes in flight per thread, against NVRTC's time (each element of a pack and each pack
+  // per thread is another inlined copy of the tree). Measured on the H100 (--sweep of
+  // tensorcompute-expr-bench, % of a copy of the same bytes):
+  // - rows broadcast along a second dim ([8192, 8192] with [8192] rows) need 64 bytes of
+  //   each float32 operand per thread: sigmoid(a * b + c) * d at 85% with 16 (V=4 U=1), 88%
+  //   with 32 (V=8 U=1), 102% with 64 (V=8 U=2); (a - 0.5) * 1.7 * b + c at 84%, 85% and 97%;
+  // - one long row (contiguous data) is at 103-104% of copy with 16 bytes already, so a tree
+  //   with long math keeps one pack (NVRTC: sigmoid(a * b + 1) * a in 92 instead of 117 ms
+  //   on the 2-core machine), cheaper trees two;
+  // - float16 inputs with a float32 output: one pack of 16 bytes of the inputs (V=8) at
+  //   102%, against 91% with V=4 U=1 and 85% with V=8 U=2.
+  const bool several_rows = it->ndim == 2 && it->sizes[1] > 1;
+  if (v > 1 && several_rows) {
+    // Twice the pack (up to 32 bytes of the widest) where the rows keep it.
+    if (it->sizes[0] >= 2 * v && 2 * v * widest <= 32 && rows_keep(2 * v)) v *= 2;
+    w.unroll = 2;
+  } else {
+    w.unroll = v > 1 && (long_math || v * widest > 16) ? 1 : 2;
+  }
+  w.vector = static_cast<int>(v);
+  return w;
+}
+
+int FitVector(const ExprWalk& walk, const IterationDims& it, const int64_t* item,
+              char* const* base) {
+  if (walk.kernel != Kernel::kRows) return 1;
+  int v = walk.vector;
+  for (; v > 1; v /= 2) {
+    bool aligned = true;
+    for (int k = 0; k < it.num_operands && aligned; ++k) {
+      if (it.strides[k][0] != item[k]) continue;
+      const auto bytes = static_cast<uintptr_t>(std::min<int64_t>(item[k] * v, 16));
+      aligned = reinterpret_cast<uintptr_t>(base[k]) % bytes == 0;
+    }
+    if (aligned) break;
+  }
+  return v;
+}
+
 }  // namespace tc

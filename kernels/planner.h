@@ -172,6 +172,38 @@ struct Iteration : IterationDims {
 int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides, int rank,
                    const int64_t* item, int max_staged, int8_t* staged);
 
+// How a fused expression's one kernel walks its iteration space: the planner's choice
+// (PlanExpression), which the generated kernel follows.
+struct ExprWalk {
+  // kTiles: two or three dims, the `staged` inputs read through tiles of 32 x (8 * unroll)
+  // elements, evaluated along dim 0 (the tiles of Kernel::kTiles, any dtypes).
+  // kRows: at most two dims, rows along dim 0; each operand dense along them (or repeated)
+  // moves `vector` elements per access, `unroll` packs per thread and step, the last partial
+  // pack of a row element by element.
+  // kGeneral: any rank and strides, one element per thread and step.
+  Kernel kernel = Kernel::kGeneral;
+  int vector = 1;
+  int unroll = 1;
+  // kGeneral: 64-bit index math, some operand's offsets or the element count past 32 bits.
+  bool wide = false;
+  // kTiles: the tile of each operand (-1 for those read in place).
+  int8_t staged[kMaxIterOperands] = {};
+  int num_staged = 0;
+};
+
+// Plans a fused expression over `it` (operand 0 the output; the tile rule may move its dims).
+// `item[k]`: operand k's element size. `long_math`: some call of the tree is long math per
+// element (pow, erf...), each inlined copy of which costs compile time. The vector width
+// assumes each dense operand's first element aligned for it; the launcher narrows it to where
+// the operands are (FitVector).
+ExprWalk PlanExpression(Iteration* it, const int64_t* item, bool long_math, int max_staged);
+
+// The widest vector, up to walk.vector, that every operand dense along dim 0 of a kRows walk
+// takes from where it starts (base[k], its element (0, ..., 0)): a pack aligned to its size,
+// up to 16 bytes. 1 for other walks.
+int FitVector(const ExprWalk& walk, const IterationDims& it, const int64_t* item,
+              char* const* base);
+
 // Fills `it` for `inputs` (validated with ValidateView) and an output of `out_dtype`. With no
 // elements, ndim is 1 and sizes[0] 0.
 absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype,

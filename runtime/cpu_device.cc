@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/expr_eval.h"
 #include "kernels/cpu/launch_env.h"
 
 namespace tc::runtime {
@@ -80,13 +79,7 @@ void CpuDevice::Run(Lane& /*lane*/, const PreparedOp& op, std::vector<TensorView
     return;
   }
   // Storage is host memory: there is nothing to read back.
-  if (op.expression != nullptr) {
-    done(cpu::RunExpression(*op.expression, out, inputs, cpu::LaunchEnv{&pool_}));
-    return;
-  }
-  char* base[kMaxOperands];
-  OperandBases(op.plan, out, inputs, base);
-  done(cpu::LaunchOp(op, base, cpu::LaunchEnv{&pool_}));
+  done(cpu::Run(op, out, inputs, cpu::LaunchEnv{&pool_}));
 }
 
 }  // namespace tc::runtime

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <memory>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -199,6 +201,34 @@ absl::StatusOr<SharedDeviceMemory> CudaDevice::OpenIpc(absl::string_view handle)
                             std::move(closer)};
 }
 
+namespace {
+
+// `op` made ready on this thread, or null where it is not ready at once (a new expression,
+// whose kernel the call starts compiling: the request then goes the long way and waits for
+// it there) or cannot be made ready (the long way reports why).
+std::shared_ptr<const cuda::ReadyLaunch> ReadyAtOnce(const PreparedOp& op, std::byte* out,
+                                                     absl::Span<const std::byte* const> inputs,
+                                                     int multiprocessors, int arch) {
+  struct Answer {
+    std::mutex mu;
+    bool late = false;
+    std::shared_ptr<const cuda::ReadyLaunch> ready;
+  };
+  auto answer = std::make_shared<Answer>();
+  cuda::Prepare(op, out, inputs, multiprocessors, arch,
+                [answer](absl::StatusOr<cuda::ReadyLaunch> ready) {
+                  std::lock_guard<std::mutex> lock(answer->mu);
+                  if (!answer->late && ready.ok()) {
+                    answer->ready = std::make_shared<const cuda::ReadyLaunch>(*std::move(ready));
+                  }
+                });
+  std::lock_guard<std::mutex> lock(answer->mu);
+  answer->late = true;
+  return answer->ready;
+}
+
+}  // namespace
+
 void CudaDevice::Issue(Stream& s, const Launch& launch, int* error,
                        const std::function<absl::Status()>& before,
                        const std::function<absl::Status()>& after,
@@ -239,42 +269,29 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
     return;
   }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
-  if (op.expression == nullptr) {
-    char* base[kMaxOperands] = {};
-    OperandBases(op.plan, out, inputs, base);
-    RunOn(s, [&](const cuda::LaunchEnv& env) { return cuda::LaunchOp(op, base, env); }, out,
-          std::move(done), read_back, op.op->spec.name);
+  const std::byte* data[kMaxIterOperands - 1] = {};
+  if (inputs.size() > std::size(data)) {
+    done(absl::InternalError("more inputs than any run takes"));
     return;
   }
-  // An expression: its kernel from the cache, compiled first (on the cache's threads, this
-  // one returning at once) when it is new.
-  const expr::Program& program = *op.expression;
-  char* base[kMaxIterOperands] = {};
-  base[0] = reinterpret_cast<char*>(out) + program.space.offsets[0];
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    base[k + 1] = const_cast<char*>(reinterpret_cast<const char*>(inputs[k].data)) +
-                  program.space.offsets[k + 1];
-  }
-  const cuda::LaunchEnv env{impl_->multiprocessors, s.stream, s.dev_error, nullptr};
-  auto launch = std::make_shared<const cuda::ExprLaunch>(
-      cuda::PrepareExprLaunch(program, base, env, impl_->arch));
-  // Which op divided by zero, for the error: the flag does not say which node raised it.
-  std::string label = rtc::RaisingOps(program);
-  if (label.empty()) label = "expression";
-  cuda::ExprKernelCache::Shared().Get(
-      launch->source, impl_->arch,
-      [this, &s, launch, out, done = std::move(done), read_back,
-       label = std::move(label)](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> kernel) mutable {
-        if (!kernel.ok()) {
-          done(kernel.status());
-          return;
-        }
-        // The kernel stays loaded until this run completes.
-        auto finish = [done = std::move(done), held = *kernel](absl::Status st) { done(std::move(st)); };
-        RunOn(s,
-              [&](const cuda::LaunchEnv& e) { return cuda::LaunchExpr(*launch, **kernel, e.stream); },
-              out, std::move(finish), read_back, label);
-      });
+  for (size_t k = 0; k < inputs.size(); ++k) data[k] = inputs[k].data;
+  // An op is ready at once; a new expression once its kernel is compiled, on the compiling
+  // thread (this one returns at once).
+  cuda::Prepare(op, out, absl::MakeConstSpan(data, inputs.size()), impl_->multiprocessors,
+                impl_->arch,
+                [this, &s, out, done = std::move(done),
+                 read_back](absl::StatusOr<cuda::ReadyLaunch> ready) mutable {
+                  if (!ready.ok()) {
+                    done(ready.status());
+                    return;
+                  }
+                  // What the launch holds stays until the run completes.
+                  auto held = std::make_shared<const cuda::ReadyLaunch>(*std::move(ready));
+                  auto finish = [done = std::move(done), held](absl::Status st) {
+                    done(std::move(st));
+                  };
+                  RunOn(s, held->enqueue, out, std::move(finish), read_back, held->label);
+                });
 }
 
 void CudaDevice::RunOn(Stream& s, const Launch& launch, std::byte* out,
@@ -322,7 +339,8 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
   const int64_t flag_at = in_bytes;
   const int64_t out_at = flag_at + 256;
   const int64_t total = out_at + plan.out_storage_bytes;
-  if (total > kReadBackBytes || plan.numel == 0 || failed() || op.expression != nullptr) {
+  if (total > kReadBackBytes || plan.numel == 0 || failed() ||
+      host_inputs.size() >= static_cast<size_t>(kMaxIterOperands)) {
     return false;
   }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
@@ -331,19 +349,26 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
   Slot& slot = s.slots[slot_index];
   // The slot's own device block: free like the slot, since its last run has been reported.
   std::byte* dev = slot.block;
-  const std::byte* dev_inputs[kMaxOperands - 1] = {};
+  const std::byte* dev_inputs[kMaxIterOperands - 1] = {};
   int64_t at = 0;
   for (size_t i = 0; i < host_inputs.size(); ++i) {
-    // The slot's buffer is free: its last run has been reported. The upload out of it comes
-    // before the read-back into it on the stream.
-    std::memcpy(slot.read_back + at, host_inputs[i].data,
-                static_cast<size_t>(host_inputs[i].storage_bytes));
     dev_inputs[i] = dev + at;
     at += Align256(host_inputs[i].storage_bytes);
   }
+  std::shared_ptr<const cuda::ReadyLaunch> ready =
+      ReadyAtOnce(op, dev + out_at, absl::MakeConstSpan(dev_inputs, host_inputs.size()),
+                  impl_->multiprocessors, impl_->arch);
+  if (ready == nullptr) {
+    ReleaseSlot(s, slot_index);
+    return false;
+  }
+  for (size_t i = 0; i < host_inputs.size(); ++i) {
+    // The slot's buffer is free: its last run has been reported. The upload out of it comes
+    // before the read-back into it on the stream.
+    std::memcpy(slot.read_back + (dev_inputs[i] - dev), host_inputs[i].data,
+                static_cast<size_t>(host_inputs[i].storage_bytes));
+  }
   std::memset(slot.read_back + flag_at, 0, sizeof(int));
-  char* base[kMaxOperands] = {};
-  OperandBases(plan, dev + out_at, absl::MakeConstSpan(dev_inputs, host_inputs.size()), base);
   const auto before = [&]() -> absl::Status {
     TC_CUDA_CHECK(cudaMemcpyAsync(dev, slot.read_back, static_cast<size_t>(flag_at + sizeof(int)),
                                   cudaMemcpyHostToDevice, s.stream),
@@ -363,10 +388,11 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
                   "cudaMemcpyAsync to host");
     return absl::OkStatus();
   };
-  Issue(s, [&](const cuda::LaunchEnv& env) { return cuda::LaunchOp(op, base, env); },
-        reinterpret_cast<int*>(dev + flag_at), before, after,
+  // What the launch holds stays until the run completes.
+  auto finish = [done = std::move(done), ready](absl::Status st) { done(std::move(st)); };
+  Issue(s, ready->enqueue, reinterpret_cast<int*>(dev + flag_at), before, after,
         std::make_unique<Completion>(Completion{
-            slot_index, std::move(done), op.op->spec.name,
+            slot_index, std::move(finish), ready->label,
             ReadBack{host_out, plan.out_storage_bytes}, out_at,
             reinterpret_cast<const int*>(slot.read_back + flag_at)}));
   return true;

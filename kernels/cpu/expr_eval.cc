@@ -135,7 +135,7 @@ void ScatterRow(const char* src, int64_t item, int64_t n, char* dst, int64_t str
 }  // namespace
 
 absl::Status RunExpression(const Program& program, std::byte* out,
-                           absl::Span<const TensorView> inputs, const LaunchEnv& env) {
+                           absl::Span<const std::byte* const> inputs, const LaunchEnv& env) {
   const Iteration& it = program.space;
   if (it.numel == 0) return absl::OkStatus();
   const Schedule schedule = MakeSchedule(program);
@@ -143,7 +143,7 @@ absl::Status RunExpression(const Program& program, std::byte* out,
   char* base[kMaxIterOperands];
   base[0] = reinterpret_cast<char*>(out) + it.offsets[0];
   for (int k = 1; k < nops; ++k) {
-    base[k] = const_cast<char*>(reinterpret_cast<const char*>(inputs[static_cast<size_t>(k - 1)].data)) +
+    base[k] = const_cast<char*>(reinterpret_cast<const char*>(inputs[static_cast<size_t>(k - 1)])) +
               it.offsets[k];
   }
   int64_t item[kMaxIterOperands];

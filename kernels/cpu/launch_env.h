@@ -2,7 +2,10 @@
 // same shape as the CUDA backend's (kernels/cuda/launch_env.h).
 #pragma once
 
+#include <cstddef>
+
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "util/thread_pool.h"
 #include "kernels/engine.h"
 
@@ -23,5 +26,14 @@ struct LaunchEnv {
 // inputs, each already advanced by op.plan.offsets (OperandBases). Integer division by zero
 // is INVALID_ARGUMENT, with the output undefined.
 absl::Status LaunchOp(const PreparedOp& op, char* const* base, const LaunchEnv& env);
+
+// The backend's one way in: runs a prepared op or expression into `out` (the output's
+// storage) over `inputs` (each input's storage, in request order), and returns when the
+// result is in place. Integer division by zero is INVALID_ARGUMENT naming the op, with the
+// output undefined.
+absl::Status Run(const PreparedOp& op, std::byte* out, absl::Span<const std::byte* const> inputs,
+                 const LaunchEnv& env);
+absl::Status Run(const PreparedOp& op, std::byte* out, absl::Span<const TensorView> inputs,
+                 const LaunchEnv& env);
 
 }  // namespace tc::cpu

@@ -18,31 +18,34 @@ namespace tc::cuda {
 ExprKernel::~ExprKernel() { (void)cudaLibraryUnload(library_); }
 
 ExprLaunch PrepareExprLaunch(const expr::Program& program, char* const* base,
-                             const LaunchEnv& env, int arch) {
+                             int multiprocessors, int arch) {
   ExprLaunch l;
-  const rtc::Walk walk = rtc::ChooseWalk(program, base);
-  l.source = rtc::GenerateSource(program, walk);
+  const int vector = expr::VectorFor(program, base);
+  l.source = rtc::GenerateSource(program, vector);
   l.arch = arch;
-  l.params.push_back(rtc::WalkArgs(program, walk, base, env.multiprocessors, &l.geometry));
-  l.params.push_back(rtc::EvaluatorParam(program, env.error));
+  l.walk_args = rtc::WalkArgs(program, vector, base, multiprocessors, &l.geometry);
   return l;
 }
 
-absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel, cudaStream_t stream) {
+absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel,
+                        const expr::Program& program, const LaunchEnv& env) {
   // Each parameter from its own 16-byte aligned copy: the launch reads them as the kernel's
   // parameter types, whose alignment is at most 16.
-  std::vector<std::unique_ptr<std::max_align_t[]>> copies;
-  std::vector<void*> args;
-  for (const std::string& p : launch.params) {
-    copies.emplace_back(new std::max_align_t[(p.size() + sizeof(std::max_align_t) - 1) /
-                                                 sizeof(std::max_align_t) + 1]);
-    std::memcpy(copies.back().get(), p.data(), p.size());
-    args.push_back(copies.back().get());
+  const std::string evaluator = rtc::EvaluatorParam(program, env.error);
+  std::unique_ptr<std::max_align_t[]> copies[2];
+  void* args[2];
+  int n = 0;
+  for (const std::string* p : {&launch.walk_args, &evaluator}) {
+    copies[n].reset(new std::max_align_t[(p->size() + sizeof(std::max_align_t) - 1) /
+                                             sizeof(std::max_align_t) + 1]);
+    std::memcpy(copies[n].get(), p->data(), p->size());
+    args[n] = copies[n].get();
+    ++n;
   }
   const rtc::Geometry& g = launch.geometry;
   const cudaError_t e = cudaLaunchKernel(
       reinterpret_cast<const void*>(kernel.kernel()), dim3(g.grid[0], g.grid[1], g.grid[2]),
-      dim3(g.block[0], g.block[1], g.block[2]), args.data(), 0, stream);
+      dim3(g.block[0], g.block[1], g.block[2]), args, 0, env.stream);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return absl::InternalError(absl::StrCat("expression kernel launch failed: ", cudaGetErrorString(e)));

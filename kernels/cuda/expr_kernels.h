@@ -42,17 +42,18 @@ struct ExprLaunch {
   std::string source;
   int arch = 0;
   rtc::Geometry geometry;
-  // The kernel's parameters in order: the walk's arguments, the evaluator.
-  std::vector<std::string> params;
+  // The kernel's first parameter, the walk's arguments (the evaluator follows: it points at
+  // the error flag of the stream it is launched on).
+  std::string walk_args;
 };
 
-// `base`: operand k's element (0, ..., 0), operand 0 the output. env.error receives integer
-// division by zero.
+// `base`: operand k's element (0, ..., 0), operand 0 the output.
 ExprLaunch PrepareExprLaunch(const expr::Program& program, char* const* base,
-                             const LaunchEnv& env, int arch);
+                             int multiprocessors, int arch);
 
-// Enqueues the launch on env.stream.
-absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel, cudaStream_t stream);
+// Enqueues the launch on env.stream; integer division by zero sets env.error.
+absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel,
+                        const expr::Program& program, const LaunchEnv& env);
 
 struct ExprCacheStats {
   uint64_t compiles = 0;

@@ -110,18 +110,15 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   auto out_strides = OutputStridesFor(inputs, output);
   if (!out_strides.ok()) return out_strides.status();
   if (auto s = BuildIteration(inputs, out, *out_strides, &program->space); !s.ok()) return s;
-  // The planner's tile rule, as for an op: tiles of at most three dims where some inputs are
-  // dense along another dim than the output.
+  // The planner decides the walk, as for an op: tiles where some inputs are dense along
+  // another dim than the output, rows, or the general walk.
   Iteration& space = program->space;
   int64_t item[kMaxIterOperands];
   item[0] = ItemSize(out);
   for (int k = 1; k < space.num_operands; ++k) item[k] = ItemSize(inputs[static_cast<size_t>(k - 1)].dtype);
-  if (space.ndim <= 3 && space.numel > 0) {
-    program->num_staged = ChooseTileDims(space.ndim, space.num_operands, space.sizes,
-                                         &space.strides[0][0], kMaxRank, item, kMaxExprStaged,
-                                         program->staged);
-    if (program->num_staged > 0) program->kernel = Kernel::kTiles;
-  }
+  bool long_math = false;
+  for (const Node& n : e.nodes) long_math = long_math || (n.kind == NodeKind::kCall && n.op->long_math);
+  program->walk = PlanExpression(&space, item, long_math, kMaxExprStaged);
 
   PreparedOp p;
   p.result_type = root.result;
@@ -142,10 +139,17 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
     plan.sizes[j] = it.sizes[j];
     plan.strides[0][j] = it.strides[0][j];
   }
-  plan.kernel = program->kernel;
+  plan.kernel = program->walk.kernel;
   plan.path = Path::kStrided;
   p.expression = std::move(program);
   return p;
+}
+
+int VectorFor(const Program& program, char* const* base) {
+  int64_t item[kMaxIterOperands];
+  item[0] = ItemSize(program.out_dtype);
+  for (size_t k = 0; k < program.input_dtypes.size(); ++k) item[k + 1] = ItemSize(program.input_dtypes[k]);
+  return FitVector(program.walk, program.space, item, base);
 }
 
 }  // namespace tc::expr

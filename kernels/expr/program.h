@@ -30,16 +30,17 @@ struct Program {
   // The output's dtype (the root's, or the one the request asked for) and the inputs'.
   DType out_dtype = DType::kFloat32;
   std::vector<DType> input_dtypes;
-  // The kernel family the planner chose for the space (ChooseTileDims): kTiles, with
-  // `staged[k]` the shared tile of each operand read through one (-1 for the others), or
-  // kGeneral, which each backend walks its own way.
-  Kernel kernel = Kernel::kGeneral;
-  int8_t staged[kMaxIterOperands] = {};
-  int num_staged = 0;
+  // How one fused kernel walks the space (the planner's PlanExpression), which the CUDA
+  // backend's generated kernel follows. (The CPU evaluator walks blocks of rows of it.)
+  ExprWalk walk;
 };
 
 // Inputs an expression's tile kernel stages at most (each tile 32 x 33 elements).
 inline constexpr int kMaxExprStaged = 4;
+
+// The vector width the program's walk takes over operands starting at `base` (operand k's
+// element (0, ..., 0)): FitVector of the walk.
+int VectorFor(const Program& program, char* const* base);
 
 // What ListOps says about the expression language: grammar, names, limits, semantics.
 std::string GrammarDescription();

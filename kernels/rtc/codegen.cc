@@ -51,7 +51,6 @@ DType LiteralType(const Node& call, const expr::NodeType& t, int arg, const Node
   return literal.zero_dim ? *literal.zero_dim : expr::LiteralTarget(call, t, arg);
 }
 
-bool Fits32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
 
 std::string Inputs(int inputs, const std::string& prefix, const std::string& suffix) {
   std::string s;
@@ -109,7 +108,7 @@ std::string Parameters(const std::string& walk_args) {
 }
 
 
-void AppendRowsKernel(const Program& p, const Walk& w, std::string* s) {
+void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
   const int nops = NumInputs(p) + 1;
   const std::string params = Parameters(absl::StrCat("tc::rtc::RowArgs<", nops, ">"));
   const int V = w.vector, U = w.unroll;
@@ -193,8 +192,8 @@ void AppendRowsKernel(const Program& p, const Walk& w, std::string* s) {
   absl::StrAppend(s, "    }\n  }\n}\n");
 }
 
-void AppendStridedKernel(const Program& p, const Walk& w, std::string* s) {
-  const int nops = NumInputs(p) + 1, nd = w.ndim;
+void AppendStridedKernel(const Program& p, const ExprWalk& w, std::string* s) {
+  const int nops = NumInputs(p) + 1, nd = std::max(1, p.space.ndim);
   const std::string params = Parameters(absl::StrCat("tc::rtc::StridedArgs<", nops, ", ", nd, ">"));
   absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(", kThreads, ") tc_expr(",
                   params, ") {\n");
@@ -230,8 +229,8 @@ void AppendStridedKernel(const Program& p, const Walk& w, std::string* s) {
 }
 
 // Blocks of 32 x 8 threads; a tile is 32 elements along dim 0 by T1 = 8 * U along dim 1.
-void AppendTilesKernel(const Program& p, const Walk& w, std::string* s) {
-  const int nops = NumInputs(p) + 1, nd = w.ndim;
+void AppendTilesKernel(const Program& p, const ExprWalk& w, std::string* s) {
+  const int nops = NumInputs(p) + 1, nd = std::max(1, p.space.ndim);
   const int U = w.unroll, T1 = 8 * U;
   const std::string params = Parameters(absl::StrCat("tc::rtc::StridedArgs<", nops, ", ", nd, ">"));
   absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(", kThreads, ") tc_expr(",
@@ -239,7 +238,7 @@ void AppendTilesKernel(const Program& p, const Walk& w, std::string* s) {
   // One shared tile per staged input, an element of padding a row keeping reads down a
   // column on distinct banks.
   for (int k = 1; k < nops; ++k) {
-    if (p.staged[k] < 0) continue;
+    if (p.walk.staged[k] < 0) continue;
     absl::StrAppend(s, "  __shared__ ", TypeName(OperandType(p, k)), " t", k, "[32][", T1 + 1, "];\n");
   }
   absl::StrAppend(
@@ -262,7 +261,7 @@ void AppendTilesKernel(const Program& p, const Walk& w, std::string* s) {
   for (int k = 1; k < nops; ++k) {
     const char* t = TypeName(OperandType(p, k));
     absl::StrAppend(&args, k > 1 ? ", " : "");
-    if (p.staged[k] >= 0) {
+    if (p.walk.staged[k] >= 0) {
       absl::StrAppend(s, "    ", t, " s", k, "[4 * H];\n");
       absl::StrAppend(&staged_loads, "          s", k, "[v * H + h] = *reinterpret_cast<const ", t,
                       "*>(p", k, " + i0 * a.stride[", k, "][0] + i1 * a.stride[", k, "][1]);\n");
@@ -302,97 +301,9 @@ void Put64(std::string* s, int64_t v) { Put(s, &v, sizeof(v)); }
 
 }  // namespace
 
-Walk ChooseWalk(const Program& p, char* const* base) {
-  const Iteration& it = p.space;
-  Walk w;
-  w.ndim = std::max(1, it.ndim);
-  if (p.kernel == Kernel::kTiles) {
-    // Tiles 32 x 32 (unroll 4) or 32 x 64 (unroll 8) elements: see --sweep of
-    // tensorcompute-expr-bench.
-    w.kind = Walk::kTiles;
-    int64_t shared = 0;
-    for (int k = 1; k < it.num_operands; ++k) {
-      if (p.staged[k] >= 0) shared += 32 * 65 * ItemSize(OperandType(p, k));
-    }
-    w.unroll = shared <= 48 * 1024 ? 8 : 4;  // a block's static shared memory
-    return w;
-  }
-  if (it.ndim > 2) {
-    w.kind = Walk::kStrided;
-    bool fits = it.numel <= INT32_MAX;
-    for (int k = 0; k < it.num_operands && fits; ++k) {
-      int64_t reach = 0;
-      for (int d = 0; d < it.ndim; ++d) reach += std::llabs(it.strides[k][d]) * (it.sizes[d] - 1);
-      fits = Fits32(reach);
-    }
-    w.wide = !fits;
-    return w;
-  }
-  w.kind = Walk::kRows;
-  // 16 bytes of the widest dense operand per access, where every dense operand's rows start
-  // aligned for it; any other step runs element by element.
-  // Mixed widths (float16 inputs, a float32 output) take 16 bytes of the narrowest, so up
-  // to 32 of the widest.
-  int widest = 1, narrowest = 16;
-  bool packable = true;
-  for (int k = 0; k < it.num_operands; ++k) {
-    const int64_t item = ItemSize(OperandType(p, k)), step = it.strides[k][0];
-    if (step == item) {
-      widest = std::max<int>(widest, static_cast<int>(item));
-      narrowest = std::min<int>(narrowest, static_cast<int>(item));
-    } else if (step != 0 || k == 0) {
-      packable = false;
-    }
-  }
-  int v = packable ? std::min(16 / narrowest, 32 / widest) : 1;
-  for (; v > 1; v /= 2) {
-    bool aligned = true;
-    for (int k = 0; k < it.num_operands && aligned; ++k) {
-      const int64_t item = ItemSize(OperandType(p, k));
-      if (it.strides[k][0] != item) continue;
-      // A pack is aligned to its size, up to 16 bytes (wider ones are several accesses).
-      const int64_t bytes = std::min<int64_t>(item * v, 16);
-      aligned = reinterpret_cast<uintptr_t>(base[k]) % static_cast<uintptr_t>(bytes) == 0 &&
-                (it.ndim < 2 || it.strides[k][1] % bytes == 0);
-    }
-    if (aligned) break;
-  }
-  w.vector = v;
-  // Bytes in flight per thread, against NVRTC's time (each element of a pack and each pack
-  // per thread is another inlined copy of the tree). Measured on the H100 (--sweep of
-  // tensorcompute-expr-bench, % of a copy of the same bytes):
-  // - rows broadcast along a second dim ([8192, 8192] with [8192] rows) need 64 bytes of
-  //   each float32 operand per thread: sigmoid(a * b + c) * d at 85% with 16 (V=4 U=1), 88%
-  //   with 32 (V=8 U=1), 102% with 64 (V=8 U=2); (a - 0.5) * 1.7 * b + c at 84%, 85% and 97%;
-  // - one long row (contiguous data) is at 103-104% of copy with 16 bytes already, so a tree
-  //   with transcendental functions keeps one pack (NVRTC: sigmoid(a * b + 1) * a in 92
-  //   instead of 117 ms on the 2-core machine), cheaper trees two;
-  // - float16 inputs with a float32 output: one pack of 16 bytes of the inputs (V=8) at
-  //   102%, against 91% with V=4 U=1 and 85% with V=8 U=2.
-  bool heavy = false;
-  for (const Node& n : p.expression.nodes) heavy = heavy || (n.kind == NodeKind::kCall && Functor(n.op->index).heavy);
-  const bool several_rows = it.ndim == 2 && it.sizes[1] > 1;
-  if (v > 1 && several_rows) {
-    // Twice the pack (up to 32 bytes of the widest), where every dense operand's row starts
-    // stay aligned for it.
-    bool wider = it.sizes[0] >= 2 * v && 2 * v * widest <= 32;
-    for (int k = 0; k < it.num_operands && wider; ++k) {
-      const int64_t item = ItemSize(OperandType(p, k));
-      if (it.strides[k][0] != item) continue;
-      const int64_t bytes = std::min<int64_t>(item * 2 * v, 16);
-      wider = reinterpret_cast<uintptr_t>(base[k]) % static_cast<uintptr_t>(bytes) == 0 &&
-              it.strides[k][1] % bytes == 0;
-    }
-    if (wider) v *= 2;
-    w.vector = v;
-    w.unroll = 2;
-  } else {
-    w.unroll = v > 1 && (heavy || v * widest > 16) ? 1 : 2;
-  }
-  return w;
-}
-
-std::string GenerateSource(const Program& p, const Walk& w) {
+std::string GenerateSource(const Program& p, int vector) {
+  ExprWalk w = p.walk;
+  w.vector = vector;
   std::string s = "#include \"kernels/rtc/prelude.cuh\"\n\n";
   AppendEvaluator(p, &s);
   // The host lays the evaluator's bytes out itself (EvaluatorParam): the compiler checks that
@@ -400,9 +311,9 @@ std::string GenerateSource(const Program& p, const Walk& w) {
   absl::StrAppend(&s, "static_assert(sizeof(Evaluator) == ", EvaluatorParam(p, nullptr).size(),
                   ", \"the host's layout of the evaluator\");\n");
   s += "\n";
-  if (w.kind == Walk::kRows) {
+  if (w.kernel == Kernel::kRows) {
     AppendRowsKernel(p, w, &s);
-  } else if (w.kind == Walk::kTiles) {
+  } else if (w.kernel == Kernel::kTiles) {
     AppendTilesKernel(p, w, &s);
   } else {
     AppendStridedKernel(p, w, &s);
@@ -457,12 +368,14 @@ std::string RaisingOps(const Program& p) {
   return absl::StrJoin(names, "' or '");
 }
 
-std::string WalkArgs(const Program& p, const Walk& w, char* const* base, int multiprocessors,
+std::string WalkArgs(const Program& p, int vector, char* const* base, int multiprocessors,
                      Geometry* g) {
+  ExprWalk w = p.walk;
+  w.vector = vector;
   const Iteration& it = p.space;
   const int nops = it.num_operands;
   std::string s;
-  if (w.kind == Walk::kRows) {
+  if (w.kernel == Kernel::kRows) {
     const int64_t cols = it.sizes[0], rows = it.ndim == 2 ? it.sizes[1] : 1;
     Put64(&s, rows);
     Put64(&s, cols);
@@ -484,7 +397,7 @@ std::string WalkArgs(const Program& p, const Walk& w, char* const* base, int mul
         std::max<int64_t>(1, std::min<int64_t>((rows + ty - 1) / ty, 65535)));
     return s;
   }
-  const int nd = w.ndim;
+  const int nd = std::max(1, it.ndim);
   Put64(&s, it.numel);
   for (int d = 0; d < nd; ++d) Put64(&s, it.sizes[d]);
   for (int k = 0; k < nops; ++k) {
@@ -498,7 +411,7 @@ std::string WalkArgs(const Program& p, const Walk& w, char* const* base, int mul
     Put(&s, &f, sizeof(f));
   }
   while (s.size() % 8 != 0) s.push_back('\0');
-  if (w.kind == Walk::kTiles) {
+  if (w.kernel == Kernel::kTiles) {
     // 32 x 8 threads a block, blocks looping over the tiles.
     const int64_t t1 = 8 * w.unroll;
     const int64_t tiles = (it.sizes[0] + 31) / 32 * ((it.sizes[1] + t1 - 1) / t1) *

@@ -15,37 +15,10 @@
 
 namespace tc::rtc {
 
-// How a kernel walks the iteration space, chosen per request from the program's geometry
-// and where its operands are.
-struct Walk {
-  enum Kind : uint8_t {
-    // At most two dims (RowArgs): contiguous data, scalars, row and column broadcasts,
-    // strided rows. With vector > 1 every operand is dense along a row or repeated, and each
-    // dense one moves `vector` elements per access (16 bytes of the widest); the last,
-    // partial pack of a row goes element by element.
-    kRows,
-    // Any rank (StridedArgs), one element per thread and step; 32-bit index math by
-    // multiply-and-shift division where every offset fits, 64-bit division otherwise.
-    kStrided,
-    // Two or three dims (StridedArgs) where the planner chose tiles (Program::kernel): a
-    // block takes 32 x 32 elements of dims 0 and 1 (dim 2: the tiles' batches), reads the
-    // staged inputs along dim 1 into shared memory and evaluates along dim 0, so that every
-    // load and store of a warp is coalesced.
-    kTiles,
-  } kind = kRows;
-  int vector = 1;
-  // Packs (kRows) each thread has in flight per step.
-  int unroll = 1;
-  int ndim = 1;
-  bool wide = false;
-};
-
-// `base[k]`: operand k's element (0, ..., 0), as the program's space describes it.
-Walk ChooseWalk(const expr::Program& program, char* const* base);
-
-// The kernel's source; its entry point is "tc_expr". Equal sources are equal kernels (the
-// compiled-kernel cache's key).
-std::string GenerateSource(const expr::Program& program, const Walk& walk);
+// The kernel's source for the program's walk (Program::walk) with `vector` elements per access
+// (FitVector: the walk's, or narrower where the operands start less aligned); its entry point
+// is "tc_expr". Equal sources are equal kernels (the compiled-kernel cache's key).
+std::string GenerateSource(const expr::Program& program, int vector);
 
 // The kernel's parameter after its walk arguments, the evaluator, as bytes: a zero (see
 // Rounded in prelude.cuh), the literals converted to the dtype their call computes them in,
@@ -61,7 +34,8 @@ struct Geometry {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
 };
-std::string WalkArgs(const expr::Program& program, const Walk& walk, char* const* base,
+// `base[k]`: operand k's element (0, ..., 0), as the program's space describes it.
+std::string WalkArgs(const expr::Program& program, int vector, char* const* base,
                      int multiprocessors, Geometry* geometry);
 
 }  // namespace tc::rtc

@@ -17,9 +17,6 @@ struct FunctorInfo {
   size_t align;
   // Whether it raises integer division by zero (through its `int* error`).
   bool raises;
-  // Long math per element (transcendental functions, pow): every inlined copy of it costs
-  // NVRTC time.
-  bool heavy;
   // Writes F::Make({attrs, result}) to `out` (size bytes, aligned), its error flag (integer
   // division by zero) pointed at `error`.
   void (*make)(const Attrs& attrs, DType result, int* error, void* out);

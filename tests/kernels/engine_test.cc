@@ -1,6 +1,8 @@
 // Views, the planner and request checking, without a backend.
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <string>
 #include <algorithm>
 #include <vector>
 
@@ -11,6 +13,7 @@
 
 #include "kernels/cpu/half_rows.h"
 #include "kernels/engine.h"
+#include "kernels/expr/program.h"
 #include "kernels/planner.h"
 #include "kernels/tensor_view.h"
 #include "tests/support/kernel_cases.h"
@@ -352,6 +355,118 @@ TEST(Planner, RowAndTileGeometry) {
   EXPECT_TRUE(op->plan.rows.dense[1]);
   EXPECT_EQ(op->plan.rows.stride_align[1], 16);
   EXPECT_EQ(op->plan.rows.inner_rows, 64);
+}
+
+}  // namespace
+}  // namespace tc
+
+// The planner decides for expressions as for ops (PlanExpression), whatever backend follows.
+namespace tc {
+namespace {
+
+TensorView ExprInput(DType dtype, const DimVector& shape, const DimVector& strides) {
+  TensorView v;
+  v.dtype = dtype;
+  v.shape = shape;
+  v.strides = strides;
+  int64_t reach = 1;
+  for (size_t d = 0; d < shape.size(); ++d) reach += (shape[d] - 1) * strides[d];
+  v.storage_bytes = reach * ItemSize(dtype);
+  return v;
+}
+
+ExprWalk WalkOf(const std::string& text, const std::vector<TensorView>& in,
+                std::optional<DType> out = std::nullopt) {
+  OutputOptions o;
+  o.dtype = out;
+  auto p = expr::PrepareExpression(text, {}, in, o);
+  EXPECT_TRUE(p.ok()) << text << ": " << p.status();
+  return p.ok() ? p->expression->walk : ExprWalk{};
+}
+
+// Inputs dense along another dim than the output (transposed views) are staged through
+// tiles, whatever their dtypes; tiles 32 x 64 while the staged tiles fit 48 KiB of shared
+// memory, 32 x 32 past it.
+TEST(ExpressionPlans, TransposedInputsTakeTheTiles) {
+  const DimVector t{1, 64}, d{48, 1};
+  ExprWalk w = WalkOf("sigmoid(a) * b + c", {ExprInput(DType::kFloat32, {64, 48}, t),
+                                             ExprInput(DType::kInt8, {64, 48}, d),
+                                             ExprInput(DType::kFloat16, {64, 48}, t)});
+  EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kTiles));
+  EXPECT_EQ(w.num_staged, 2);
+  EXPECT_EQ(w.staged[1], 0);
+  EXPECT_EQ(w.staged[2], -1);
+  EXPECT_EQ(w.staged[3], 1);
+  EXPECT_EQ(w.unroll, 8);
+  // Four staged float64 tiles take 4 x 32 x 65 x 8 bytes, past 48 KiB: 32 x 32 tiles.
+  std::vector<TensorView> four(4, ExprInput(DType::kFloat64, {64, 48}, t));
+  w = WalkOf("a + b + c + d", four);
+  EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kTiles));
+  EXPECT_EQ(w.num_staged, 4);
+  EXPECT_EQ(w.unroll, 4);
+  // Dense inputs alone: rows.
+  w = WalkOf("sigmoid(a) * b", {ExprInput(DType::kFloat32, {64, 48}, d),
+                                ExprInput(DType::kInt8, {64, 48}, d)});
+  EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kRows));
+}
+
+// Packs of 16 bytes of the widest operand; with mixed widths 16 bytes of the narrowest (up to
+// 32 of the widest); rows repeated along a second dim twice that, up to 32 bytes; one pack per
+// thread where long math or wide packs make each copy of the tree costly to compile.
+TEST(ExpressionPlans, PackWidthsFollowTheOperandsWidths) {
+  auto walk = [](DType in, DType out, const DimVector& shape, const char* text = "sigmoid(a * b)") {
+    const DimVector strides = shape.size() == 1 ? DimVector{1} : DimVector{shape[1], 1};
+    return WalkOf(text, {ExprInput(in, shape, strides), ExprInput(in, {shape.back()}, {1})}, out);
+  };
+  ExprWalk w = walk(DType::kFloat32, DType::kFloat32, {4096});
+  EXPECT_EQ(w.vector, 4);
+  EXPECT_EQ(w.unroll, 1);  // sigmoid: long math
+  EXPECT_EQ(walk(DType::kFloat32, DType::kFloat32, {4096}, "a * b + 1").unroll, 2);
+  EXPECT_EQ(walk(DType::kFloat16, DType::kFloat16, {4096}).vector, 8);
+  w = walk(DType::kFloat16, DType::kFloat32, {4096}, "a * b");
+  EXPECT_EQ(w.vector, 8);
+  EXPECT_EQ(w.unroll, 1);
+  EXPECT_EQ(walk(DType::kFloat64, DType::kFloat32, {4096}).vector, 4);
+  w = walk(DType::kFloat32, DType::kFloat32, {64, 64});
+  EXPECT_EQ(w.vector, 8);
+  EXPECT_EQ(w.unroll, 2);
+  EXPECT_EQ(walk(DType::kFloat16, DType::kFloat32, {64, 64}).vector, 8);
+  // Rows 3 elements apart: no two elements of a row start on a pack's boundary.
+  w = WalkOf("a + b", {ExprInput(DType::kFloat32, {64, 3}, {3, 1}), ExprInput(DType::kFloat32, {3}, {1})});
+  EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kRows));
+  EXPECT_EQ(w.vector, 1);
+  // A step along the row: element by element.
+  w = WalkOf("a + 1", {ExprInput(DType::kFloat32, {4096}, {2})});
+  EXPECT_EQ(w.vector, 1);
+}
+
+// The launcher narrows the pack to where the operands start; nothing else about the walk
+// depends on the pointers.
+TEST(ExpressionPlans, VectorsNarrowToWhereOperandsStart) {
+  const std::vector<TensorView> in{ExprInput(DType::kFloat32, {4096}, {1}),
+                                   ExprInput(DType::kFloat32, {4096}, {1})};
+  auto p = expr::PrepareExpression("a * b + 1", {}, in);
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto at = [](uintptr_t a) { return reinterpret_cast<char*>(a); };
+  char* aligned[3] = {at(4096), at(8192), at(12288)};
+  EXPECT_EQ(expr::VectorFor(*p->expression, aligned), 4);
+  char* eight[3] = {at(4096), at(8192 + 8), at(12288)};
+  EXPECT_EQ(expr::VectorFor(*p->expression, eight), 2);
+  char* four[3] = {at(4096 + 4), at(8192), at(12288)};
+  EXPECT_EQ(expr::VectorFor(*p->expression, four), 1);
+}
+
+// More than two dims that do not coalesce: the general walk, with 64-bit index math only
+// where some operand reaches past 2^31 bytes.
+TEST(ExpressionPlans, HigherRanksTakeTheGeneralWalk) {
+  ExprWalk w = WalkOf("a + b", {ExprInput(DType::kFloat32, {2, 3, 4}, {1, 8, 2}),
+                                ExprInput(DType::kFloat32, {4}, {1})});
+  EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kGeneral));
+  EXPECT_FALSE(w.wide);
+  w = WalkOf("a + b", {ExprInput(DType::kFloat32, {2, 3, 4}, {int64_t{1} << 30, 8, 2}),
+                       ExprInput(DType::kFloat32, {4}, {1})});
+  EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kGeneral));
+  EXPECT_TRUE(w.wide);
 }
 
 }  // namespace

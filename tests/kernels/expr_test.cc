@@ -67,7 +67,10 @@ constexpr DType kAllDTypes[] = {DType::kBool,    DType::kUInt8,   DType::kInt8,
                                 DType::kFloat16, DType::kBFloat16, DType::kFloat32,
                                 DType::kFloat64};
 
-// The backend every test here runs on, expressions and their op-by-op references alike.
+// The backend every test here runs on, expressions and their op-by-op references alike. With
+// TC_TEST_BACKEND=cuda, TC_TEST_SMALL_FIRST=1 runs what fits the way the server runs small
+// requests (Device::TryRunSmall: one copy each way, an expression whose kernel is compiled
+// included).
 Backend& TestBackend() {
 #if TC_WITH_CUDA
   const char* which = std::getenv("TC_TEST_BACKEND");
@@ -78,7 +81,8 @@ Backend& TestBackend() {
         std::fprintf(stderr, "TC_TEST_BACKEND=cuda: %s\n", d.status().ToString().c_str());
         std::abort();
       }
-      return new runtime::DeviceBackend(d->release());
+      const char* small = std::getenv("TC_TEST_SMALL_FIRST");
+      return new runtime::DeviceBackend(d->release(), small != nullptr && std::string(small) == "1");
     }();
     return *gpu;
   }
@@ -100,7 +104,7 @@ std::string Explain(const PreparedOp& p, const std::vector<OwnedTensor>& in) {
   if (TestBackend().name() != "cpu" && p.expression != nullptr) {
     std::vector<char*> base(in.size() + 1, nullptr);
     for (size_t k = 0; k < in.size(); ++k) base[k + 1] = const_cast<char*>(in[k].view.data ? reinterpret_cast<const char*>(in[k].view.data) : nullptr);
-    s += rtc::GenerateSource(*p.expression, rtc::ChooseWalk(*p.expression, base.data()));
+    s += rtc::GenerateSource(*p.expression, expr::VectorFor(*p.expression, base.data()));
   }
 #endif
   return s;

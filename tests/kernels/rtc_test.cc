@@ -85,14 +85,15 @@ TEST(ExpressionKernels, EveryOpAndDtypeCompilesInEveryWalk) {
       ASSERT_FALSE(terms.empty());
       auto p = expr::PrepareExpression(absl::StrJoin(terms, " + ") + " + cast(a + b, float64)", {}, o.views);
       ASSERT_TRUE(p.ok()) << p.status();
-      const Walk w = ChooseWalk(*p->expression, o.base.data());
-      EXPECT_EQ(w.kind, layout < 2 ? Walk::kRows : Walk::kStrided);
+      const ExprWalk& w = p->expression->walk;
+      EXPECT_EQ(KernelName(w.kernel), KernelName(layout < 2 ? Kernel::kRows : Kernel::kGeneral));
+      const int vector = expr::VectorFor(*p->expression, o.base.data());
       if (layout == 0) {
-        EXPECT_GT(w.vector, 1);
+        EXPECT_GT(vector, 1);
       } else if (layout == 1) {
-        EXPECT_EQ(w.vector, 1);
+        EXPECT_EQ(vector, 1);
       }
-      auto c = CompileToCubin(GenerateSource(*p->expression, w), 90);
+      auto c = CompileToCubin(GenerateSource(*p->expression, vector), 90);
       ASSERT_TRUE(c.ok()) << c.status();
       EXPECT_GT(c->cubin.size(), 0u);
       ++kernels;
@@ -103,10 +104,9 @@ TEST(ExpressionKernels, EveryOpAndDtypeCompilesInEveryWalk) {
   for (const CatalogEntry& e : Catalog()) EXPECT_EQ(covered.count(e.spec.name), 1u) << e.spec.name;
 }
 
-// The planner's tile rule decides for expressions as for ops: inputs dense along another dim
-// than the output (transposed views) are staged through shared tiles, whatever their dtypes;
-// the kernel compiles.
-TEST(ExpressionKernels, TransposedInputsTakeTheTiles) {
+// The tile kernel (the planner's kTiles for an expression: engine_test pins when) compiles
+// for inputs of different dtypes, one staged and one not.
+TEST(ExpressionKernels, TileKernelsCompile) {
   auto view = [](DType dtype, bool transposed) {
     TensorView v;
     v.dtype = dtype;
@@ -115,28 +115,13 @@ TEST(ExpressionKernels, TransposedInputsTakeTheTiles) {
     v.storage_bytes = 64 * 48 * ItemSize(dtype);
     return v;
   };
-  char* base[4] = {reinterpret_cast<char*>(4096), reinterpret_cast<char*>(8192),
-                   reinterpret_cast<char*>(16384), reinterpret_cast<char*>(32768)};
   auto p = expr::PrepareExpression(
       "sigmoid(a) * b + c", {},
       {view(DType::kFloat32, true), view(DType::kInt8, false), view(DType::kFloat16, true)});
   ASSERT_TRUE(p.ok()) << p.status();
-  const expr::Program& program = *p->expression;
-  EXPECT_EQ(program.kernel, Kernel::kTiles);
-  EXPECT_EQ(program.num_staged, 2);
-  EXPECT_EQ(program.staged[1], 0);
-  EXPECT_EQ(program.staged[2], -1);
-  EXPECT_EQ(program.staged[3], 1);
-  const Walk w = ChooseWalk(program, base);
-  EXPECT_EQ(w.kind, Walk::kTiles);
-  auto c = CompileToCubin(GenerateSource(program, w), 90);
+  ASSERT_EQ(KernelName(p->expression->walk.kernel), KernelName(Kernel::kTiles));
+  auto c = CompileToCubin(GenerateSource(*p->expression, 1), 90);
   ASSERT_TRUE(c.ok()) << c.status();
-  // Dense inputs alone: rows, as before.
-  p = expr::PrepareExpression("sigmoid(a) * b", {},
-                              {view(DType::kFloat32, false), view(DType::kInt8, false)});
-  ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->expression->kernel, Kernel::kGeneral);
-  EXPECT_EQ(ChooseWalk(*p->expression, base).kind, Walk::kRows);
 }
 
 TEST(ExpressionKernels, SourceHoldsNeitherNamesNorValues) {
@@ -144,7 +129,7 @@ TEST(ExpressionKernels, SourceHoldsNeitherNamesNorValues) {
   auto source = [&](const std::string& text, std::vector<std::string> names) {
     auto p = expr::PrepareExpression(text, names, o.views);
     EXPECT_TRUE(p.ok()) << text << ": " << p.status();
-    return p.ok() ? GenerateSource(*p->expression, ChooseWalk(*p->expression, o.base.data())) : "";
+    return p.ok() ? GenerateSource(*p->expression, expr::VectorFor(*p->expression, o.base.data())) : "";
   };
   const std::string s1 = source("clamp(weights * 2.5 + bias, min=0.25) - 7", {"weights", "bias"});
   const std::string s2 = source("clamp(x * -1e30 + y, min=-3) - 0.125", {"x", "y"});
@@ -159,7 +144,7 @@ TEST(ExpressionKernels, SourceHoldsNeitherNamesNorValues) {
   const Operands d = Layout(DType::kFloat64, 0);
   auto p = expr::PrepareExpression("clamp(a * 2.5 + b, min=0.25) - 7", {}, d.views);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_NE(s1, GenerateSource(*p->expression, ChooseWalk(*p->expression, d.base.data())));
+  EXPECT_NE(s1, GenerateSource(*p->expression, expr::VectorFor(*p->expression, d.base.data())));
 }
 
 TEST(ExpressionKernels, ParametersCarryLiteralsInTheirComputeTypes) {
@@ -178,37 +163,6 @@ TEST(ExpressionKernels, ParametersCarryLiteralsInTheirComputeTypes) {
   double alpha;
   std::memcpy(&alpha, bytes.data() + 8, sizeof(double));
   EXPECT_EQ(alpha, 1.0);
-}
-
-// Packs of 16 bytes of the widest operand; with mixed widths 16 bytes of the narrowest (up to
-// 32 of the widest); rows repeated along a second dim twice that, up to 32 bytes.
-TEST(ExpressionKernels, PackWidthsFollowTheOperandsWidths) {
-  auto walk = [](DType in, DType out, const DimVector& shape) {
-    TensorView a;
-    a.dtype = in;
-    a.shape = shape;
-    a.strides = shape.size() == 1 ? DimVector{1} : DimVector{shape[1], 1};
-    a.storage_bytes = shape[0] * (shape.size() == 1 ? 1 : shape[1]) * ItemSize(in);
-    TensorView b = a;
-    b.shape = {shape.back()};
-    b.strides = {1};
-    b.storage_bytes = shape.back() * ItemSize(in);
-    OutputOptions o;
-    o.dtype = out;
-    auto p = expr::PrepareExpression("sigmoid(a * b)", {}, {a, b}, o);
-    EXPECT_TRUE(p.ok()) << p.status();
-    char* base[3] = {reinterpret_cast<char*>(4096), reinterpret_cast<char*>(8192),
-                     reinterpret_cast<char*>(12288)};
-    return ChooseWalk(*p->expression, base);
-  };
-  EXPECT_EQ(walk(DType::kFloat32, DType::kFloat32, {4096}).vector, 4);
-  EXPECT_EQ(walk(DType::kFloat16, DType::kFloat16, {4096}).vector, 8);
-  const Walk mixed = walk(DType::kFloat16, DType::kFloat32, {4096});
-  EXPECT_EQ(mixed.vector, 8);
-  EXPECT_EQ(mixed.unroll, 1);
-  EXPECT_EQ(walk(DType::kFloat64, DType::kFloat32, {4096}).vector, 4);
-  EXPECT_EQ(walk(DType::kFloat32, DType::kFloat32, {64, 64}).vector, 8);
-  EXPECT_EQ(walk(DType::kFloat16, DType::kFloat32, {64, 64}).vector, 8);
 }
 
 }  // namespace
