@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "runtime/cpu_device.h"
-#include "server/job.h"
-#include "server/resident.h"
+#include "server/data/resident.h"
+#include "server/pipeline/job.h"
 
 namespace tc::fuzz {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 
 #include "fuzz/fuzz_env.h"
-#include "server/codec.h"
-#include "server/inference_service.h"
+#include "server/kserve/inference_service.h"
+#include "server/pipeline/codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   inference::ModelInferRequest request;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_env.h"
-#include "server/regions.h"
+#include "server/data/regions.h"
 
 namespace {
 

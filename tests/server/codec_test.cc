@@ -3,8 +3,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/pipeline/codec.h"
 #include "tests/support/wire_tensors.h"
-#include "server/codec.h"
 
 namespace tc::server {
 namespace {

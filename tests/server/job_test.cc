@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
-#include "server/job.h"
+#include "server/pipeline/job.h"
 
 namespace tc::server {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/reactor.h"
+#include "server/calls/reactor.h"
 
 namespace tc::server {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
-#include "server/resident.h"
+#include "server/data/resident.h"
 
 namespace tc::server {
 namespace {

@@ -1,0 +1,68 @@
+// KServe v2 requests into the engine's request, and its result back: a ModelInferRequest
+// becomes a Compute request (raw input bytes moved, not copied; typed contents converted;
+// tensors in shared memory read or referenced), and the Compute's result the model's response.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/data/regions.h"
+#include "server/data/system_shm.h"
+#include "server/pipeline/service_env.h"
+
+namespace tc::server {
+
+namespace inf = ::inference;
+
+// A shared-memory region a tensor names: the caller's system shared memory, or GPU memory it
+// registered by CUDA IPC handle (held as a tensorcompute.v1 region, which the engine reads
+// and writes in place).
+struct SharedRegion {
+  std::shared_ptr<const SystemShm> system;
+  std::shared_ptr<Region> cuda;
+};
+
+// The caller's region of a name; null where the server serves no shared memory.
+using ShmLookup = std::function<absl::StatusOr<SharedRegion>(const std::string& name)>;
+
+// Where an output goes in shared memory.
+struct ShmTarget {
+  SharedRegion region;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+};
+
+// Host memory that bytes read out of system shared memory take until the request ends,
+// counted against a device's budget as the v1 paths count what they bring in.
+struct ShmReadBudget {
+  // Counts `bytes` until the handle goes; RESOURCE_EXHAUSTED past the budget.
+  std::function<absl::StatusOr<std::shared_ptr<void>>(int64_t bytes)> reserve;
+  std::vector<std::shared_ptr<void>> held;
+};
+
+// Whether any input or requested output names a shared-memory region.
+bool UsesSharedMemory(const inf::ModelInferRequest& request);
+
+// A model request as a Compute request: the op or expression, the inputs in the op's order
+// (raw bytes moved out of `request`, typed contents converted, shared-memory inputs read
+// through `shm`, each counted in `budget` before it is read), attributes from the request's
+// parameters; `output_shm` set where the output goes to shared memory. Errors are the
+// protocol's: NOT_FOUND for an unknown model or version, INVALID_ARGUMENT naming what was
+// expected, RESOURCE_EXHAUSTED past a limit or the budget.
+absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOptions& options,
+                              const ShmLookup& shm, ShmReadBudget* budget,
+                              v1::ComputeRequest* out, std::optional<ShmTarget>* output_shm);
+
+// The result of a Compute as the model's response: OUTPUT0 with its datatype and shape, its
+// bytes moved into raw_output_contents, or written to `output_shm` (the entry then empty).
+absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeResponse& result,
+                             const std::optional<ShmTarget>& output_shm,
+                             inf::ModelInferResponse* out);
+
+}  // namespace tc::server

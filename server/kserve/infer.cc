@@ -1,0 +1,209 @@
+// ModelInfer and ModelStreamInfer: each request converted (convert.h) and run through the
+// same Compute path as tensorcompute.v1's.
+#include <memory>
+#include <optional>
+
+#include "server/calls/grpc_status.h"
+#include "server/calls/unary_call.h"
+#include "server/kserve/inference_service.h"
+#include "server/kserve/models.h"
+
+namespace tc::server {
+
+namespace {
+
+// Bytes read out of system shared memory count against the least loaded device's budget
+// (the device the request will most likely run on).
+ShmReadBudget ReadBudget(const ServiceEnv& env) {
+  ShmReadBudget b;
+  runtime::DeviceSet* devices = env.devices;
+  b.reserve = [devices](int64_t bytes) {
+    return devices->LeastLoaded().Reserve(bytes, absl::InfiniteFuture());
+  };
+  return b;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx,
+                                                           const inf::ModelInferRequest* request,
+                                                           inf::ModelInferResponse* response) {
+  auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "ModelInfer",
+                                                    ModelLabel(request->model_name())});
+  grpc::ServerUnaryReactor* reactor = call->reactor;
+  if (!call->Admit()) return reactor;
+  struct State {
+    v1::ComputeRequest request;
+    v1::ComputeResponse result;
+    std::optional<ShmTarget> output_shm;
+    ShmReadBudget budget;
+  };
+  auto state = std::make_shared<State>();
+  state->budget = ReadBudget(env_);
+  // Shared-memory regions belong to the caller's identity, and moving their bytes is work for
+  // the request pool, not a gRPC thread.
+  const bool shm = UsesSharedMemory(*request);
+  ShmLookup lookup;
+  if (shm) {
+    auto id = env_.auth->Identify(*ctx);
+    if (!id.ok()) {
+      call->Finish(id.status());
+      return reactor;
+    }
+    lookup = LookupFor(*id);
+  }
+  const ServiceEnv* env = &env_;
+  call->complete = [env, state, request, response, reactor](const absl::Status& s) {
+    const auto finish = [state, request, response, reactor](absl::Status out) {
+      if (out.ok()) out = ToInferResponse(*request, state->result, state->output_shm, response);
+      reactor->Finish(ToGrpcStatus(out));
+    };
+    // Writing the output into system shared memory is work for the request pool, not for a
+    // device's completion thread; the drain counts it until the reply is out.
+    if (s.ok() && state->output_shm && state->output_shm->region.system != nullptr &&
+        env->life->Enter()) {
+      env->pool->Schedule([env, finish] {
+        finish(absl::OkStatus());
+        env->life->Leave();
+      });
+      return;
+    }
+    finish(s);
+  };
+  auto start = [env, ctx, request, state, call, lookup] {
+    // The request is this call's until it finishes, and nothing reads its raw inputs after
+    // this: their bytes move into the Compute request instead of being copied.
+    auto& mutable_request = const_cast<inf::ModelInferRequest&>(*request);
+    if (absl::Status s = ToComputeRequest(mutable_request, env->options, lookup,
+                                          &state->budget, &state->request, &state->output_shm);
+        !s.ok()) {
+      call->Finish(s);
+      return;
+    }
+    StartCompute(*env, ctx, &state->request, &state->result, call);
+  };
+  if (shm) {
+    env_.pool->Schedule(std::move(start));
+  } else {
+    start();
+  }
+  return reactor;
+}
+
+namespace {
+
+// ModelStreamInfer: requests one at a time, each answered before the next is read; a request
+// that fails is answered with its error_message (and its id) and the stream goes on.
+class StreamInferReactor final
+    : public grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse> {
+ public:
+  StreamInferReactor(const ServiceEnv* env, const InferenceServiceImpl* service,
+                     grpc::CallbackServerContext* ctx)
+      : env_(env), ctx_(ctx) {
+    if (!env_->life->Enter()) {
+      Finish(ToGrpcStatus(ShuttingDown()));
+      return;
+    }
+    entered_ = true;
+    auto id = env_->auth->Identify(*ctx_);
+    if (!id.ok()) {
+      Finish(ToGrpcStatus(id.status()));
+      return;
+    }
+    lookup_ = service->LookupFor(*id);
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client is done sending
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (env_->life->draining()) {
+      Finish(ToGrpcStatus(ShuttingDown()));
+      return;
+    }
+    auto call = std::make_shared<UnaryCall>(
+        UnaryCall{env_, nullptr, "ModelStreamInfer", ModelLabel(request_.model_name())});
+    // The last request's bytes go, and with them what they counted against the budget.
+    compute_ = v1::ComputeRequest();
+    result_ = v1::ComputeResponse();
+    budget_ = ReadBudget(*env_);
+    // Reading and writing shared memory is work for the request pool, as in ModelInfer (the
+    // stream has nothing else in flight meanwhile).
+    if (UsesSharedMemory(request_)) {
+      env_->pool->Schedule([this, call] { Run(call); });
+    } else {
+      Run(call);
+    }
+  }
+
+  void Run(std::shared_ptr<UnaryCall> call) {
+    call->complete = [this](const absl::Status& s) {
+      if (s.ok() && output_shm_ && output_shm_->region.system != nullptr) {
+        env_->pool->Schedule([this] { Respond(absl::OkStatus()); });
+      } else {
+        Respond(s);
+      }
+    };
+    if (absl::Status s =
+            ToComputeRequest(request_, env_->options, lookup_, &budget_, &compute_, &output_shm_);
+        !s.ok()) {
+      call->Finish(s);
+      return;
+    }
+    StartCompute(*env_, ctx_, &compute_, &result_, std::move(call));
+  }
+
+  // The result (or the error) as this request's response.
+  void Respond(absl::Status out) {
+    response_.Clear();
+    if (out.ok()) {
+      out = ToInferResponse(request_, result_, output_shm_, response_.mutable_infer_response());
+    }
+    if (!out.ok()) {
+      response_.Clear();
+      response_.set_error_message(std::string(out.message()));
+      response_.mutable_infer_response()->set_id(request_.id());
+    }
+    // Each request has this one response, its last, as Triton says of its own responses
+    // (clients asking for enable_empty_final_response wait for it).
+    (*response_.mutable_infer_response()->mutable_parameters())["triton_final_response"]
+        .set_bool_param(true);
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the response could not be written"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override {
+    if (entered_) env_->life->Leave();
+    delete this;
+  }
+
+ private:
+  const ServiceEnv* env_;
+  grpc::CallbackServerContext* ctx_;
+  bool entered_ = false;
+  ShmLookup lookup_;
+  inf::ModelInferRequest request_;
+  v1::ComputeRequest compute_;
+  std::optional<ShmTarget> output_shm_;
+  ShmReadBudget budget_;
+  v1::ComputeResponse result_;
+  inf::ModelStreamInferResponse response_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>*
+InferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
+  return new StreamInferReactor(&env_, this, ctx);
+}
+
+}  // namespace tc::server

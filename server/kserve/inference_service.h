@@ -1,0 +1,95 @@
+// The open inference protocol (KServe v2, `inference.GRPCInferenceService` as Triton serves it)
+// on the same port as TensorService, through the same engine: each op of the catalog is a
+// model, and "expression" runs an expression given as a request parameter (models.h). A
+// ModelInfer becomes a Compute request (convert.h) and goes through the same admission,
+// identity, limits, planning and devices (infer.cc); shared memory, system and CUDA, is
+// registered through its RPCs (shared_memory.cc); health and metadata in models.cc.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/data/regions.h"
+#include "server/data/system_shm.h"
+#include "server/kserve/convert.h"
+#include "server/kserve/models.h"
+#include "server/pipeline/service_env.h"
+
+namespace tc::server {
+
+class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackService {
+ public:
+  // `system_shm`: serve system shared memory, its registrations counted against the cap
+  // (null: off, its RPCs and tensor parameters are refused).
+  InferenceServiceImpl(ServiceEnv env, MappedBytes* system_shm);
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
+                                       const inf::ServerLiveRequest* request,
+                                       inf::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx,
+                                        const inf::ServerReadyRequest* request,
+                                        inf::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx,
+                                       const inf::ModelReadyRequest* request,
+                                       inf::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
+                                           const inf::ServerMetadataRequest* request,
+                                           inf::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
+                                          const inf::ModelMetadataRequest* request,
+                                          inf::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
+                                        const inf::ModelConfigRequest* request,
+                                        inf::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
+                                       const inf::ModelInferRequest* request,
+                                       inf::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryStatusRequest* request,
+      inf::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryRegisterRequest* request,
+      inf::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryUnregisterRequest* request,
+      inf::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryStatusRequest* request,
+      inf::CudaSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryRegisterRequest* request,
+      inf::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryUnregisterRequest* request,
+      inf::CudaSharedMemoryUnregisterResponse* response) override;
+
+  // The lookup of `owner`'s regions (one that refuses every name where shared memory is off).
+  ShmLookup LookupFor(const std::string& owner) const;
+
+ private:
+  // Serving: not draining, and every device healthy.
+  bool Ready() const;
+  // `owner`'s CUDA regions registered here (not those of tensorcompute.v1's socket), all or
+  // the one named.
+  std::vector<std::shared_ptr<Region>> CudaRegions(const std::string& owner,
+                                                   const std::string& name) const;
+  // CudaRegions, NOT_FOUND where a name is given and none has it.
+  absl::StatusOr<std::vector<std::shared_ptr<Region>>> NamedCudaRegions(
+      const std::string& owner, const std::string& name) const;
+  // The caller's identity, or FAILED_PRECONDITION where system shared memory is off.
+  absl::StatusOr<std::string> SystemShmCaller(const grpc::CallbackServerContext& ctx) const;
+
+  ServiceEnv env_;
+  // Null where system shared memory is off.
+  std::unique_ptr<SystemShmStore> shm_;
+};
+
+}  // namespace tc::server

@@ -1,0 +1,448 @@
+#include "server/pipeline/job.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/expr/program.h"
+#include "server/pipeline/codec.h"
+
+namespace tc::server {
+
+namespace {
+
+absl::Status Prefixed(const absl::Status& s, absl::string_view what) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+// The bytes view `v` reaches, [lo, hi) from its data pointer; {0, 0} when it has no elements.
+// (A view with elements was checked by ValidateView to reach only bytes of its storage, so
+// none of this overflows; one without is not, so it returns first.)
+std::pair<int64_t, int64_t> ReachedSpan(const TensorView& v) {
+  for (int64_t dim : v.shape) {
+    if (dim == 0) return {0, 0};
+  }
+  int64_t lo = v.offset, hi = v.offset;
+  for (size_t d = 0; d < v.shape.size(); ++d) {
+    const int64_t reach = (v.shape[d] - 1) * v.strides[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const int64_t item = ItemSize(v.dtype);
+  return {lo * item, (hi + 1) * item};
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_view what,
+                                  const ServiceOptions& o) {
+  if (static_cast<int>(shape.size()) > o.max_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", shape.size(),
+                                                   " exceeds this server's limit of ",
+                                                   o.max_rank));
+  }
+  // Zero for an empty tensor, whatever its other dims multiply to.
+  auto checked = CheckedNumel(shape);
+  if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", checked.status().message()));
+  const int64_t numel = *checked;
+  if (numel > o.max_elements) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", numel,
+                                                     " elements exceed this server's limit of ",
+                                                     o.max_elements));
+  }
+  return numel;
+}
+
+absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
+    const v1::Tensor& t, const std::string& owner, const std::string& what,
+    const ServiceEnv& env) {
+  if (env.regions == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": shared-memory regions are off on this server"));
+  }
+  if (!t.handle().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": both region and handle are set"));
+  }
+  auto r = env.regions->Find(owner, t.region());
+  if (!r.ok()) return Prefixed(r.status(), what);
+  auto view = DecodeView(t, what);
+  if (!view.ok()) return view.status();
+  TensorView v = *std::move(view);
+  v.storage_bytes = t.storage_bytes();
+  if (auto s = CheckRegionRange(**r, t.region_offset(), v.storage_bytes, ItemSize(v.dtype), what);
+      !s.ok()) {
+    return s;
+  }
+  v.data = (*r)->base + t.region_offset();
+  if (auto s = ValidateView(v, what); !s.ok()) return s;
+  // GPU memory cannot be read from here: its bool bytes are the caller's to keep 0 or 1 (any
+  // other value only changes that caller's result).
+  if (v.dtype == DType::kBool && (*r)->device == nullptr) {
+    if (auto s = CheckBoolView(v, what); !s.ok()) return s;
+  }
+  return std::make_pair(std::move(v), *std::move(r));
+}
+
+absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
+    const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
+    const ServiceEnv& env, absl::Time deadline, bool stage_inline,
+    const std::string& session) {
+  const ServiceOptions& limits = env.options;
+  // The op first: "unknown op" is the more useful message when the inputs are wrong too.
+  const bool expression = !request.expression().empty();
+  const CatalogEntry* op = nullptr;
+  if (expression) {
+    if (!request.op().empty()) {
+      return absl::InvalidArgumentError("both op and expression are set: send one");
+    }
+    if (!request.attributes().empty()) {
+      return absl::InvalidArgumentError(
+          "attributes are written inside an expression (clamp(a, min=0)), not beside it");
+    }
+  } else {
+    if (request.input_names_size() > 0) {
+      return absl::InvalidArgumentError("input_names name an expression's inputs; op is set");
+    }
+    auto found = LookupOp(request.op(), request.inputs_size());
+    if (!found.ok()) return found.status();
+    op = *found;
+  }
+  std::unique_ptr<ComputeJob> job(new ComputeJob());
+  const int n = request.inputs_size();
+  job->views_.resize(n);
+  job->storages_.resize(n);
+  job->received_.assign(n, -1);
+  job->resident_.resize(n);
+  job->regions_.resize(n);
+  job->input_device_.assign(n, nullptr);
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    const v1::Tensor& t = request.inputs(i);
+    const std::string what = absl::StrCat("input ", i);
+    TensorView& v = job->views_[i];
+    if (!t.handle().empty()) {
+      if (!t.data().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": both handle and data are set"));
+      }
+      auto r = env.resident->Find(owner, t.handle());
+      if (!r.ok()) return Prefixed(r.status(), what);
+      if ((*r)->writers.load() > 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": an upload into '", t.handle(), "' is still in progress"));
+      }
+      const bool whole = t.dtype() == v1::DTYPE_UNSPECIFIED && t.shape_size() == 0 &&
+                         t.strides_size() == 0 && t.offset() == 0;
+      if (whole) {
+        v = (*r)->view;
+      } else {
+        // Another view of the same storage, of the same dtype (a reinterpretation could
+        // show bool elements other than 0 and 1).
+        auto view = DecodeView(t, what);
+        if (!view.ok()) return view.status();
+        v = *std::move(view);
+        if (v.dtype != (*r)->view.dtype) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what, ": a view of a resident tensor keeps its dtype, ", DTypeName((*r)->view.dtype),
+              " (apply op 'cast' to convert it)"));
+        }
+        v.data = (*r)->storage->data();
+        v.storage_bytes = (*r)->storage->bytes();
+        if (auto s = ValidateView(v, what); !s.ok()) return s;
+      }
+      job->input_device_[i] = &(*r)->storage->device();
+      job->storages_[i] = (*r)->storage;
+      job->resident_[i] = *std::move(r);
+      total += v.storage_bytes;
+    } else if (!t.region().empty()) {
+      if (!t.data().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": both region and data are set"));
+      }
+      auto view = RegionView(t, owner, what, env);
+      if (!view.ok()) return view.status();
+      v = view->first;
+      job->input_device_[i] = view->second->device;
+      job->regions_[i] = std::move(view->second);
+      total += v.storage_bytes;
+    } else if (t.data().empty() && t.storage_bytes() > 0) {
+      if (!allow_streamed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": storage_bytes is ", t.storage_bytes(),
+            " but no data was sent; send large inputs in chunks with ComputeStream"));
+      }
+      auto view = DecodeView(t, what);
+      if (!view.ok()) return view.status();
+      v = *std::move(view);
+      v.storage_bytes = t.storage_bytes();
+      if (auto s = ValidateView(v, what); !s.ok()) return s;
+      job->received_[i] = 0;
+      total += v.storage_bytes;
+    } else {
+      auto view = DecodeInline(t, what, job->owned_);
+      if (!view.ok()) return view.status();
+      v = *std::move(view);
+      total += v.storage_bytes;
+    }
+    if (auto s = CheckSize(v.shape, what, limits); !s.ok()) return s.status();
+    if (total > limits.max_request_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the request's inputs exceed this server's limit of ",
+                       limits.max_request_bytes, " bytes"));
+    }
+  }
+  // Where inputs on devices decide it, the device is known now, and the views of inputs on
+  // other devices are made views of the copies they will get there (planned as such).
+  {
+    runtime::Device* out_device = nullptr;
+    if (!request.output_region().empty() && env.regions != nullptr) {
+      // Only its device here; the region is checked below.
+      if (auto r = env.regions->Find(owner, request.output_region()); r.ok()) {
+        out_device = (*r)->device;
+      }
+    }
+    if (auto placed = job->PlaceByInputs(out_device); !placed.ok()) return placed;
+  }
+  auto output = DecodeOutputOptions(request);
+  if (!output.ok()) return output.status();
+  // Every view was checked with ValidateView as it was decoded above.
+  absl::StatusOr<PreparedOp> prepared;
+  if (expression) {
+    const std::vector<std::string> names(request.input_names().begin(),
+                                         request.input_names().end());
+    prepared = expr::PrepareExpression(request.expression(), names, job->views_, *output);
+  } else {
+    auto attrs = DecodeAttributes(request.attributes());
+    if (!attrs.ok()) return attrs.status();
+    // Every device of the server runs one backend: its tile rule is theirs.
+    prepared = PrepareValidated(*op, job->views_, *attrs, *output, env.devices->at(0).tile_rule());
+  }
+  if (!prepared.ok()) return prepared.status();
+  job->prepared_ = *std::move(prepared);
+  TensorView out_meta;
+  out_meta.shape = job->plan().out_shape;
+  if (auto s = CheckSize(out_meta.shape, "the output", limits); !s.ok()) return s.status();
+  job->keep_resident_ = request.keep_output_resident();
+  job->ttl_seconds_ = request.resident_ttl_seconds();
+  if (job->keep_resident_) {
+    if (auto s = env.resident->CheckQuota(owner, job->plan().out_storage_bytes); !s.ok()) {
+      return s;
+    }
+  }
+
+  // The output's region, checked once here; an output into GPU memory shared by the caller
+  // runs where that memory is.
+  if (!request.output_region().empty()) {
+    if (job->keep_resident_) {
+      return absl::InvalidArgumentError(
+          "output_region and keep_output_resident exclude each other: pick one place");
+    }
+    if (env.regions == nullptr) {
+      return absl::FailedPreconditionError(
+          "output_region: shared-memory regions are off on this server");
+    }
+    auto r = env.regions->Find(owner, request.output_region());
+    if (!r.ok()) return Prefixed(r.status(), "output_region");
+    if (!(*r)->writable) {
+      return absl::InvalidArgumentError(
+          "output_region: the region is sealed against writing; use it for inputs only");
+    }
+    const Plan& plan = job->plan();
+    if (auto s = CheckRegionRange(**r, request.output_region_offset(), plan.out_storage_bytes,
+                                  ItemSize(plan.out_dtype), "output_region");
+        !s.ok()) {
+      return s;
+    }
+    job->output_region_ = *std::move(r);
+  }
+  if (job->device_ == nullptr) {
+    if (job->keep_resident_) {
+      // A kept output goes where this client keeps its tensors.
+      auto placed = PlaceResident(*env.devices, *env.resident, owner, session,
+                                  job->plan().out_storage_bytes, std::nullopt);
+      if (!placed.ok()) return placed.status();
+      job->device_ = *placed;
+    } else {
+      job->device_ = &env.devices->LeastLoaded();
+    }
+  }
+  if (absl::Status h = job->device_->health(); !h.ok()) return h;
+  if (!job->device_->TryAdmit(limits.max_concurrent_per_device)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "device ", job->device_->info().index, " is busy: ", limits.max_concurrent_per_device,
+        " requests in flight; retry later"));
+  }
+  job->admission_ = runtime::Admission(job->device_);
+  job->lane_ = job->device_->AcquireLane();
+
+  // Inputs that lie on another device: their bytes copied here.
+  if (auto copied = job->CopyFromOtherDevices(deadline); !copied.ok()) return copied;
+  if (job->peer_bytes_ > 0 && env.metrics != nullptr) env.metrics->AddPeerCopy(job->peer_bytes_);
+
+  // Storage on the device for streamed inputs, and for inline ones where the device cannot
+  // read host memory.
+  for (int i = 0; i < n; ++i) {
+    TensorView& v = job->views_[i];
+    const bool streamed = job->received_[i] >= 0;
+    const bool on_device =
+        job->resident_[i] != nullptr ||
+        (job->regions_[i] != nullptr && job->regions_[i]->device != nullptr);
+    const bool copy = stage_inline && !streamed && !on_device && !job->device_->host_memory();
+    if (!streamed && !copy) continue;
+    auto s = job->device_->Allocate(v.storage_bytes, false, deadline, job->lane_.get());
+    if (!s.ok()) return s.status();
+    if (copy) {
+      // A pinned region copies straight from its mapping; anything else through staging.
+      const bool pinned = job->regions_[i] != nullptr && job->regions_[i]->pin != nullptr;
+      runtime::Device& d = *job->device_;
+      absl::Status w = pinned ? d.WritePinned(*job->lane_, **s, 0, v.data, v.storage_bytes)
+                              : d.Write(*job->lane_, **s, 0, v.data, v.storage_bytes);
+      if (!w.ok()) return w;
+    }
+    v.data = (*s)->data();
+    job->storages_[i] = *std::move(s);
+  }
+  return job;
+}
+
+absl::Status ComputeJob::PlaceByInputs(runtime::Device* out_device) {
+  // Inputs on devices: one on a failed device is lost with it.
+  std::vector<std::pair<runtime::Device*, int64_t>> bytes_on;
+  std::vector<std::pair<int64_t, int64_t>> spans(views_.size());
+  for (size_t i = 0; i < views_.size(); ++i) {
+    runtime::Device* d = input_device_[i];
+    if (d == nullptr) continue;
+    spans[i] = ReachedSpan(views_[i]);
+    const auto [lo, hi] = spans[i];
+    // An input without elements reads nothing: it neither fails nor places the request.
+    if (hi == lo) continue;
+    if (absl::Status h = d->health(); !h.ok()) {
+      return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
+    }
+    auto it = std::find_if(bytes_on.begin(), bytes_on.end(),
+                           [d](const auto& e) { return e.first == d; });
+    if (it == bytes_on.end()) it = bytes_on.insert(bytes_on.end(), {d, 0});
+    it->second += hi - lo;
+  }
+  // An output into GPU memory of the caller's runs where that memory is; else the request runs
+  // where most of its input bytes are.
+  if (out_device != nullptr) {
+    device_ = out_device;
+  } else if (!bytes_on.empty()) {
+    device_ = std::max_element(bytes_on.begin(), bytes_on.end(), [](const auto& a, const auto& b) {
+                return a.second < b.second;
+              })->first;
+  } else {
+    return absl::OkStatus();
+  }
+  copies_.resize(views_.size());
+  for (size_t i = 0; i < views_.size(); ++i) {
+    runtime::Device* from = input_device_[i];
+    if (from == nullptr || from == device_) continue;
+    TensorView& v = views_[i];
+    const auto [lo, hi] = spans[i];
+    if (hi == lo) continue;  // No elements: nothing is read.
+    // From here on, a view of the copy: the reached bytes alone, from its start.
+    copies_[i] = PeerCopy{from, v.data + lo, hi - lo};
+    v.offset -= lo / ItemSize(v.dtype);
+    v.storage_bytes = hi - lo;
+    v.data = nullptr;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ComputeJob::CopyFromOtherDevices(absl::Time deadline) {
+  for (size_t i = 0; i < copies_.size(); ++i) {
+    const PeerCopy& c = copies_[i];
+    if (c.from == nullptr) continue;
+    // (Checked when placed; it may have failed since, and its error is not this device's.)
+    if (absl::Status h = c.from->health(); !h.ok()) {
+      return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
+    }
+    auto s = device_->Allocate(c.bytes, false, deadline, lane_.get());
+    if (!s.ok()) return s.status();
+    if (auto r = device_->CopyFromDevice(*lane_, **s, 0, *c.from, c.src, c.bytes); !r.ok()) {
+      return r;
+    }
+    views_[i].data = (*s)->data();
+    storages_[i] = *std::move(s);
+    peer_bytes_ += c.bytes;
+  }
+  // Done before the request goes on: whatever ends it early (an error, a cancelled stream, a
+  // result too large) may then let the sources go (a released tensor, an unregistered
+  // region) without a copy still reading them.
+  return peer_bytes_ > 0 ? device_->Sync(*lane_) : absl::OkStatus();
+}
+
+absl::Status ComputeJob::AcceptChunk(const v1::DataChunk& chunk) {
+  const int i = chunk.tensor();
+  if (i < 0 || i >= static_cast<int>(views_.size()) || received_[i] < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk for tensor ", i, ", which is not a streamed input of this request"));
+  }
+  const int64_t have = received_[i];
+  if (chunk.offset() != have) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input ", i, ": chunk at byte ", chunk.offset(), " but ", have,
+        " bytes have arrived; send each input's chunks in order, without gaps"));
+  }
+  const auto len = static_cast<int64_t>(chunk.data().size());
+  runtime::Storage& s = *storages_[i];
+  if (len > views_[i].storage_bytes - have) {
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, ": chunk of ", len,
+                                                   " bytes at byte ", have, " overruns its ",
+                                                   views_[i].storage_bytes, " bytes"));
+  }
+  if (views_[i].dtype == DType::kBool) {
+    if (reached_.empty()) reached_.resize(views_.size());
+    if (have == 0) reached_[i] = ReachedBytes(views_[i]);
+    if (auto b = CheckBoolBytesReached(chunk.data().data(), len, reached_[i],
+                                       absl::StrCat("input ", i), have);
+        !b.ok()) {
+      return b;
+    }
+  }
+  if (auto w = device_->Write(*lane_, s, have, chunk.data().data(), len); !w.ok()) return w;
+  received_[i] = have + len;
+  bytes_received_ += len;
+  return absl::OkStatus();
+}
+
+absl::Status ComputeJob::CheckComplete() const {
+  for (size_t i = 0; i < views_.size(); ++i) {
+    if (received_[i] >= 0 && received_[i] != views_[i].storage_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("input ", i, ": the stream ended after ",
+                                                     received_[i], " of its ",
+                                                     views_[i].storage_bytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<runtime::StoragePtr> ComputeJob::AllocateOutput(absl::Time deadline) {
+  const Plan& p = plan();
+  return device_->Allocate(p.out_storage_bytes, p.out_has_gaps, deadline, lane_.get());
+}
+
+void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
+                     runtime::Device::ReadBack read_back) {
+  device_->Run(*lane_, prepared_, views_, out, std::move(done), read_back);
+}
+
+bool ComputeJob::TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done) {
+  return device_->TryRunSmall(*lane_, prepared_, views_, host_out, done);
+}
+
+int64_t ComputeJob::input_bytes() const {
+  int64_t n = 0;
+  for (const TensorView& v : views_) n += v.storage_bytes;
+  return n;
+}
+
+TensorView ComputeJob::OutputView() const {
+  TensorView v;
+  v.dtype = plan().out_dtype;
+  v.shape = plan().out_shape;
+  v.strides = plan().out_strides;
+  v.offset = 0;
+  v.storage_bytes = plan().out_storage_bytes;
+  return v;
+}
+
+}  // namespace tc::server

@@ -1,0 +1,121 @@
+// One compute request resolved onto a device: each input inline (the request's bytes),
+// resident (a handle's storage, no copy), in a shared-memory region (the caller's mapping,
+// computed on in place by the CPU, copied from directly by a GPU) or streamed (storage the
+// chunks fill), checked
+// against the limits, planned, and admitted to the device.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/data/regions.h"
+#include "server/pipeline/service_env.h"
+
+namespace tc::server {
+
+// The elements of a tensor of `shape`, within the server's limits, as both front doors check
+// them: INVALID_ARGUMENT past the rank limit or for a shape whose count overflows,
+// RESOURCE_EXHAUSTED past the element limit; `what` names the tensor in the message.
+absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_view what,
+                                  const ServiceOptions& o);
+
+// A tensor whose storage lies in one of `owner`'s regions: its view (data pointing into the
+// mapping, every element checked to lie inside), and the region, held while it is in use.
+absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
+    const v1::Tensor& t, const std::string& owner, const std::string& what,
+    const ServiceEnv& env);
+
+class ComputeJob {
+ public:
+  // `allow_streamed`: inputs may announce storage_bytes and send their bytes as chunks later.
+  // The request must outlive the job (inline inputs may be computed on in place).
+  // `stage_inline`: copy inline inputs into device storage where the device cannot read host
+  // memory; without it they stay host views, for TryRunSmall.
+  // `session`: the caller's SessionKey, which decides where a kept output goes when no
+  // input does.
+  // Runs where its inputs on devices (resident tensors, GPU regions) mostly are, copying those
+  // on other devices there; with none, on the least loaded device.
+  static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
+      const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
+      const ServiceEnv& env, absl::Time deadline, bool stage_inline = true,
+      const std::string& session = std::string());
+
+  const PreparedOp& prepared() const { return prepared_; }
+  const Plan& plan() const { return prepared_.plan; }
+  runtime::Device& device() { return *device_; }
+  runtime::Lane& lane() { return *lane_; }
+  bool keep_output_resident() const { return keep_resident_; }
+  // The caller's region the output goes into (ComputeRequest.output_region), checked to hold
+  // it; null when there is none.
+  const std::shared_ptr<Region>& output_region() const { return output_region_; }
+  int64_t ttl_seconds() const { return ttl_seconds_; }
+
+  // A chunk of a streamed input: in order, inside its storage. Copied to the device before
+  // this returns.
+  absl::Status AcceptChunk(const v1::DataChunk& chunk);
+  // INVALID_ARGUMENT naming the first streamed input not complete.
+  absl::Status CheckComplete() const;
+  int64_t bytes_received() const { return bytes_received_; }
+
+  // Device storage for the output (zeroed where its strides leave gaps).
+  absl::StatusOr<runtime::StoragePtr> AllocateOutput(absl::Time deadline);
+  // Runs into `out` (device memory; host memory on a host device). `done` and `read_back`
+  // as Device::Run.
+  void Run(std::byte* out, std::function<void(absl::Status)> done,
+           runtime::Device::ReadBack read_back = {});
+
+  // Device::TryRunSmall over the (host) inline inputs, into `host_out`.
+  bool TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done);
+  // Total input storage bytes.
+  int64_t input_bytes() const;
+
+  // The output's metadata: offset 0, plan strides, storage_bytes.
+  TensorView OutputView() const;
+
+ private:
+  ComputeJob() = default;
+  // Before planning: device_ where inputs on devices (or an output region on one) decide it,
+  // left null otherwise; the views of inputs on other devices become views of their copies
+  // (data set by CopyFromOtherDevices). UNAVAILABLE for an input on a failed device.
+  absl::Status PlaceByInputs(runtime::Device* out_device);
+  // Once admitted, with a lane: those inputs copied into storage on device_.
+  absl::Status CopyFromOtherDevices(absl::Time deadline);
+
+  PreparedOp prepared_;
+  runtime::Device* device_ = nullptr;
+  runtime::Admission admission_;
+  std::unique_ptr<runtime::Lane> lane_;
+  std::vector<TensorView> views_;
+  // Per input: the storage it lives in on the device (null for inline inputs on a host
+  // device), and for streamed ones how many bytes have arrived (-1: not streamed).
+  std::vector<runtime::StoragePtr> storages_;
+  std::vector<int64_t> received_;
+  // Per streamed bool input, the bytes its view reaches (ReachedBytes), made with its first
+  // chunk.
+  std::vector<std::vector<bool>> reached_;
+  // Inline blobs copied for alignment.
+  std::vector<std::unique_ptr<std::string>> owned_;
+  // Resident inputs, held so a Release during the request cannot free them; regions alike.
+  std::vector<std::shared_ptr<ResidentTensor>> resident_;
+  std::vector<std::shared_ptr<Region>> regions_;
+  // Per input, the device its memory is on (resident tensors, GPU regions); null for host bytes.
+  std::vector<runtime::Device*> input_device_;
+  // Per input (empty when none): what CopyFromOtherDevices copies to device_.
+  struct PeerCopy {
+    runtime::Device* from = nullptr;
+    const std::byte* src = nullptr;
+    int64_t bytes = 0;
+  };
+  std::vector<PeerCopy> copies_;
+  int64_t peer_bytes_ = 0;
+  std::shared_ptr<Region> output_region_;
+  bool keep_resident_ = false;
+  int64_t ttl_seconds_ = 0;
+  int64_t bytes_received_ = 0;
+};
+
+}  // namespace tc::server

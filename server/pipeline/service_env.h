@@ -1,0 +1,79 @@
+// The service's options and what its handlers, reactors and jobs share: everything a piece of
+// the server needs to know of the service without the gRPC service class itself.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "runtime/device.h"
+#include "server/data/regions.h"
+#include "server/data/resident.h"
+#include "server/process/auth.h"
+#include "server/process/metrics.h"
+#include "tensorcompute/v1/tensor_service.pb.h"
+#include "util/thread_pool.h"
+
+namespace tc::server {
+
+namespace v1 = ::tensorcompute::v1;
+
+struct ServiceOptions {
+  // Largest message either way; a unary result larger than this gets RESOURCE_EXHAUSTED
+  // before any memory is taken for it (ComputeStream has no such ceiling).
+  int64_t max_message_bytes = int64_t{256} << 20;
+  // Largest sum of one request's input storage, streamed and resident included.
+  int64_t max_request_bytes = int64_t{64} << 30;
+  // Most elements in any one input or output.
+  int64_t max_elements = int64_t{1} << 36;
+  int max_rank = 8;
+  // Requests admitted per device at once; more get RESOURCE_EXHAUSTED.
+  int max_concurrent_per_device = 256;
+  // Chunk size of streamed replies unless the client asks for another (Download).
+  int64_t chunk_bytes = int64_t{1} << 20;
+  // For ServerInfo.
+  std::string backend;
+  int metrics_port = -1;
+};
+
+// The server's own drain: once draining, calls that arrive are refused UNAVAILABLE by the
+// handlers, and the ones admitted before are counted until they finish, so that the process
+// can wait for them before it shuts gRPC down (gRPC 1.51 answers calls that arrive during its
+// Shutdown with CANCELLED, and closes connections as soon as the last call ends).
+class Lifecycle {
+ public:
+  // False (nothing counted) once draining.
+  bool Enter() {
+    active_.fetch_add(1, std::memory_order_acq_rel);
+    if (draining_.load(std::memory_order_acquire)) {
+      Leave();
+      return false;
+    }
+    return true;
+  }
+  void Leave() { active_.fetch_sub(1, std::memory_order_acq_rel); }
+  void StartDraining() { draining_.store(true, std::memory_order_release); }
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
+  int active() const { return active_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_{0};
+};
+
+absl::Status ShuttingDown();
+
+// What the service's handlers and reactors share.
+struct ServiceEnv {
+  runtime::DeviceSet* devices;
+  ThreadPool* pool;
+  ResidentStore* resident;
+  RegionStore* regions;
+  Metrics* metrics;
+  const Auth* auth;
+  ServiceOptions options;
+  Lifecycle* life;
+};
+
+}  // namespace tc::server

@@ -1,0 +1,144 @@
+#include "server/process/devices.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "runtime/cpu_device.h"
+#include "server/process/flags.h"
+#include "server/process/log.h"
+#if TC_WITH_CUDA
+#include "runtime/cuda_device.h"
+#endif
+
+namespace tc::server {
+namespace {
+
+// Whether --test_inject_device_fault_devices names device `index`.
+bool FaultInjectedOn(int index) {
+  const std::string list = absl::GetFlag(FLAGS_test_inject_device_fault_devices);
+  if (list == "all") return true;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int i = 0;
+    if (!absl::SimpleAtoi(part, &i)) {
+      Fail(absl::StrCat("--test_inject_device_fault_devices: bad device '", part, "'"));
+    }
+    if (i == index) return true;
+  }
+  return false;
+}
+
+runtime::DeviceOptions DeviceOptionsFromFlags() {
+  runtime::DeviceOptions o;
+  o.memory_budget = absl::GetFlag(FLAGS_memory_budget);
+  o.memory_wait = absl::Milliseconds(absl::GetFlag(FLAGS_memory_wait_ms));
+  o.streams = absl::GetFlag(FLAGS_streams_per_device);
+  o.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
+  o.inject_fault_at_run = absl::GetFlag(FLAGS_test_inject_device_fault_at_run);
+  if (o.memory_budget < 0 || o.streams < 1 || o.staging_bytes < (64 << 10)) {
+    Fail("--memory_budget must be >= 0, --streams_per_device >= 1, --staging_bytes >= 65536");
+  }
+  return o;
+}
+
+}  // namespace
+
+std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevices(
+    const std::string& choice) {
+  if (choice != "auto" && choice != "cpu" && choice != "cuda") {
+    Fail(absl::StrCat("--backend must be auto, cpu or cuda, not '", choice, "'"));
+  }
+  const runtime::DeviceOptions options = DeviceOptionsFromFlags();
+  std::vector<std::unique_ptr<runtime::Device>> devices;
+#if TC_WITH_CUDA
+  const int count = runtime::CudaDevice::Count();
+  if (choice == "cuda" || (choice == "auto" && count > 0)) {
+    std::vector<int> wanted;
+    const std::string list = absl::GetFlag(FLAGS_devices);
+    if (list == "all") {
+      for (int i = 0; i < count; ++i) wanted.push_back(i);
+    } else {
+      for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+        int i = 0;
+        if (!absl::SimpleAtoi(part, &i)) Fail(absl::StrCat("--devices: bad device '", part, "'"));
+        wanted.push_back(i);
+      }
+    }
+    std::string failure = count == 0 ? "no CUDA device visible" : "";
+    std::vector<runtime::CudaDevice*> gpus;
+    for (int i : wanted) {
+      if (std::count(wanted.begin(), wanted.end(), i) > 1 && !absl::GetFlag(FLAGS_test_shared_gpu)) {
+        Fail(absl::StrCat("--devices: device ", i, " is listed twice"));
+      }
+      runtime::DeviceOptions o = options;
+      if (!FaultInjectedOn(i)) o.inject_fault_at_run = 0;
+      // Two devices on one GPU report their places in the list instead.
+      if (absl::GetFlag(FLAGS_test_shared_gpu)) o.report_index = static_cast<int>(devices.size());
+      auto d = runtime::CudaDevice::Create(i, o);
+      if (!d.ok()) {
+        failure = std::string(d.status().message());
+        if (list == "all") {
+          // A GPU that cannot start (one that failed for good) leaves the others serving, so
+          // that a restart after a device failure does not fail the whole server.
+          Log(absl::StrCat("device ", i, " left out: ", failure));
+          continue;
+        }
+        devices.clear();
+        gpus.clear();
+        break;
+      }
+      Log(absl::StrCat("device ", i, ": ", (*d)->info().name, ", ",
+                       (*d)->info().multiprocessors, " multiprocessors, budget ",
+                       runtime::FormatBytes((*d)->memory_budget()), ", ",
+                       (*d)->info().streams, " streams"));
+      gpus.push_back(d->get());
+      devices.push_back(*std::move(d));
+    }
+    if (!devices.empty()) {
+      runtime::CudaDevice::ConnectPeers(gpus);
+      for (const auto& d : devices) {
+        if (devices.size() < 2) break;
+        Log(absl::StrCat("device ", d->info().index, " reaches ",
+                         d->info().peers.empty() ? "no other device directly (copies go "
+                                                   "through the host)"
+                                                 : absl::StrCat("device(s) ",
+                                                                absl::StrJoin(d->info().peers, ","),
+                                                                " directly (peer access)")));
+      }
+      Log(absl::StrCat("backend: cuda (", devices.size(), " device(s))"));
+      return {std::move(devices), "cuda"};
+    }
+    if (choice == "cuda") Fail(absl::StrCat("--backend=cuda: ", failure), 1);
+    Log(absl::StrCat("no usable GPU (", failure, ")"));
+  }
+#else
+  if (choice == "cuda") {
+    Fail("--backend=cuda: this build has no CUDA backend (built with WITH_CUDA=OFF)", 1);
+  }
+#endif
+  const int parts = absl::GetFlag(FLAGS_test_cpu_devices);
+  if (parts < 1 || parts > 16) Fail("--test_cpu_devices must be between 1 and 16");
+  int threads = absl::GetFlag(FLAGS_cpu_threads);
+  runtime::DeviceOptions o = options;
+  if (parts > 1) {
+    if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, threads / parts);
+    if (o.memory_budget == 0) o.memory_budget = runtime::PhysicalMemoryBytes() / 2 / parts;
+  }
+  for (int i = 0; i < parts; ++i) {
+    runtime::DeviceOptions oi = o;
+    if (!FaultInjectedOn(i)) oi.inject_fault_at_run = 0;
+    devices.push_back(std::make_unique<runtime::CpuDevice>(threads, oi, i));
+  }
+  Log(absl::StrCat("backend: cpu (", std::thread::hardware_concurrency(),
+                   " hardware threads, budget ",
+                   runtime::FormatBytes(devices[0]->memory_budget()),
+                   parts > 1 ? absl::StrCat(" each of ", parts, " devices") : "", ")"));
+  return {std::move(devices), "cpu"};
+}
+
+}  // namespace tc::server

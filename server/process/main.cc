@@ -1,0 +1,283 @@
+// tensorcompute-server: the gRPC process. Flags (flags.h), devices (devices.h), credentials
+// and tokens (security.h) and gauges (gauges.h) are made here, the services started, and a
+// signal drains them.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "grpc/grpc.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/calls/unserved.h"
+#include "server/data/mapped_bytes.h"
+#include "server/data/resident.h"
+#include "server/kserve/inference_service.h"
+#include "server/process/devices.h"
+#include "server/process/flags.h"
+#include "server/process/gauges.h"
+#include "server/process/log.h"
+#include "server/process/memory_release.h"
+#include "server/process/metrics.h"
+#include "server/process/security.h"
+#include "server/v1/service.h"
+
+namespace {
+
+using tc::server::Fail;
+using tc::server::Log;
+
+// The machine's memory, or the container's limit where that is lower (cgroup v2, then v1).
+int64_t MachineMemory() {
+  int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  for (const char* path : {"/sys/fs/cgroup/memory.max",
+                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream f(path);
+    int64_t limit = 0;
+    if (f >> limit && limit > 0 && limit < bytes) bytes = limit;
+  }
+  return bytes;
+}
+
+// Descriptors: the region socket's connections and tickets hold some each, besides gRPC's.
+void RaiseDescriptorLimit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("tensorcompute gRPC server. Flags also read TENSORCOMPUTE_<FLAG>.");
+  tc::server::ApplyEnvironment();
+  absl::ParseCommandLine(argc, argv);
+
+  // Signals are taken synchronously by this thread (sigwait), so block them before any other
+  // thread starts: every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A reference to the gRPC library that is never given back: its final shutdown in gRPC 1.51
+  // joins an idle poller thread that may sleep up to 10 s more, after every call has
+  // finished and everything of ours is freed. Exiting without it loses nothing.
+  grpc_init();
+  RaiseDescriptorLimit();
+
+  const int64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
+  if (max_message <= 0 || max_message > INT32_MAX) {
+    Log("--max_message_bytes must be between 1 and 2147483647");
+    return 2;
+  }
+
+  if (absl::GetFlag(FLAGS_request_threads) < 1) {
+    Log("--request_threads must be at least 1");
+    return 2;
+  }
+  const int max_rank = absl::GetFlag(FLAGS_max_rank);
+  if (max_rank < 0 || max_rank > tc::kMaxRank) Fail("--max_rank must be between 0 and 8");
+  auto [device_list, backend_name] = tc::server::MakeDevices(absl::GetFlag(FLAGS_backend));
+  tc::runtime::DeviceSet devices(std::move(device_list));
+  // A device that fails for good fails its own requests (UNAVAILABLE) and nothing else. Health
+  // then tells an orchestrator two things: the server as a whole (service "", the liveness
+  // probe) is NOT_SERVING, because only a restart brings the device back; the services
+  // (readiness) stay SERVING while any device works, so traffic keeps flowing at reduced
+  // capacity until the restart drains it. With no device left they turn NOT_SERVING too.
+  std::atomic<grpc::HealthCheckServiceInterface*> health_service{nullptr};
+  const auto publish_failures = [&devices](grpc::HealthCheckServiceInterface* h) {
+    if (devices.usable() == devices.size()) return;
+    h->SetServingStatus("", false);
+    if (devices.usable() == 0) {
+      h->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), false);
+      h->SetServingStatus(inference::GRPCInferenceService::service_full_name(), false);
+    }
+  };
+  for (int i = 0; i < devices.size(); ++i) {
+    devices.at(i).set_failure_listener(
+        [&health_service, &devices, publish_failures](const tc::runtime::Device& d,
+                                                     const absl::Status& why) {
+          const int left = devices.usable();
+          Log(absl::StrCat("device ", d.info().index, " (", d.info().kind, ") failed: ",
+                           why.ToString(), "; ", left, " of ", devices.size(),
+                           " device(s) still serve; health: server NOT_SERVING (restart)",
+                           left > 0 ? ", services SERVING" : ", services NOT_SERVING"));
+          if (auto* h = health_service.load()) publish_failures(h);
+        });
+  }
+  auto request_pool = std::make_unique<tc::ThreadPool>(absl::GetFlag(FLAGS_request_threads));
+
+  tc::server::ResidentOptions resident_options;
+  resident_options.quota_bytes = absl::GetFlag(FLAGS_resident_quota_bytes);
+  resident_options.max_tensors = absl::GetFlag(FLAGS_resident_max_tensors);
+  resident_options.default_ttl = absl::Seconds(absl::GetFlag(FLAGS_resident_ttl_seconds));
+  resident_options.max_ttl = absl::Seconds(absl::GetFlag(FLAGS_resident_max_ttl_seconds));
+  tc::server::ResidentStore resident(resident_options);
+
+  // Regions start listening once the gRPC port is known (the default socket is named by it).
+  // Every kind of shared memory counts against one server-wide limit, sized by the machine.
+  int64_t shared_limit = absl::GetFlag(FLAGS_shared_memory_limit_bytes);
+  if (shared_limit < 0) Fail("--shared_memory_limit_bytes must be 0 or more");
+  if (shared_limit == 0) shared_limit = MachineMemory() / 4;
+  tc::server::MappedBytes mapped(shared_limit);
+  tc::server::RegionOptions region_options;
+  region_options.quota_bytes = absl::GetFlag(FLAGS_region_quota_bytes);
+  if (region_options.quota_bytes < 0) Fail("--region_quota_bytes must be 0 or more");
+  if (region_options.quota_bytes == 0) region_options.quota_bytes = shared_limit;
+  region_options.max_regions = absl::GetFlag(FLAGS_region_max_count);
+  region_options.max_connections = absl::GetFlag(FLAGS_region_max_connections);
+  region_options.max_connections_per_process =
+      absl::GetFlag(FLAGS_region_connections_per_process);
+  region_options.max_connections_per_user = absl::GetFlag(FLAGS_region_connections_per_user);
+  region_options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_region_idle_seconds));
+  if (region_options.max_connections < 1 || region_options.max_connections_per_process < 1 ||
+      region_options.max_connections_per_user < 1) {
+    Fail("--region_max_connections and --region_connections_per_* must be at least 1");
+  }
+  region_options.pin = absl::GetFlag(FLAGS_region_pin);
+  const std::string region_socket = absl::GetFlag(FLAGS_region_socket);
+  std::unique_ptr<tc::server::RegionStore> regions;
+  if (region_socket != "off") {
+    regions = std::make_unique<tc::server::RegionStore>(region_options, &devices, &mapped);
+  }
+
+  tc::server::Metrics metrics;
+  tc::server::AddGauges(metrics, devices, resident, regions.get());
+  std::unique_ptr<tc::server::MetricsHttpServer> metrics_http;
+  if (const int port = absl::GetFlag(FLAGS_metrics_port); port >= 0) {
+    auto m = tc::server::MetricsHttpServer::Start(absl::GetFlag(FLAGS_address), port, &metrics);
+    if (!m.ok()) Fail(std::string(m.status().message()), 1);
+    metrics_http = *std::move(m);
+    Log(absl::StrCat("metrics on http://", absl::GetFlag(FLAGS_address), ":",
+                     metrics_http->port(), "/metrics"));
+  }
+
+  tc::server::ServiceOptions options;
+  options.max_message_bytes = max_message;
+  options.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.max_elements = absl::GetFlag(FLAGS_max_elements);
+  options.max_rank = max_rank;
+  options.max_concurrent_per_device = absl::GetFlag(FLAGS_max_concurrent_per_device);
+  options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  if (options.chunk_bytes < 1) Fail("--chunk_bytes must be positive");
+  // A chunk and its framing must fit in one message.
+  options.chunk_bytes =
+      std::min(options.chunk_bytes, std::max(max_message - 1024, max_message / 2));
+  options.backend = backend_name;
+  options.metrics_port = metrics_http != nullptr ? metrics_http->port() : -1;
+  const tc::server::Auth auth = tc::server::MakeAuth();
+  tc::server::Lifecycle life;
+  tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, regions.get(),
+                                        &metrics, &auth, options, &life);
+  // The open inference protocol (KServe v2) on the same port, through the same engine.
+  tc::server::InferenceServiceImpl inference(
+      tc::server::ServiceEnv{&devices, request_pool.get(), &resident, regions.get(), &metrics,
+                             &auth, options, &life},
+      absl::GetFlag(FLAGS_system_shared_memory) ? &mapped : nullptr);
+  tc::server::MemoryReleaser releaser([&life] { return life.active() > 0; },
+                                      absl::GetFlag(FLAGS_malloc_cushion_bytes));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_address), ":", absl::GetFlag(FLAGS_port));
+  int bound_port = 0;
+  const std::shared_ptr<grpc::ServerCredentials> credentials = tc::server::Credentials();
+  builder.AddListeningPort(address, credentials, &bound_port);
+  const std::string unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  if (!unix_socket.empty()) {
+    // A socket file left by an earlier server that did not stop cleanly.
+    struct stat st;
+    if (lstat(unix_socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(unix_socket.c_str());
+    builder.AddListeningPort("unix:" + unix_socket, credentials);
+  }
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
+  builder.SetMaxSendMessageSize(static_cast<int>(max_message));
+  builder.RegisterService(&service);
+  builder.RegisterService(&inference);
+  tc::server::UnservedMethods unserved;
+  builder.RegisterCallbackGenericService(&unserved);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    Log(absl::StrCat("cannot listen on ", address));
+    return 1;
+  }
+  if (regions != nullptr) {
+    std::string at = region_socket == "auto" ? absl::StrCat("@tensorcompute-", bound_port)
+                                             : region_socket;
+    absl::Status listening = regions->Listen(at);
+    if (!listening.ok() && region_socket == "auto") {
+      // An earlier server on this port may still be draining with the name; clients take
+      // the address from ServerInfo, so any free name serves.
+      at = absl::StrCat("@tensorcompute-", bound_port, "-", getpid());
+      listening = regions->Listen(at);
+    }
+    if (!listening.ok()) Fail(absl::StrCat("--region_socket: ", listening.message()), 1);
+    Log(absl::StrCat("shared-memory regions registered on unix socket ", at));
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), true);
+  health->SetServingStatus(inference::GRPCInferenceService::service_full_name(), true);
+  health->SetServingStatus(true);
+  health_service.store(health);
+  // A failure before the store above has been logged but not yet reported.
+  publish_failures(health);
+  Log(absl::StrCat("serving tensorcompute.v1.TensorService and inference.GRPCInferenceService on ",
+                   absl::GetFlag(FLAGS_address),
+                   ":", bound_port, unix_socket.empty() ? "" : " and unix:", unix_socket));
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    // Written whole under a temporary name, then renamed, so a reader never sees half of it.
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << bound_port << "\n";
+    std::rename(tmp.c_str(), path.c_str());
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  const int grace = absl::GetFlag(FLAGS_shutdown_grace_seconds);
+  Log(absl::StrCat("signal ", sig, ": draining for up to ", grace, " s"));
+  // Health first, so balancers stop sending; then new calls are refused UNAVAILABLE by the
+  // handlers while in-flight ones get the grace period to finish. gRPC's own Shutdown comes
+  // last, once nothing is left in flight (and a moment later, so that clients read their
+  // last frames before connections close): calls reaching it get CANCELLED instead.
+  const auto grace_end = std::chrono::system_clock::now() + std::chrono::seconds(grace);
+  health->SetServingStatus(false);
+  life.StartDraining();
+  const int in_flight = life.active();
+  while (life.active() > 0 && std::chrono::system_clock::now() < grace_end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (life.active() > 0) {
+    Log(absl::StrCat(life.active(), " calls still in flight after the grace period: cancelling"));
+  } else {
+    Log(absl::StrCat(in_flight, " calls in flight at the signal: all finished"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // Nothing of ours is left in flight: gRPC gets a second to close what it still holds open
+  // (without the bound, an idle client connection kept Shutdown waiting 15 s), then cancels.
+  server->Shutdown(std::min(grace_end, std::chrono::system_clock::now() + std::chrono::seconds(1)));
+  request_pool.reset();
+  if (!unix_socket.empty()) unlink(unix_socket.c_str());
+  Log("stopped");
+  return 0;
+}

@@ -1,0 +1,158 @@
+#include "server/process/metrics.h"
+
+#include <civetweb.h>
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace tc::server {
+
+namespace {
+
+std::string Num(double v) { return absl::StrFormat("%.17g", v); }
+
+// Label values escape backslash, quote and newline.
+std::string Escape(absl::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void Header(std::string& out, absl::string_view name, absl::string_view type,
+            absl::string_view help) {
+  absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+}  // namespace
+
+void Metrics::RecordCall(absl::string_view method, absl::string_view op, absl::string_view code,
+                         absl::Duration latency) {
+  const double s = absl::ToDoubleSeconds(latency);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++calls_[{std::string(method), std::string(op), std::string(code)}];
+  Histogram& h = latency_[{std::string(method), std::string(op)}];
+  for (size_t i = 0; i < kBuckets.size(); ++i) {
+    if (s <= kBuckets[i]) ++h.buckets[i];
+  }
+  ++h.count;
+  h.sum += s;
+}
+
+void Metrics::AddBytes(absl::string_view method, int64_t received, int64_t sent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& b = bytes_[std::string(method)];
+  b.first += received;
+  b.second += sent;
+}
+
+void Metrics::AddGauge(std::string name, std::string help, GaugeFn fn, std::string type) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gauges_.push_back({std::move(name), std::move(help), std::move(type), std::move(fn)});
+}
+
+std::string Metrics::Render() const {
+  std::string out;
+  std::lock_guard<std::mutex> lock(mu_);
+  Header(out, "tensorcompute_requests_total", "counter",
+         "Finished RPCs by method, op and status code.");
+  for (const auto& [key, n] : calls_) {
+    const auto& [method, op, code] = key;
+    absl::StrAppend(&out, "tensorcompute_requests_total{method=\"", Escape(method), "\",op=\"",
+                    Escape(op), "\",code=\"", Escape(code), "\"} ", n, "\n");
+  }
+  Header(out, "tensorcompute_request_duration_seconds", "histogram",
+         "Time from the call's arrival to its status, by method and op.");
+  for (const auto& [key, h] : latency_) {
+    const std::string labels =
+        absl::StrCat("method=\"", Escape(key.first), "\",op=\"", Escape(key.second), "\"");
+    for (size_t i = 0; i < kBuckets.size(); ++i) {
+      absl::StrAppend(&out, "tensorcompute_request_duration_seconds_bucket{", labels, ",le=\"",
+                      Num(kBuckets[i]), "\"} ", h.buckets[i], "\n");
+    }
+    absl::StrAppend(&out, "tensorcompute_request_duration_seconds_bucket{", labels,
+                    ",le=\"+Inf\"} ", h.count, "\n");
+    absl::StrAppend(&out, "tensorcompute_request_duration_seconds_sum{", labels, "} ",
+                    Num(h.sum), "\n");
+    absl::StrAppend(&out, "tensorcompute_request_duration_seconds_count{", labels, "} ",
+                    h.count, "\n");
+  }
+  Header(out, "tensorcompute_received_bytes_total", "counter",
+         "Tensor bytes received from clients, by method.");
+  for (const auto& [method, b] : bytes_) {
+    absl::StrAppend(&out, "tensorcompute_received_bytes_total{method=\"", Escape(method), "\"} ",
+                    b.first, "\n");
+  }
+  Header(out, "tensorcompute_sent_bytes_total", "counter",
+         "Tensor bytes sent to clients, by method.");
+  for (const auto& [method, b] : bytes_) {
+    absl::StrAppend(&out, "tensorcompute_sent_bytes_total{method=\"", Escape(method), "\"} ",
+                    b.second, "\n");
+  }
+  Header(out, "tensorcompute_peer_copy_bytes_total", "counter",
+         "Input bytes copied from the device holding them to the device a request ran on.");
+  absl::StrAppend(&out, "tensorcompute_peer_copy_bytes_total ",
+                  peer_copy_bytes_.load(std::memory_order_relaxed), "\n");
+  for (const Gauge& g : gauges_) {
+    Header(out, g.name, g.type, g.help);
+    for (const auto& [labels, value] : g.fn()) {
+      absl::StrAppend(&out, g.name, labels.empty() ? "" : "{", labels, labels.empty() ? "" : "}",
+                      " ", Num(value), "\n");
+    }
+  }
+  return out;
+}
+
+namespace {
+
+int HandleMetrics(struct mg_connection* conn, void* data) {
+  const auto* metrics = static_cast<const Metrics*>(data);
+  const struct mg_request_info* info = mg_get_request_info(conn);
+  if (std::string(info->request_method) != "GET") {
+    mg_send_http_error(conn, 405, "only GET");
+    return 405;
+  }
+  const std::string body = metrics->Render();
+  mg_send_http_ok(conn, "text/plain; version=0.0.4; charset=utf-8",
+                  static_cast<long long>(body.size()));
+  mg_write(conn, body.data(), body.size());
+  return 200;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& address, int port, const Metrics* metrics) {
+  static const unsigned init = mg_init_library(0);
+  (void)init;
+  const std::string listen = address.empty() || address == "0.0.0.0"
+                                 ? std::to_string(port)
+                                 : absl::StrCat(address, ":", port);
+  const char* options[] = {"listening_ports", listen.c_str(), "num_threads", "2",
+                           "request_timeout_ms", "10000", nullptr};
+  mg_callbacks callbacks{};
+  std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
+  server->ctx_ = mg_start(&callbacks, nullptr, options);
+  if (server->ctx_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", listen));
+  }
+  mg_set_request_handler(server->ctx_, "/metrics$", &HandleMetrics,
+                         const_cast<Metrics*>(metrics));
+  mg_server_port ports[4] = {};
+  if (mg_get_server_ports(server->ctx_, 4, ports) > 0) server->port_ = ports[0].port;
+  return server;
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  if (ctx_ != nullptr) mg_stop(ctx_);
+}
+
+}  // namespace tc::server

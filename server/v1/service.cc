@@ -1,0 +1,15 @@
+#include "server/v1/service.h"
+
+namespace tc::server {
+
+TensorServiceImpl::TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
+                                     ResidentStore* resident, RegionStore* regions,
+                                     Metrics* metrics, const Auth* auth,
+                                     ServiceOptions options, Lifecycle* life)
+    : env_{devices, request_pool, resident, regions, metrics, auth, std::move(options), life} {}
+
+absl::Status ShuttingDown() {
+  return absl::UnavailableError("the server is shutting down; retry on another replica");
+}
+
+}  // namespace tc::server
