@@ -438,6 +438,14 @@ bool UsesSharedMemory(const inf::ModelInferRequest& request) {
   return false;
 }
 
+bool ConvertsOnThePool(const inf::ModelInferRequest& request) {
+  if (UsesSharedMemory(request)) return true;
+  for (const auto& in : request.inputs()) {
+    if (in.has_contents()) return true;
+  }
+  return false;
+}
+
 absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeResponse& result,
                              const std::optional<ShmTarget>& output_shm,
                              inf::ModelInferResponse* out) {

@@ -49,6 +49,11 @@ struct ShmReadBudget {
 // Whether any input or requested output names a shared-memory region.
 bool UsesSharedMemory(const inf::ModelInferRequest& request);
 
+// Whether converting the request (ToComputeRequest) is work for the request pool rather than
+// a gRPC thread: it reads shared memory, or converts typed contents element by element. (Raw
+// contents only move.)
+bool ConvertsOnThePool(const inf::ModelInferRequest& request);
+
 // A model request as a Compute request: the op or expression, the inputs in the op's order
 // (raw bytes moved out of `request`, typed contents converted, shared-memory inputs read
 // through `shm`, each counted in `budget` before it is read), attributes from the request's

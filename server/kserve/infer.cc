@@ -40,8 +40,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
   };
   auto state = std::make_shared<State>();
   state->budget = ReadBudget(env_);
-  // Shared-memory regions belong to the caller's identity, and moving their bytes is work for
-  // the request pool, not a gRPC thread.
+  // Shared-memory regions belong to the caller's identity.
   const bool shm = UsesSharedMemory(*request);
   ShmLookup lookup;
   if (shm) {
@@ -82,7 +81,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
     }
     StartCompute(*env, ctx, &state->request, &state->result, call);
   };
-  if (shm) {
+  if (ConvertsOnThePool(*request)) {
     env_.pool->Schedule(std::move(start));
   } else {
     start();
@@ -129,9 +128,9 @@ class StreamInferReactor final
     compute_ = v1::ComputeRequest();
     result_ = v1::ComputeResponse();
     budget_ = ReadBudget(*env_);
-    // Reading and writing shared memory is work for the request pool, as in ModelInfer (the
-    // stream has nothing else in flight meanwhile).
-    if (UsesSharedMemory(request_)) {
+    // Reading shared memory and converting typed contents are work for the request pool, as
+    // in ModelInfer (the stream has nothing else in flight meanwhile).
+    if (ConvertsOnThePool(request_)) {
       env_->pool->Schedule([this, call] { Run(call); });
     } else {
       Run(call);
