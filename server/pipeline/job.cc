@@ -118,6 +118,13 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     const v1::Tensor& t = request.inputs(i);
     const std::string what = absl::StrCat("input ", i);
     TensorView& v = job->views_[i];
+    // The limits first, as KServe v2 checks them: a shape past them is refused whatever its
+    // bytes. (A whole resident tensor's shape is its own, checked below.)
+    if (auto s = CheckSize(absl::MakeConstSpan(t.shape().data(), static_cast<size_t>(t.shape_size())),
+                           what, limits);
+        !s.ok()) {
+      return s.status();
+    }
     if (!t.handle().empty()) {
       if (!t.data().empty()) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": both handle and data are set"));

@@ -216,7 +216,7 @@ TEST_F(BadInputTest, EveryBadInputGetsItsStatusAndTheServerStaysHealthy) {
     for (int i = 0; i < 3; ++i) t->add_shape(int64_t{1} << 30);
     for (int i = 0; i < 3; ++i) t->add_strides(0);
   }));
-  cases.push_back(Unary("rank above the engine's limit", kInvalid, "exceeds the limit of 8", [](auto& r) { for (int i = 0; i < 8; ++i) r.mutable_inputs(1)->add_shape(1); }));
+  cases.push_back(Unary("rank above every limit", kInvalid, "rank 9 exceeds this server's limit of 6", [](auto& r) { for (int i = 0; i < 8; ++i) r.mutable_inputs(1)->add_shape(1); }));
   cases.push_back(Unary("rank above the server's limit", kInvalid, "limit of 6", [](auto& r) { for (int i = 0; i < 6; ++i) r.mutable_inputs(1)->add_shape(1); }));
   cases.push_back(Unary("shapes that do not broadcast", kInvalid, "cannot be broadcast", [](auto& r) { r.mutable_inputs(1)->set_shape(0, 2); r.mutable_inputs(1)->mutable_data()->resize(8); }));
   cases.push_back(Unary("too many elements", C::kResourceExhausted, "limit of 4000000", [](auto& r) {

@@ -232,7 +232,7 @@ TEST_F(ServerTest, BadInputsAreRejectedAndServerStaysHealthy) {
     for (int i = 0; i < 3; ++i) t->add_shape(int64_t{1} << 30);
     for (int i = 0; i < 3; ++i) t->add_strides(0);
   });
-  add("rank above limit", "exceeds the limit of 8", [](auto& r) {
+  add("rank above limit", "rank 9 exceeds this server's limit of 8", [](auto& r) {
     for (int i = 0; i < 8; ++i) r.mutable_inputs(1)->add_shape(1);
   });
   for (const Case& c : cases) {
