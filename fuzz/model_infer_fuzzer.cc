@@ -1,5 +1,5 @@
 // libFuzzer: bytes as a KServe v2 ModelInferRequest through the same path as the service:
-// the model, inputs, datatypes, shapes, contents and parameters turned into a Compute request,
+// the model, inputs, datatypes, shapes, contents and parameters turned into the pipeline's request,
 // then every check and the CPU kernels on what passes, and the result back as the model's
 // response.
 #include <cstddef>
@@ -13,15 +13,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   inference::ModelInferRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   const tc::server::ServiceEnv& env = tc::fuzz::FuzzEnv();
-  tensorcompute::v1::ComputeRequest compute;
+  tc::server::ComputeSpec spec;
   std::optional<tc::server::ShmTarget> output_shm;
   // No shared memory here: requests naming a region are refused.
-  if (!tc::server::ToComputeRequest(request, env.options, nullptr, nullptr, &compute,
-                                    &output_shm)
-           .ok()) {
+  if (!tc::server::ToComputeSpec(request, env.options, nullptr, nullptr, &spec, &output_shm).ok()) {
     return 0;
   }
-  auto job = tc::server::ComputeJob::Prepare(compute, "fuzz", false, env, absl::InfiniteFuture());
+  auto job = tc::server::ComputeJob::Prepare(spec, "fuzz", env, absl::InfiniteFuture());
   if (!job.ok()) return 0;
   if (!tc::fuzz::RunJob(**job).ok()) return 0;
   tensorcompute::v1::ComputeResponse result;

@@ -5,9 +5,11 @@
 #include <memory>
 
 #include "fuzz/fuzz_env.h"
+#include "server/v1/decode.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<tensorcompute::v1::ComputeRequest> header;
+  std::unique_ptr<tc::server::ComputeSpec> spec;
   std::unique_ptr<tc::server::ComputeJob> job;
   size_t at = 0;
   while (at + 2 <= size) {
@@ -20,8 +22,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (m.has_header()) {
       if (job != nullptr) return 0;  // A second header ends the call.
       header.reset(m.release_header());
-      auto j = tc::server::ComputeJob::Prepare(*header, "fuzz", true, tc::fuzz::FuzzEnv(),
-                                               absl::InfiniteFuture());
+      const tc::server::ServiceEnv& env = tc::fuzz::FuzzEnv();
+      auto decoded = tc::server::DecodeCompute(*header, /*allow_streamed=*/true, env.options);
+      if (!decoded.ok()) return 0;
+      spec = std::make_unique<tc::server::ComputeSpec>(*std::move(decoded));
+      auto j = tc::server::ComputeJob::Prepare(*spec, "fuzz", env, absl::InfiniteFuture());
       if (!j.ok()) return 0;
       job = *std::move(j);
     } else if (m.has_chunk()) {

@@ -9,6 +9,7 @@
 
 #include "absl/time/clock.h"
 #include "server/calls/grpc_status.h"
+#include "server/pipeline/request.h"
 #include "server/v1/service.h"
 
 namespace tc::server {
@@ -48,11 +49,12 @@ struct UnaryCall {
   }
 };
 
-// Runs a Compute request: identity, planning, the run (on the gRPC thread when small, else
-// through the request pool and the devices), the result into `response`; `call` finishes with
-// the outcome. `request` and `response` must stay valid until then.
+// Runs a compute request, from either front door: identity, planning, the run (on the gRPC
+// thread when small, else through the request pool and the devices), the result into
+// `response`; `call` finishes with the outcome. `spec` (and what its inline inputs point into)
+// and `response` must stay valid until then.
 void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                  const v1::ComputeRequest* request, v1::ComputeResponse* response,
+                  const ComputeSpec* spec, v1::ComputeResponse* response,
                   std::shared_ptr<UnaryCall> call);
 
 }  // namespace tc::server

@@ -46,23 +46,23 @@ const AttrSpec* FindAttr(const OpSpec& spec, absl::string_view name) {
 
 // A request parameter as an op attribute.
 absl::Status ToAttribute(const OpSpec* spec, const std::string& key,
-                         const inf::InferParameter& p, v1::Attribute* out) {
+                         const inf::InferParameter& p, AttrValue* out) {
   switch (p.parameter_choice_case()) {
     case inf::InferParameter::kBoolParam:
-      out->set_bool_value(p.bool_param());
+      *out = p.bool_param();
       return absl::OkStatus();
     case inf::InferParameter::kInt64Param:
-      out->set_int_value(p.int64_param());
+      *out = static_cast<int64_t>(p.int64_param());
       return absl::OkStatus();
     case inf::InferParameter::kDoubleParam:
-      out->set_float_value(p.double_param());
+      *out = p.double_param();
       return absl::OkStatus();
     case inf::InferParameter::kUint64Param:
       if (p.uint64_param() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         return absl::InvalidArgumentError(
             absl::StrCat("parameter '", key, "': ", p.uint64_param(), " is out of range"));
       }
-      out->set_int_value(static_cast<int64_t>(p.uint64_param()));
+      *out = static_cast<int64_t>(p.uint64_param());
       return absl::OkStatus();
     case inf::InferParameter::kStringParam: {
       // A dtype attribute takes a dtype's name, ours ("float16") or the protocol's ("FP16").
@@ -74,10 +74,10 @@ absl::Status ToAttribute(const OpSpec* spec, const std::string& key,
           return absl::InvalidArgumentError(absl::StrCat(
               "parameter '", key, "': '", p.string_param(), "' is not a datatype"));
         }
-        out->set_dtype_value(DTypeToProto(*t));
+        *out = *t;
         return absl::OkStatus();
       }
-      out->set_string_value(p.string_param());
+      *out = p.string_param();
       return absl::OkStatus();
     }
     case inf::InferParameter::PARAMETER_CHOICE_NOT_SET:
@@ -228,9 +228,9 @@ absl::StatusOr<int64_t> CountElements(const google::protobuf::RepeatedField<int6
 
 }  // namespace
 
-absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOptions& options,
-                              const ShmLookup& shm, ShmReadBudget* budget,
-                              v1::ComputeRequest* out, std::optional<ShmTarget>* output_shm) {
+absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceOptions& options,
+                           const ShmLookup& shm, ShmReadBudget* budget, ComputeSpec* out,
+                           std::optional<ShmTarget>* output_shm) {
   output_shm->reset();
   const std::string& model = request.model_name();
   const bool expression = model == kExpressionModel;
@@ -283,14 +283,10 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
   int next_raw = 0;
   // Bytes read out of system shared memory so far: within the request limit before each read.
   int64_t copied = 0;
-  if (expression) {
-    out->set_op("");
-  } else {
-    out->set_op(model);
-  }
-  for (int i = 0; i < n; ++i) out->add_inputs();
+  out->op = op;
+  out->inputs.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    inf::ModelInferRequest::InferInputTensor& in = *request.mutable_inputs(i);
+    const inf::ModelInferRequest::InferInputTensor& in = request.inputs(i);
     const std::string what = absl::StrCat("input '", in.name(), "'");
     auto params = TensorParameters(in.parameters(), what);
     if (!params.ok()) return params.status();
@@ -304,9 +300,11 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
     }
     auto count = CountElements(in.shape(), options, what);
     if (!count.ok()) return count.status();
-    v1::Tensor* tensor = out->mutable_inputs(slot[i]);
-    tensor->set_dtype(DTypeToProto(*t));
-    tensor->mutable_shape()->CopyFrom(in.shape());
+    InputSpec& tensor = out->inputs[static_cast<size_t>(slot[i])];
+    tensor.what = what;
+    tensor.view.dtype = *t;
+    tensor.view.shape.assign(in.shape().begin(), in.shape().end());
+    tensor.view.strides = ContiguousStrides(tensor.view.shape);
     const int64_t bytes = *count * ItemSize(*t);
     if (!params->region.empty()) {
       if (in.has_contents()) {
@@ -337,15 +335,17 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
                                            reserved.status().message()));
         }
         budget->held.push_back(*std::move(reserved));
-        if (absl::Status s = region->system->Read(params->offset, bytes, tensor->mutable_data());
-            !s.ok()) {
+        std::string& read = out->owned.emplace_back();
+        if (absl::Status s = region->system->Read(params->offset, bytes, &read); !s.ok()) {
           return s;
         }
+        tensor.bytes = read;
       } else {
         // GPU memory: the engine reads it where it lies (range and alignment checked there).
-        tensor->set_region(region->cuda->id);
-        tensor->set_region_offset(params->offset);
-        tensor->set_storage_bytes(bytes);
+        tensor.source = InputSource::kRegion;
+        tensor.region = region->cuda->id;
+        tensor.region_offset = params->offset;
+        tensor.storage_bytes = bytes;
       }
     } else if (raw) {
       if (in.has_contents()) {
@@ -357,20 +357,23 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
             "raw_input_contents has ", request.raw_input_contents_size(),
             " entries: one is needed per input not in shared memory, in input order"));
       }
-      std::string* data = request.mutable_raw_input_contents(next_raw);
-      if (static_cast<int64_t>(data->size()) != bytes) {
+      const std::string& data = request.raw_input_contents(next_raw);
+      if (static_cast<int64_t>(data.size()) != bytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             what, ": shape [", absl::StrJoin(in.shape(), ","), "] of ", in.datatype(), " is ",
-            bytes, " bytes, raw_input_contents[", next_raw, "] has ", data->size()));
+            bytes, " bytes, raw_input_contents[", next_raw, "] has ", data.size()));
       }
       ++next_raw;
-      tensor->mutable_data()->swap(*data);
-    } else if (absl::Status s = ContentsToBytes(in.contents(), *t, *count, what,
-                                                tensor->mutable_data());
-               !s.ok()) {
-      return s;
+      // Computed on where it lies in the request, which outlives the spec.
+      tensor.bytes = data;
+    } else {
+      std::string& converted = out->owned.emplace_back();
+      if (absl::Status s = ContentsToBytes(in.contents(), *t, *count, what, &converted); !s.ok()) {
+        return s;
+      }
+      tensor.bytes = converted;
     }
-    if (expression) out->add_input_names(in.name());
+    if (expression) out->input_names.push_back(in.name());
   }
   if (raw && next_raw != request.raw_input_contents_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -385,17 +388,18 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
         return absl::InvalidArgumentError(absl::StrCat(
             "parameter '", key, "' must be a string_param, got ", ParameterTypeName(p)));
       }
-      out->set_expression(p.string_param());
+      out->expression = p.string_param();
       continue;
     }
-    v1::Attribute attr;
-    if (absl::Status s = ToAttribute(op != nullptr ? &op->spec : nullptr, key, p, &attr);
-        !s.ok()) {
-      return s;
+    if (expression) {
+      return absl::InvalidArgumentError(
+          "attributes are written inside an expression (clamp(a, min=0)), not beside it");
     }
-    (*out->mutable_attributes())[key] = std::move(attr);
+    AttrValue attr;
+    if (absl::Status s = ToAttribute(&op->spec, key, p, &attr); !s.ok()) return s;
+    out->attrs[key] = std::move(attr);
   }
-  if (expression && out->expression().empty()) {
+  if (expression && out->expression.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("model '", kExpressionModel,
                                                    "' needs the request parameter '",
                                                    kExpressionParameter, "' (a string_param)"));
@@ -419,8 +423,8 @@ absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOpti
       auto region = FindRegion(shm, params->region);
       if (!region.ok()) return region.status();
       if (region->cuda != nullptr) {
-        out->set_output_region(region->cuda->id);
-        out->set_output_region_offset(params->offset);
+        out->output_region = region->cuda->id;
+        out->output_region_offset = params->offset;
       }
       *output_shm = ShmTarget{*std::move(region), params->offset, params->bytes};
     }

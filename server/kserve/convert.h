@@ -1,6 +1,7 @@
-// KServe v2 requests into the engine's request, and its result back: a ModelInferRequest
-// becomes a Compute request (raw input bytes moved, not copied; typed contents converted;
-// tensors in shared memory read or referenced), and the Compute's result the model's response.
+// KServe v2 requests into the pipeline's request, and its result back: a ModelInferRequest
+// becomes a ComputeSpec (raw input bytes computed on where they lie; typed contents
+// converted; tensors in shared memory read or referenced), and the result the model's
+// response.
 #pragma once
 
 #include <functional>
@@ -14,6 +15,7 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/data/regions.h"
 #include "server/data/system_shm.h"
+#include "server/pipeline/request.h"
 #include "server/pipeline/service_env.h"
 
 namespace tc::server {
@@ -49,20 +51,22 @@ struct ShmReadBudget {
 // Whether any input or requested output names a shared-memory region.
 bool UsesSharedMemory(const inf::ModelInferRequest& request);
 
-// Whether converting the request (ToComputeRequest) is work for the request pool rather than
+// Whether converting the request (ToComputeSpec) is work for the request pool rather than
 // a gRPC thread: it reads shared memory, or converts typed contents element by element. (Raw
 // contents only move.)
 bool ConvertsOnThePool(const inf::ModelInferRequest& request);
 
-// A model request as a Compute request: the op or expression, the inputs in the op's order
-// (raw bytes moved out of `request`, typed contents converted, shared-memory inputs read
-// through `shm`, each counted in `budget` before it is read), attributes from the request's
-// parameters; `output_shm` set where the output goes to shared memory. Errors are the
-// protocol's: NOT_FOUND for an unknown model or version, INVALID_ARGUMENT naming what was
-// expected, RESOURCE_EXHAUSTED past a limit or the budget.
-absl::Status ToComputeRequest(inf::ModelInferRequest& request, const ServiceOptions& options,
-                              const ShmLookup& shm, ShmReadBudget* budget,
-                              v1::ComputeRequest* out, std::optional<ShmTarget>* output_shm);
+// A model request as the pipeline takes it (pipeline/request.h), as v1's DecodeCompute makes
+// one: the op or expression, the inputs in the op's order (raw contents computed on where
+// they lie in `request`, which must outlive `out`; typed contents converted and system
+// shared memory read into out->owned, each read counted in `budget` first; CUDA shared
+// memory referenced), attributes from the request's parameters; `output_shm` set where the
+// output goes to shared memory. Errors are the protocol's: NOT_FOUND for an unknown model or
+// version, INVALID_ARGUMENT naming what was expected, RESOURCE_EXHAUSTED past a limit or the
+// budget.
+absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceOptions& options,
+                           const ShmLookup& shm, ShmReadBudget* budget, ComputeSpec* out,
+                           std::optional<ShmTarget>* output_shm);
 
 // The result of a Compute as the model's response: OUTPUT0 with its datatype and shape, its
 // bytes moved into raw_output_contents, or written to `output_shm` (the entry then empty).

@@ -33,23 +33,24 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
   grpc::ServerUnaryReactor* reactor = call->reactor;
   if (!call->Admit()) return reactor;
   struct State {
-    v1::ComputeRequest request;
+    ComputeSpec spec;
     v1::ComputeResponse result;
     std::optional<ShmTarget> output_shm;
     ShmReadBudget budget;
   };
   auto state = std::make_shared<State>();
   state->budget = ReadBudget(env_);
-  // Shared-memory regions belong to the caller's identity.
+  // Shared-memory regions belong to the caller's identity; where tokens are required,
+  // nothing of the request is looked at without one.
   const bool shm = UsesSharedMemory(*request);
   ShmLookup lookup;
-  if (shm) {
+  if (shm || env_.auth->requires_token()) {
     auto id = env_.auth->Identify(*ctx);
     if (!id.ok()) {
       call->Finish(id.status());
       return reactor;
     }
-    lookup = LookupFor(*id);
+    if (shm) lookup = LookupFor(*id);
   }
   const ServiceEnv* env = &env_;
   call->complete = [env, state, request, response, reactor](const absl::Status& s) {
@@ -70,16 +71,15 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
     finish(s);
   };
   auto start = [env, ctx, request, state, call, lookup] {
-    // The request is this call's until it finishes, and nothing reads its raw inputs after
-    // this: their bytes move into the Compute request instead of being copied.
-    auto& mutable_request = const_cast<inf::ModelInferRequest&>(*request);
-    if (absl::Status s = ToComputeRequest(mutable_request, env->options, lookup,
-                                          &state->budget, &state->request, &state->output_shm);
+    // The request is this call's until it finishes: its raw inputs are computed on where
+    // they lie.
+    if (absl::Status s = ToComputeSpec(*request, env->options, lookup, &state->budget,
+                                       &state->spec, &state->output_shm);
         !s.ok()) {
       call->Finish(s);
       return;
     }
-    StartCompute(*env, ctx, &state->request, &state->result, call);
+    StartCompute(*env, ctx, &state->spec, &state->result, call);
   };
   if (ConvertsOnThePool(*request)) {
     env_.pool->Schedule(std::move(start));
@@ -125,7 +125,7 @@ class StreamInferReactor final
     auto call = std::make_shared<UnaryCall>(
         UnaryCall{env_, nullptr, "ModelStreamInfer", ModelLabel(request_.model_name())});
     // The last request's bytes go, and with them what they counted against the budget.
-    compute_ = v1::ComputeRequest();
+    spec_ = ComputeSpec();
     result_ = v1::ComputeResponse();
     budget_ = ReadBudget(*env_);
     // Reading shared memory and converting typed contents are work for the request pool, as
@@ -146,12 +146,12 @@ class StreamInferReactor final
       }
     };
     if (absl::Status s =
-            ToComputeRequest(request_, env_->options, lookup_, &budget_, &compute_, &output_shm_);
+            ToComputeSpec(request_, env_->options, lookup_, &budget_, &spec_, &output_shm_);
         !s.ok()) {
       call->Finish(s);
       return;
     }
-    StartCompute(*env_, ctx_, &compute_, &result_, std::move(call));
+    StartCompute(*env_, ctx_, &spec_, &result_, std::move(call));
   }
 
   // The result (or the error) as this request's response.
@@ -191,7 +191,7 @@ class StreamInferReactor final
   bool entered_ = false;
   ShmLookup lookup_;
   inf::ModelInferRequest request_;
-  v1::ComputeRequest compute_;
+  ComputeSpec spec_;
   std::optional<ShmTarget> output_shm_;
   ShmReadBudget budget_;
   v1::ComputeResponse result_;

@@ -100,22 +100,28 @@ absl::Status CheckBoolView(const TensorView& v, absl::string_view what) {
   return CheckBoolBytesReached(v.data, v.storage_bytes, ReachedBytes(v), what);
 }
 
+absl::StatusOr<TensorView> InlineView(TensorView meta, absl::string_view bytes,
+                                      absl::string_view what,
+                                      std::vector<std::unique_ptr<std::string>>& owned) {
+  TensorView v = std::move(meta);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % ItemSize(v.dtype) != 0) {
+    owned.push_back(std::make_unique<std::string>(bytes));
+    bytes = *owned.back();
+  }
+  v.data = reinterpret_cast<const std::byte*>(bytes.data());
+  v.storage_bytes = static_cast<int64_t>(bytes.size());
+  if (auto s = ValidateView(v, what); !s.ok()) return s;
+  if (v.dtype == DType::kBool) {
+    if (auto s = CheckBoolView(v, what); !s.ok()) return s;
+  }
+  return v;
+}
+
 absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
                                         std::vector<std::unique_ptr<std::string>>& owned) {
   auto v = DecodeView(t, what);
   if (!v.ok()) return v.status();
-  const std::string* blob = &t.data();
-  if (reinterpret_cast<uintptr_t>(blob->data()) % ItemSize(v->dtype) != 0) {
-    owned.push_back(std::make_unique<std::string>(*blob));
-    blob = owned.back().get();
-  }
-  v->data = reinterpret_cast<const std::byte*>(blob->data());
-  v->storage_bytes = static_cast<int64_t>(blob->size());
-  if (auto s = ValidateView(*v, what); !s.ok()) return s;
-  if (v->dtype == DType::kBool) {
-    if (auto s = CheckBoolView(*v, what); !s.ok()) return s;
-  }
-  return v;
+  return InlineView(*std::move(v), t.data(), what, owned);
 }
 
 absl::StatusOr<DecodedInputs> DecodeInputs(

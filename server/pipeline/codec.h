@@ -43,6 +43,13 @@ absl::StatusOr<TensorView> DecodeView(const v1::Tensor& t, absl::string_view wha
 absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
                                         std::vector<std::unique_ptr<std::string>>& owned);
 
+// `meta` (a decoded view: dtype, shape, strides, offset) over `bytes`, checked with
+// ValidateView (and every bool byte it reaches being 0 or 1). Bytes not aligned to the element
+// size are copied into `owned`.
+absl::StatusOr<TensorView> InlineView(TensorView meta, absl::string_view bytes,
+                                      absl::string_view what,
+                                      std::vector<std::unique_ptr<std::string>>& owned);
+
 // bool elements are one byte, 0 or 1: INVALID_ARGUMENT naming the first other byte in
 // [p, p + n), counted from byte `base` of `what`'s storage.
 absl::Status CheckBoolBytes(const void* p, int64_t n, absl::string_view what, int64_t base = 0);

@@ -52,26 +52,21 @@ absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_
 }
 
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
-    const v1::Tensor& t, const std::string& owner, const std::string& what,
-    const ServiceEnv& env) {
+    const InputSpec& in, const std::string& owner, const ServiceEnv& env) {
+  const std::string& what = in.what;
   if (env.regions == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": shared-memory regions are off on this server"));
   }
-  if (!t.handle().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": both region and handle are set"));
-  }
-  auto r = env.regions->Find(owner, t.region());
+  auto r = env.regions->Find(owner, in.region);
   if (!r.ok()) return Prefixed(r.status(), what);
-  auto view = DecodeView(t, what);
-  if (!view.ok()) return view.status();
-  TensorView v = *std::move(view);
-  v.storage_bytes = t.storage_bytes();
-  if (auto s = CheckRegionRange(**r, t.region_offset(), v.storage_bytes, ItemSize(v.dtype), what);
+  TensorView v = in.view;
+  v.storage_bytes = in.storage_bytes;
+  if (auto s = CheckRegionRange(**r, in.region_offset, v.storage_bytes, ItemSize(v.dtype), what);
       !s.ok()) {
     return s;
   }
-  v.data = (*r)->base + t.region_offset();
+  v.data = (*r)->base + in.region_offset;
   if (auto s = ValidateView(v, what); !s.ok()) return s;
   // GPU memory cannot be read from here: its bool bytes are the caller's to keep 0 or 1 (any
   // other value only changes that caller's result).
@@ -82,31 +77,11 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
 }
 
 absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
-    const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
-    const ServiceEnv& env, absl::Time deadline, bool stage_inline,
-    const std::string& session) {
+    const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
+    absl::Time deadline, bool stage_inline, const std::string& session) {
   const ServiceOptions& limits = env.options;
-  // The op first: "unknown op" is the more useful message when the inputs are wrong too.
-  const bool expression = !request.expression().empty();
-  const CatalogEntry* op = nullptr;
-  if (expression) {
-    if (!request.op().empty()) {
-      return absl::InvalidArgumentError("both op and expression are set: send one");
-    }
-    if (!request.attributes().empty()) {
-      return absl::InvalidArgumentError(
-          "attributes are written inside an expression (clamp(a, min=0)), not beside it");
-    }
-  } else {
-    if (request.input_names_size() > 0) {
-      return absl::InvalidArgumentError("input_names name an expression's inputs; op is set");
-    }
-    auto found = LookupOp(request.op(), request.inputs_size());
-    if (!found.ok()) return found.status();
-    op = *found;
-  }
   std::unique_ptr<ComputeJob> job(new ComputeJob());
-  const int n = request.inputs_size();
+  const int n = static_cast<int>(spec.inputs.size());
   job->views_.resize(n);
   job->storages_.resize(n);
   job->received_.assign(n, -1);
@@ -115,78 +90,58 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   job->input_device_.assign(n, nullptr);
   int64_t total = 0;
   for (int i = 0; i < n; ++i) {
-    const v1::Tensor& t = request.inputs(i);
-    const std::string what = absl::StrCat("input ", i);
+    const InputSpec& in = spec.inputs[static_cast<size_t>(i)];
+    const std::string& what = in.what;
     TensorView& v = job->views_[i];
-    // The limits first, as KServe v2 checks them: a shape past them is refused whatever its
-    // bytes. (A whole resident tensor's shape is its own, checked below.)
-    if (auto s = CheckSize(absl::MakeConstSpan(t.shape().data(), static_cast<size_t>(t.shape_size())),
-                           what, limits);
-        !s.ok()) {
-      return s.status();
-    }
-    if (!t.handle().empty()) {
-      if (!t.data().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": both handle and data are set"));
+    switch (in.source) {
+      case InputSource::kResident: {
+        auto r = env.resident->Find(owner, in.handle);
+        if (!r.ok()) return Prefixed(r.status(), what);
+        if ((*r)->writers.load() > 0) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(what, ": an upload into '", in.handle, "' is still in progress"));
+        }
+        if (in.whole) {
+          v = (*r)->view;
+        } else {
+          // Another view of the same storage, of the same dtype (a reinterpretation could
+          // show bool elements other than 0 and 1).
+          v = in.view;
+          if (v.dtype != (*r)->view.dtype) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                what, ": a view of a resident tensor keeps its dtype, ",
+                DTypeName((*r)->view.dtype), " (apply op 'cast' to convert it)"));
+          }
+          v.data = (*r)->storage->data();
+          v.storage_bytes = (*r)->storage->bytes();
+          if (auto s = ValidateView(v, what); !s.ok()) return s;
+        }
+        job->input_device_[i] = &(*r)->storage->device();
+        job->storages_[i] = (*r)->storage;
+        job->resident_[i] = *std::move(r);
+        break;
       }
-      auto r = env.resident->Find(owner, t.handle());
-      if (!r.ok()) return Prefixed(r.status(), what);
-      if ((*r)->writers.load() > 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(what, ": an upload into '", t.handle(), "' is still in progress"));
+      case InputSource::kRegion: {
+        auto view = RegionView(in, owner, env);
+        if (!view.ok()) return view.status();
+        v = view->first;
+        job->input_device_[i] = view->second->device;
+        job->regions_[i] = std::move(view->second);
+        break;
       }
-      const bool whole = t.dtype() == v1::DTYPE_UNSPECIFIED && t.shape_size() == 0 &&
-                         t.strides_size() == 0 && t.offset() == 0;
-      if (whole) {
-        v = (*r)->view;
-      } else {
-        // Another view of the same storage, of the same dtype (a reinterpretation could
-        // show bool elements other than 0 and 1).
-        auto view = DecodeView(t, what);
+      case InputSource::kStreamed:
+        // (Checked against its storage_bytes when decoded.)
+        v = in.view;
+        job->received_[i] = 0;
+        break;
+      case InputSource::kInline: {
+        auto view = InlineView(in.view, in.bytes, what, job->owned_);
         if (!view.ok()) return view.status();
         v = *std::move(view);
-        if (v.dtype != (*r)->view.dtype) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              what, ": a view of a resident tensor keeps its dtype, ", DTypeName((*r)->view.dtype),
-              " (apply op 'cast' to convert it)"));
-        }
-        v.data = (*r)->storage->data();
-        v.storage_bytes = (*r)->storage->bytes();
-        if (auto s = ValidateView(v, what); !s.ok()) return s;
+        break;
       }
-      job->input_device_[i] = &(*r)->storage->device();
-      job->storages_[i] = (*r)->storage;
-      job->resident_[i] = *std::move(r);
-      total += v.storage_bytes;
-    } else if (!t.region().empty()) {
-      if (!t.data().empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": both region and data are set"));
-      }
-      auto view = RegionView(t, owner, what, env);
-      if (!view.ok()) return view.status();
-      v = view->first;
-      job->input_device_[i] = view->second->device;
-      job->regions_[i] = std::move(view->second);
-      total += v.storage_bytes;
-    } else if (t.data().empty() && t.storage_bytes() > 0) {
-      if (!allow_streamed) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": storage_bytes is ", t.storage_bytes(),
-            " but no data was sent; send large inputs in chunks with ComputeStream"));
-      }
-      auto view = DecodeView(t, what);
-      if (!view.ok()) return view.status();
-      v = *std::move(view);
-      v.storage_bytes = t.storage_bytes();
-      if (auto s = ValidateView(v, what); !s.ok()) return s;
-      job->received_[i] = 0;
-      total += v.storage_bytes;
-    } else {
-      auto view = DecodeInline(t, what, job->owned_);
-      if (!view.ok()) return view.status();
-      v = *std::move(view);
-      total += v.storage_bytes;
     }
+    total += v.storage_bytes;
     if (auto s = CheckSize(v.shape, what, limits); !s.ok()) return s.status();
     if (total > limits.max_request_bytes) {
       return absl::ResourceExhaustedError(
@@ -198,35 +153,30 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   // other devices are made views of the copies they will get there (planned as such).
   {
     runtime::Device* out_device = nullptr;
-    if (!request.output_region().empty() && env.regions != nullptr) {
+    if (!spec.output_region.empty() && env.regions != nullptr) {
       // Only its device here; the region is checked below.
-      if (auto r = env.regions->Find(owner, request.output_region()); r.ok()) {
+      if (auto r = env.regions->Find(owner, spec.output_region); r.ok()) {
         out_device = (*r)->device;
       }
     }
     if (auto placed = job->PlaceByInputs(out_device); !placed.ok()) return placed;
   }
-  auto output = DecodeOutputOptions(request);
-  if (!output.ok()) return output.status();
-  // Every view was checked with ValidateView as it was decoded above.
+  // Every view was checked with ValidateView above.
   absl::StatusOr<PreparedOp> prepared;
-  if (expression) {
-    const std::vector<std::string> names(request.input_names().begin(),
-                                         request.input_names().end());
-    prepared = expr::PrepareExpression(request.expression(), names, job->views_, *output);
+  if (spec.op == nullptr) {
+    prepared = expr::PrepareExpression(spec.expression, spec.input_names, job->views_, spec.output);
   } else {
-    auto attrs = DecodeAttributes(request.attributes());
-    if (!attrs.ok()) return attrs.status();
     // Every device of the server runs one backend: its tile rule is theirs.
-    prepared = PrepareValidated(*op, job->views_, *attrs, *output, env.devices->at(0).tile_rule());
+    prepared = PrepareValidated(*spec.op, job->views_, spec.attrs, spec.output,
+                                env.devices->at(0).tile_rule());
   }
   if (!prepared.ok()) return prepared.status();
   job->prepared_ = *std::move(prepared);
   TensorView out_meta;
   out_meta.shape = job->plan().out_shape;
   if (auto s = CheckSize(out_meta.shape, "the output", limits); !s.ok()) return s.status();
-  job->keep_resident_ = request.keep_output_resident();
-  job->ttl_seconds_ = request.resident_ttl_seconds();
+  job->keep_resident_ = spec.keep_output_resident;
+  job->ttl_seconds_ = spec.resident_ttl_seconds;
   if (job->keep_resident_) {
     if (auto s = env.resident->CheckQuota(owner, job->plan().out_storage_bytes); !s.ok()) {
       return s;
@@ -235,7 +185,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
 
   // The output's region, checked once here; an output into GPU memory shared by the caller
   // runs where that memory is.
-  if (!request.output_region().empty()) {
+  if (!spec.output_region.empty()) {
     if (job->keep_resident_) {
       return absl::InvalidArgumentError(
           "output_region and keep_output_resident exclude each other: pick one place");
@@ -244,14 +194,14 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
       return absl::FailedPreconditionError(
           "output_region: shared-memory regions are off on this server");
     }
-    auto r = env.regions->Find(owner, request.output_region());
+    auto r = env.regions->Find(owner, spec.output_region);
     if (!r.ok()) return Prefixed(r.status(), "output_region");
     if (!(*r)->writable) {
       return absl::InvalidArgumentError(
           "output_region: the region is sealed against writing; use it for inputs only");
     }
     const Plan& plan = job->plan();
-    if (auto s = CheckRegionRange(**r, request.output_region_offset(), plan.out_storage_bytes,
+    if (auto s = CheckRegionRange(**r, spec.output_region_offset, plan.out_storage_bytes,
                                   ItemSize(plan.out_dtype), "output_region");
         !s.ok()) {
       return s;

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/data/regions.h"
+#include "server/pipeline/request.h"
 #include "server/pipeline/service_env.h"
 
 namespace tc::server {
@@ -23,16 +24,15 @@ namespace tc::server {
 absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_view what,
                                   const ServiceOptions& o);
 
-// A tensor whose storage lies in one of `owner`'s regions: its view (data pointing into the
+// An input whose storage lies in one of `owner`'s regions: its view (data pointing into the
 // mapping, every element checked to lie inside), and the region, held while it is in use.
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
-    const v1::Tensor& t, const std::string& owner, const std::string& what,
-    const ServiceEnv& env);
+    const InputSpec& in, const std::string& owner, const ServiceEnv& env);
 
 class ComputeJob {
  public:
-  // `allow_streamed`: inputs may announce storage_bytes and send their bytes as chunks later.
-  // The request must outlive the job (inline inputs may be computed on in place).
+  // `spec` (and the bytes its inline inputs point into) must outlive the job: inline inputs
+  // may be computed on in place. Streamed inputs wait for their chunks (AcceptChunk).
   // `stage_inline`: copy inline inputs into device storage where the device cannot read host
   // memory; without it they stay host views, for TryRunSmall.
   // `session`: the caller's SessionKey, which decides where a kept output goes when no
@@ -40,9 +40,8 @@ class ComputeJob {
   // Runs where its inputs on devices (resident tensors, GPU regions) mostly are, copying those
   // on other devices there; with none, on the least loaded device.
   static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
-      const v1::ComputeRequest& request, const std::string& owner, bool allow_streamed,
-      const ServiceEnv& env, absl::Time deadline, bool stage_inline = true,
-      const std::string& session = std::string());
+      const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
+      absl::Time deadline, bool stage_inline = true, const std::string& session = std::string());
 
   const PreparedOp& prepared() const { return prepared_; }
   const Plan& plan() const { return prepared_.plan; }

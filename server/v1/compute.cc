@@ -7,20 +7,12 @@
 #include "server/pipeline/codec.h"
 #include "server/pipeline/job.h"
 #include "server/pipeline/parse.h"
+#include "server/v1/decode.h"
 #include "server/v1/service.h"
 
 namespace tc::server {
 
 namespace {
-
-// Whether a Compute touches resident tensors or regions, which belong to the caller's identity.
-bool NeedsIdentity(const v1::ComputeRequest& request) {
-  if (request.keep_output_resident() || !request.output_region().empty()) return true;
-  for (const v1::Tensor& t : request.inputs()) {
-    if (!t.handle().empty() || !t.region().empty()) return true;
-  }
-  return false;
-}
 
 // What a unary reply adds to its output's bytes, at most (dtype, shape and strides at rank 8,
 // field tags and lengths).
@@ -33,11 +25,11 @@ constexpr int64_t kInlineBytes = 64 << 10;
 // directly where the device reads host memory or the region is the caller's GPU memory (the
 // job then runs on that GPU); otherwise on a GPU into device memory, then copied into the
 // mapping (directly, with the run, where the region is pinned).
-void RunIntoRegion(const ServiceEnv& env, const v1::ComputeRequest& request,
-                   absl::Time deadline, std::shared_ptr<ComputeJob> job,
-                   v1::ComputeResponse* response, std::shared_ptr<UnaryCall> call) {
+void RunIntoRegion(const ServiceEnv& env, const ComputeSpec& spec, absl::Time deadline,
+                   std::shared_ptr<ComputeJob> job, v1::ComputeResponse* response,
+                   std::shared_ptr<UnaryCall> call) {
   std::shared_ptr<Region> region = job->output_region();
-  const int64_t at = request.output_region_offset();
+  const int64_t at = spec.output_region_offset;
   std::byte* dst = region->base + at;
   SetTensorMeta(job->OutputView(), response->mutable_output());
   response->mutable_output()->set_region(region->id);
@@ -81,12 +73,12 @@ absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t li
 // The small-request fast path on a GPU: plans and hands the request to the device from the
 // gRPC thread. False (nothing finished) when it does not apply or the device is busy.
 bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                      const v1::ComputeRequest* request, v1::ComputeResponse* response,
+                      const ComputeSpec* spec, v1::ComputeResponse* response,
                       std::shared_ptr<UnaryCall> call) {
-  for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
+  call->received += spec->inline_bytes();
   // No handles and nothing kept: no identity needed.
-  auto prepared = ComputeJob::Prepare(*request, std::string(), false, env,
-                                      DeadlineOf(*ctx), /*stage_inline=*/false);
+  auto prepared = ComputeJob::Prepare(*spec, std::string(), env, DeadlineOf(*ctx),
+                                      /*stage_inline=*/false);
   if (!prepared.ok()) {
     call->Finish(prepared.status());
     return true;
@@ -124,19 +116,34 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     call->Finish(parsed);
     return reactor;
   }
-  // The request lives until the call finishes.
-  call->complete = [reactor, request](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); };
-  StartCompute(env_, ctx, request.get(), response, std::move(call));
+  // Where tokens are required, nothing of the request is looked at without one.
+  if (env_.auth->requires_token()) {
+    if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
+      call->Finish(id.status());
+      return reactor;
+    }
+  }
+  auto spec = DecodeCompute(*request, /*allow_streamed=*/false, env_.options);
+  if (!spec.ok()) {
+    call->Finish(spec.status());
+    return reactor;
+  }
+  // The request (which inline inputs point into) and its spec live until the call finishes.
+  auto held = std::make_shared<ComputeSpec>(*std::move(spec));
+  call->complete = [reactor, request, held](const absl::Status& s) {
+    reactor->Finish(ToGrpcStatus(s));
+  };
+  StartCompute(env_, ctx, held.get(), response, std::move(call));
   return reactor;
 }
 
 void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                  const v1::ComputeRequest* request, v1::ComputeResponse* response,
+                  const ComputeSpec* spec, v1::ComputeResponse* response,
                   std::shared_ptr<UnaryCall> call) {
   // The caller's identity, needed up front where tokens are required, else only where
   // resident tensors are touched.
   std::string owner;
-  if (env.auth->requires_token() || NeedsIdentity(*request)) {
+  if (env.auth->requires_token() || spec->needs_identity()) {
     auto id = env.auth->Identify(*ctx);
     if (!id.ok()) {
       call->Finish(id.status());
@@ -144,16 +151,15 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     }
     owner = *std::move(id);
   }
-  // `request` and `response` stay valid until Finish.
-  auto work = [&env, ctx, request, response, call, owner] {
+  // `spec` and `response` stay valid until Finish.
+  auto work = [&env, ctx, spec, response, call, owner] {
     if (ctx->IsCancelled()) {
       call->Finish(absl::CancelledError("cancelled before it ran"));
       return;
     }
-    for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
+    call->received += spec->inline_bytes();
     auto prepared =
-        ComputeJob::Prepare(*request, owner, false, env, DeadlineOf(*ctx), true,
-                            SessionKey(*ctx, owner));
+        ComputeJob::Prepare(*spec, owner, env, DeadlineOf(*ctx), true, SessionKey(*ctx, owner));
     if (!prepared.ok()) {
       call->Finish(prepared.status());
       return;
@@ -161,7 +167,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     std::shared_ptr<ComputeJob> job = *std::move(prepared);
     const Plan& plan = job->plan();
     if (job->output_region() != nullptr) {
-      RunIntoRegion(env, *request, DeadlineOf(*ctx), job, response, call);
+      RunIntoRegion(env, *spec, DeadlineOf(*ctx), job, response, call);
       return;
     }
 
@@ -191,7 +197,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
 
     // The reply also carries the output's metadata and framing.
     if (plan.out_storage_bytes > env.options.max_message_bytes - kReplyFramingBytes) {
-      call->Finish(TooLargeForUnary(plan, OpLabel(*request), env.options.max_message_bytes));
+      call->Finish(TooLargeForUnary(plan, spec->label(), env.options.max_message_bytes));
       return;
     }
     if (job->device().host_memory()) {
@@ -232,20 +238,13 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
   // A small request takes a few microseconds to compute on the host, or to hand to a GPU
   // without waiting for it: it starts right here rather than paying for a trip through the
   // pool. Everything else (large copies, large computations) goes to the pool.
-  int64_t bytes = 0;
-  bool inline_only = !request->keep_output_resident() && request->output_region().empty();
-  for (const v1::Tensor& t : request->inputs()) {
-    bytes += static_cast<int64_t>(t.data().size());
-    inline_only =
-        inline_only && t.handle().empty() && t.region().empty() && t.storage_bytes() == 0;
-  }
   // (Every device of a server is of one kind.)
-  if (bytes <= kInlineBytes && inline_only) {
+  if (spec->inline_bytes() <= kInlineBytes && spec->inline_only()) {
     if (env.devices->at(0).host_memory()) {
       work();
       return;
     }
-    if (TrySmallOnDevice(env, ctx, request, response, call)) return;
+    if (TrySmallOnDevice(env, ctx, spec, response, call)) return;
   }
   env.pool->Schedule(std::move(work));
 }

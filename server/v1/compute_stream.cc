@@ -6,6 +6,7 @@
 #include "server/pipeline/codec.h"
 #include "server/pipeline/job.h"
 #include "server/pipeline/parse.h"
+#include "server/v1/decode.h"
 #include "server/v1/service.h"
 
 namespace tc::server {
@@ -76,10 +77,12 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
           "output_region is for Compute: a request whose output goes into a region needs no "
           "stream (put large inputs in regions too)");
     }
-    for (const v1::Tensor& t : header_->inputs()) received_ += t.data().size();
-    auto job =
-        ComputeJob::Prepare(*header_, owner_, true, env_, DeadlineOf(*ctx_), true,
-                            SessionKey(*ctx_, owner_));
+    auto spec = DecodeCompute(*header_, /*allow_streamed=*/true, env_.options);
+    if (!spec.ok()) return spec.status();
+    spec_ = std::make_unique<ComputeSpec>(*std::move(spec));
+    received_ += spec_->inline_bytes();
+    auto job = ComputeJob::Prepare(*spec_, owner_, env_, DeadlineOf(*ctx_), true,
+                                   SessionKey(*ctx_, owner_));
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
     return absl::OkStatus();
@@ -152,6 +155,8 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
   grpc::ByteBuffer in_;
   std::mutex order_mu_;
   std::unique_ptr<v1::ComputeRequest> header_;
+  // The header as the pipeline takes it; the job's inline inputs point into both.
+  std::unique_ptr<ComputeSpec> spec_;
   std::shared_ptr<ComputeJob> job_;
   runtime::StoragePtr out_;
 };

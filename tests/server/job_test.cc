@@ -1,6 +1,7 @@
 // ComputeJob on its own, over a CPU device: decoding and checking a request's inputs (inline,
 // streamed, resident), planning with the device's tile rule, streamed chunks, and running.
 #include <cstring>
+#include <deque>
 #include <future>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "runtime/cpu_device.h"
 #include "server/pipeline/job.h"
+#include "server/v1/decode.h"
 
 namespace tc::server {
 namespace {
@@ -34,10 +36,15 @@ class JobTest : public ::testing::Test {
                       &life_};
   }
 
+  // `r` decoded as the v1 front door decodes it, then prepared; the spec is kept for the
+  // test's life (the job's inline inputs point into it and into `r`).
   absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(const v1::ComputeRequest& r,
                                                        bool allow_streamed = false,
                                                        const std::string& owner = "alice") {
-    return ComputeJob::Prepare(r, owner, allow_streamed, env_, absl::InfiniteFuture());
+    auto spec = DecodeCompute(r, allow_streamed, env_.options);
+    if (!spec.ok()) return spec.status();
+    specs_.push_back(*std::move(spec));
+    return ComputeJob::Prepare(specs_.back(), owner, env_, absl::InfiniteFuture());
   }
 
   // Runs the job into new output storage; returns the output's floats.
@@ -60,6 +67,7 @@ class JobTest : public ::testing::Test {
   Metrics metrics_;
   Lifecycle life_;
   ServiceEnv env_{};
+  std::deque<ComputeSpec> specs_;
 };
 
 TEST_F(JobTest, InlineInputsPlannedWithTheDevicesTileRuleAndRun) {
