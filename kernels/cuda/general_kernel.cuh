@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels/cuda/fast_divisor.cuh"
+#include "kernels/cuda/fast_divisor.h"
 #include "kernels/cuda/memory_access.cuh"
 #include "kernels/dtype.h"
 #include "kernels/tensor_view.h"

@@ -33,7 +33,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cast_row_kernel.cuh"
-#include "kernels/cuda/fast_divisor.cuh"
+#include "kernels/cuda/fast_divisor.h"
 #include "kernels/cuda/general_kernel.cuh"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/cuda/row_kernel.cuh"

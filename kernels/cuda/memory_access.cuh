@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/pack.h"
 #include "kernels/dtype.h"
 #include "kernels/scalar_types.h"
 
@@ -40,11 +41,5 @@ template <typename F, typename C, size_t... I>
 __device__ __forceinline__ auto Call(const F& f, const C* v, std::index_sequence<I...>) {
   return f(v[I]...);
 }
-
-// V elements of T in one access (two or more 16-byte accesses past 16 bytes).
-template <typename T, int V>
-struct alignas(sizeof(T) * V > 16 ? 16 : sizeof(T) * V) Pack {
-  T v[V];
-};
 
 }  // namespace tc::cuda

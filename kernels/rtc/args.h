@@ -3,15 +3,9 @@
 // and for NVRTC, which compiles it into every expression kernel (kernels/rtc/prelude.cuh).
 #pragma once
 
-namespace tc::rtc {
+#include "kernels/cuda/fast_divisor.h"
 
-// A 32-bit divisor as multiply-high and shift (Granlund and Montgomery): for n, d < 2^31,
-// n / d == (umulhi(n, m) + n) >> s.
-struct Divisor {
-  unsigned d;
-  unsigned m;
-  unsigned s;
-};
+namespace tc::rtc {
 
 // Rows: at most two dims, `cols` elements along a row (dim 0), `rows` rows (dim 1). Operand
 // k's row r starts at base[k] + r * row_stride[k]; its element c at c * step[k] bytes from
@@ -33,7 +27,7 @@ struct StridedArgs {
   long long size[kDims];
   long long stride[kOps][kDims];
   char* base[kOps];
-  Divisor div[kDims];
+  cuda::FastDivisor div[kDims];
 };
 
 }  // namespace tc::rtc

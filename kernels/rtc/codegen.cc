@@ -151,7 +151,7 @@ void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
         absl::StrAppend(&ones, "    const ", t, " one", k, " = *reinterpret_cast<const ", t, "*>(row", k, ");\n");
         absl::StrAppend(&args, k > 1 ? ", " : "", "one", k);
       } else {
-        absl::StrAppend(s, "      tc::rtc::Pack<", t, ", V> x", k, "[U];\n");
+        absl::StrAppend(s, "      tc::cuda::Pack<", t, ", V> x", k, "[U];\n");
         absl::StrAppend(&args, k > 1 ? ", " : "", "x", k, "[u].v[j]");
       }
     }
@@ -166,7 +166,7 @@ void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
     for (int k = 1; k < nops; ++k) {
       if (p.space.strides[k][0] == 0) continue;
       const char* t = TypeName(OperandType(p, k));
-      absl::StrAppend(s, "          x", k, "[u] = reinterpret_cast<const tc::rtc::Pack<", t,
+      absl::StrAppend(s, "          x", k, "[u] = reinterpret_cast<const tc::cuda::Pack<", t,
                       ", V>*>(row", k, ")[q];\n");
       absl::StrAppend(&partial, "            x", k, "[u].v[j] = *reinterpret_cast<const ", t,
                       "*>(row", k, " + c * a.step[", k, "]);\n");
@@ -179,10 +179,10 @@ void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
     absl::StrAppend(s, "#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
                     "        const long long q = p0 + u * static_cast<long long>(blockDim.x);\n",
                     "        if (q < packs) {\n",
-                    "          tc::rtc::Pack<", out, ", V> y;\n",
+                    "          tc::cuda::Pack<", out, ", V> y;\n",
                     "#pragma unroll\n          for (int j = 0; j < V; ++j) y.v[j] = e(", args, ");\n",
                     "          if (q < full) {\n",
-                    "            reinterpret_cast<tc::rtc::Pack<", out, ", V>*>(row0)[q] = y;\n",
+                    "            reinterpret_cast<tc::cuda::Pack<", out, ", V>*>(row0)[q] = y;\n",
                     "          } else {\n#pragma unroll\n",
                     "            for (int j = 0; j < V; ++j) {\n",
                     "              if (q * V + j < a.cols) *reinterpret_cast<", out,
@@ -209,7 +209,7 @@ void AppendStridedKernel(const Program& p, const ExprWalk& w, std::string* s) {
         absl::StrAppend(s, "    { const long long q = rest / a.size[", d, "]; const long long j = rest - q * a.size[", d,
                         "]; rest = q;\n");
       } else {
-        absl::StrAppend(s, "    { const unsigned q = tc::rtc::Div(rest, a.div[", d,
+        absl::StrAppend(s, "    { const unsigned q = tc::cuda::FastDiv(rest, a.div[", d,
                         "]); const int j = static_cast<int>(rest - q * a.div[", d, "].d); rest = q;\n");
       }
     } else {
@@ -405,9 +405,8 @@ std::string WalkArgs(const Program& p, int vector, char* const* base, int multip
   }
   for (int k = 0; k < nops; ++k) Put(&s, &base[k], sizeof(char*));
   for (int d = 0; d < nd; ++d) {
-    Divisor f{static_cast<unsigned>(std::min<int64_t>(it.sizes[d], INT32_MAX)), 0, 0};
-    while ((uint64_t{1} << f.s) < f.d) ++f.s;
-    f.m = static_cast<unsigned>(((static_cast<unsigned __int128>(1) << 32) * ((uint64_t{1} << f.s) - f.d)) / f.d + 1);
+    const cuda::FastDivisor f =
+        cuda::MakeFastDivisor(static_cast<uint32_t>(std::min<int64_t>(it.sizes[d], INT32_MAX)));
     Put(&s, &f, sizeof(f));
   }
   while (s.size() % 8 != 0) s.push_back('\0');

@@ -2,15 +2,11 @@
 // a node of the tree applies its op the way the op's own kernel would.
 #pragma once
 
+#include "kernels/cuda/pack.h"
 #include "kernels/ops/op_list.h"
 #include "kernels/rtc/args.h"
 
 namespace tc::rtc {
-
-template <typename T, int V>
-struct alignas(sizeof(T) * V > 16 ? 16 : sizeof(T) * V) Pack {
-  T v[V];
-};
 
 // A node's value as computed, which no later arithmetic may be combined with: its bits pass
 // through an xor with `zero`, a kernel parameter that is always 0, which neither the compiler
@@ -42,10 +38,6 @@ __device__ __forceinline__ T Apply(unsigned zero, const F& f, A... a) {
   using R = std::remove_cv_t<decltype(r)>;
   using V = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   return Rounded(Convert<T>(Convert<V>(r)), zero);
-}
-
-__device__ __forceinline__ unsigned Div(unsigned n, const Divisor& f) {
-  return static_cast<unsigned>((static_cast<unsigned long long>(__umulhi(n, f.m)) + n) >> f.s);
 }
 
 }  // namespace tc::rtc

@@ -1,7 +1,7 @@
-// Fast division for the kernels' index math: a linear index into per-dim indices.
+// Fast division for the kernels' index math, a linear index into per-dim indices: one
+// definition for the ahead-of-time kernels (nvcc), the generated expression kernels (NVRTC,
+// which gets this header embedded) and the host that makes the divisors.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -15,6 +15,7 @@ struct FastDivisor {
   uint32_t s = 0;
 };
 
+#if !defined(__CUDACC_RTC__)
 inline FastDivisor MakeFastDivisor(uint32_t d) {
   FastDivisor f;
   f.d = d;
@@ -23,9 +24,12 @@ inline FastDivisor MakeFastDivisor(uint32_t d) {
                                ((uint64_t{1} << f.s) - d)) / d + 1);
   return f;
 }
+#endif
 
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 __device__ __forceinline__ uint32_t FastDiv(uint32_t n, const FastDivisor& f) {
   return static_cast<uint32_t>((static_cast<uint64_t>(__umulhi(n, f.m)) + n) >> f.s);
 }
+#endif
 
 }  // namespace tc::cuda
