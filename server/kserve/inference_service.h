@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -87,9 +88,17 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
   // The caller's identity, or FAILED_PRECONDITION where system shared memory is off.
   absl::StatusOr<std::string> SystemShmCaller(const grpc::CallbackServerContext& ctx) const;
 
+  // Opens GPU memory by CUDA IPC handle and registers it for `owner` as `name` (checked free
+  // of both kinds of shared memory first).
+  absl::Status AdoptCudaRegion(const std::string& owner, const std::string& name,
+                               runtime::Device& device, const std::string& handle,
+                               int64_t bytes);
+
   ServiceEnv env_;
   // Null where system shared memory is off.
   std::unique_ptr<SystemShmStore> shm_;
+  // Held while a name is checked free of both kinds and registered: one name, one region.
+  std::mutex names_mu_;
 };
 
 }  // namespace tc::server

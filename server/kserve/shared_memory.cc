@@ -2,6 +2,7 @@
 // shared memory (GPU memory opened by IPC handle, held as a region of the one region store),
 // and the lookup a request's tensors name them through.
 #include <limits>
+#include <mutex>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -92,13 +93,20 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
   } else if (request->offset() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
              request->byte_size() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     call.Finish(absl::InvalidArgumentError("offset or byte_size out of range"));
-  } else if (!request->name().empty() && !CudaRegions(*id, request->name()).empty()) {
-    call.Finish(absl::AlreadyExistsError(absl::StrCat(
-        "a shared-memory region named '", request->name(), "' is already registered")));
   } else {
-    call.Finish(shm_->Register(*id, request->name(), request->key(),
-                               static_cast<int64_t>(request->offset()),
-                               static_cast<int64_t>(request->byte_size())));
+    absl::Status registered;
+    {
+      std::lock_guard<std::mutex> lock(names_mu_);
+      if (!request->name().empty() && !CudaRegions(*id, request->name()).empty()) {
+        registered = absl::AlreadyExistsError(absl::StrCat(
+            "a shared-memory region named '", request->name(), "' is already registered"));
+      } else {
+        registered = shm_->Register(*id, request->name(), request->key(),
+                                    static_cast<int64_t>(request->offset()),
+                                    static_cast<int64_t>(request->byte_size()));
+      }
+    }
+    call.Finish(registered);
   }
   return call.reactor;
 }
@@ -132,9 +140,6 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
   } else if (request->byte_size() == 0 ||
              request->byte_size() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     refused = absl::InvalidArgumentError("byte_size must be positive");
-  } else if (!CudaRegions(*id, name).empty() || (shm_ != nullptr && shm_->Find(*id, name).ok())) {
-    refused = absl::AlreadyExistsError(
-        absl::StrCat("a shared-memory region named '", name, "' is already registered"));
   } else if (device->failed()) {
     refused = device->health();
   }
@@ -142,31 +147,40 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
     call.Finish(refused);
     return call.reactor;
   }
-  auto opened = device->OpenIpc(request->raw_handle());
-  if (!opened.ok()) {
-    call.Finish(absl::InvalidArgumentError(
-        absl::StrCat("the CUDA IPC handle cannot be opened: ", opened.status().message())));
-    return call.reactor;
+  call.Finish(AdoptCudaRegion(*id, name, *device, request->raw_handle(),
+                              static_cast<int64_t>(request->byte_size())));
+  return call.reactor;
+}
+
+absl::Status InferenceServiceImpl::AdoptCudaRegion(const std::string& owner,
+                                                   const std::string& name,
+                                                   runtime::Device& device,
+                                                   const std::string& handle, int64_t bytes) {
+  // The name is checked free of both kinds and registered under one lock, so that two
+  // registrations of one name, one of each kind, cannot both pass.
+  std::lock_guard<std::mutex> lock(names_mu_);
+  if (!CudaRegions(owner, name).empty() || (shm_ != nullptr && shm_->Find(owner, name).ok())) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("a shared-memory region named '", name, "' is already registered"));
   }
-  const int64_t bytes = static_cast<int64_t>(request->byte_size());
+  auto opened = device.OpenIpc(handle);
+  if (!opened.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CUDA IPC handle cannot be opened: ", opened.status().message()));
+  }
   if (bytes > opened->bytes) {
-    call.Finish(absl::InvalidArgumentError(absl::StrCat(
-        "byte_size ", bytes, " is past the end of the allocation (", opened->bytes, " bytes)")));
-    return call.reactor;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "byte_size ", bytes, " is past the end of the allocation (", opened->bytes, " bytes)"));
   }
   // The whole allocation is open, so the whole of it counts.
   auto charge = env_.regions->mapped()->Charge(opened->bytes, "the CUDA shared memory");
-  if (!charge.ok()) {
-    call.Finish(charge.status());
-    return call.reactor;
-  }
-  auto region = env_.regions->Adopt(
-      *id, name,
-      std::make_shared<Region>(opened->data, bytes, /*writable=*/true,
-                               RegionStore::kNoConnection, std::move(opened->closer), device,
-                               *std::move(charge)));
-  call.Finish(region.status());
-  return call.reactor;
+  if (!charge.ok()) return charge.status();
+  return env_.regions
+      ->Adopt(owner, name,
+              std::make_shared<Region>(opened->data, bytes, /*writable=*/true,
+                                       RegionStore::kNoConnection, std::move(opened->closer),
+                                       &device, *std::move(charge)))
+      .status();
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(

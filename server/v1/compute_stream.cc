@@ -51,21 +51,19 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
     v1::ComputeStreamRequest msg;
     absl::Status s = ParseRequest(raw, &msg);
     raw.Clear();
-    if (!s.ok()) {
-      // Said below.
-    } else if (msg.has_header()) {
-      s = Header(msg.release_header());
-    } else if (msg.has_chunk()) {
-      if (job_ == nullptr) {
-        s = absl::InvalidArgumentError("a chunk came before the header; send the header first");
-      } else {
-        received_ += static_cast<int64_t>(msg.chunk().data().size());
-        s = job_->AcceptChunk(msg.chunk());
-      }
-    } else {
-      s = absl::InvalidArgumentError("a message with neither header nor chunk");
-    }
+    if (s.ok()) s = Handle(msg);
     if (!s.ok()) FinishOnce(s);
+  }
+
+  // One message that parsed: the header, or a chunk after it.
+  absl::Status Handle(v1::ComputeStreamRequest& msg) {
+    if (msg.has_header()) return Header(msg.release_header());
+    if (!msg.has_chunk()) return absl::InvalidArgumentError("a message with neither header nor chunk");
+    if (job_ == nullptr) {
+      return absl::InvalidArgumentError("a chunk came before the header; send the header first");
+    }
+    received_ += static_cast<int64_t>(msg.chunk().data().size());
+    return job_->AcceptChunk(msg.chunk());
   }
 
   absl::Status Header(v1::ComputeRequest* header) {
