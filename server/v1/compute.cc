@@ -125,6 +125,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
   }
   auto spec = DecodeCompute(*request, /*allow_streamed=*/false, env_.options);
   if (!spec.ok()) {
+    // What arrived counts, whatever it asked for.
+    for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
     call->Finish(spec.status());
     return reactor;
   }

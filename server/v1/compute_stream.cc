@@ -75,10 +75,10 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
           "output_region is for Compute: a request whose output goes into a region needs no "
           "stream (put large inputs in regions too)");
     }
+    for (const v1::Tensor& t : header_->inputs()) received_ += t.data().size();
     auto spec = DecodeCompute(*header_, /*allow_streamed=*/true, env_.options);
     if (!spec.ok()) return spec.status();
     spec_ = std::make_unique<ComputeSpec>(*std::move(spec));
-    received_ += spec_->inline_bytes();
     auto job = ComputeJob::Prepare(*spec_, owner_, env_, DeadlineOf(*ctx_), true,
                                    SessionKey(*ctx_, owner_));
     if (!job.ok()) return job.status();
