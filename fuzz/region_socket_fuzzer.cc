@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_env.h"
-#include "server/data/regions.h"
+#include "server/data/region_socket.h"
 
 namespace {
 
@@ -190,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (int i = 0; i < n; ++i) {
           if (int fd = MakeDescriptor(s); fd >= 0) fds.push_back(fd);
         }
-        const std::string reply = store->HandleMessage(text, std::move(fds), connection);
+        const std::string reply = tc::server::HandleRegionMessage(*store, text, std::move(fds), connection);
         if (reply.rfind("ticket ", 0) == 0) {
           const size_t end = reply.find(' ', 7);
           tickets.push_back(reply.substr(7, end == std::string::npos ? end : end - 7));

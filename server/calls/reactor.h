@@ -1,7 +1,8 @@
 // Shared machinery of the streaming reactors: work posted to the request pool keeps the
-// reactor alive; the call is finished exactly once (with its metrics); reactions only post, so
-// a reaction that gRPC runs inline never meets a lock its caller holds; and a sender that fills
-// the next message while the previous one is on the wire.
+// reactor alive; the call (a Call, as every handler's) is counted in flight until the reactor
+// goes and finished exactly once, with its metrics; reactions only post, so a reaction that
+// gRPC runs inline never meets a lock its caller holds; and a sender that fills the next
+// message while the previous one is on the wire.
 #pragma once
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/calls/call.h"
 #include "server/calls/grpc_status.h"
 #include "server/pipeline/service_env.h"
 
@@ -25,11 +27,13 @@ inline absl::Time DeadlineOf(const grpc::CallbackServerContext& ctx) {
 template <class Base>
 class PooledReactor : public Base {
  public:
-  PooledReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env,
-                const char* method)
-      : ctx_(ctx), env_(env), method_(method), start_(absl::Now()),
-        identity_(env.auth->Identify(*ctx)),
-        owner_(identity_.ok() ? *identity_ : std::string()), entered_(env.life->Enter()) {}
+  // `method`: as Call takes it (null: the stream's requests are each a call of their own).
+  PooledReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env, const char* method)
+      : ctx_(ctx), env_(env), identity_(env.auth->Identify(*ctx)),
+        owner_(identity_.ok() ? *identity_ : std::string()),
+        call_(&env, method, std::string(),
+              [this](const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }),
+        entered_(call_.Enter()) {}
 
   void OnDone() override { Unref(); }
   void OnCancel() override {
@@ -37,9 +41,7 @@ class PooledReactor : public Base {
   }
 
  protected:
-  virtual ~PooledReactor() {
-    if (entered_) env_.life->Leave();
-  }
+  virtual ~PooledReactor() = default;
 
   // False, with the call finishing UNAVAILABLE when the server drains, or UNAUTHENTICATED when
   // the caller could not be identified.
@@ -71,10 +73,7 @@ class PooledReactor : public Base {
   void FinishLocked(const absl::Status& s) {
     if (finished_) return;
     finished_ = true;
-    env_.metrics->RecordCall(method_, op_, absl::StatusCodeToString(s.code()),
-                             absl::Now() - start_);
-    env_.metrics->AddBytes(method_, received_, sent_);
-    this->Finish(ToGrpcStatus(s));
+    call_.Finish(s);
   }
 
   // Sends `total` messages made by fill(k, msg), k = 0..total-1, each filled on the pool while
@@ -123,16 +122,12 @@ class PooledReactor : public Base {
 
   grpc::CallbackServerContext* ctx_;
   const ServiceEnv& env_;
-  const char* method_;
-  std::string op_;
-  absl::Time start_;
   const absl::StatusOr<std::string> identity_;
   const std::string owner_;
-  // Counted as in flight (Lifecycle) until destroyed; false when refused for the drain.
+  // The call: its op label and bytes for the metrics (call_.set_op, call_.received, .sent).
+  Call call_;
+  // Counted as in flight until destroyed; false when refused for the drain.
   const bool entered_;
-  // Tensor bytes received and sent, for the metrics.
-  std::atomic<int64_t> received_{0};
-  std::atomic<int64_t> sent_{0};
   std::mutex mu_;
   bool finished_ = false;
 

@@ -1,17 +1,12 @@
-// Shared-memory regions (DESIGN decision 12): memory a caller on the server's host shares with
-// it, so that tensors cross no socket. The caller sends a memfd over a Unix socket
-// (SCM_RIGHTS); the server seals the file against shrinking, so that no later truncation can
-// fault a mapping (no SIGBUS, whatever the caller does), and answers with a one-time ticket.
-// GPU memory comes the same way as a CUDA IPC handle for the device whose UUID the caller
-// names. The caller claims the ticket over gRPC, which binds the region to its identity as
-// resident tensors are bound; only then, within that identity's quota and the server-wide cap
-// (MappedBytes), is the memfd mapped or the handle opened (its extent taken from the driver).
-// A region ends when its owner unregisters it or when the socket connection it came over
-// closes; requests using it keep the mapping until they finish.
-//
-// The socket is open to every local process, so it bounds what any one of them can hold:
-// connections per process and per user, tickets per connection and in all, and connections
-// that hold nothing are closed when idle, or to make room for a new caller.
+// Shared memory callers on the server's host register with it (DESIGN decision 12), every
+// kind in one registry: sealed memfds and CUDA IPC memory offered over the region socket
+// (region_socket.h) and claimed by ticket over gRPC, KServe v2's system shared memory (read
+// and written through its object's descriptor, system_shm.h) and its CUDA shared memory (an
+// IPC handle over gRPC). A region is bound to its owner's identity, counted against that
+// identity's quota and the server-wide cap (MappedBytes), and found by id (tensorcompute.v1)
+// or by the name its owner gave it (KServe v2, one namespace for both kinds). A region ends
+// when its owner unregisters it or when the socket connection it came over closes; requests
+// using it keep it until they finish.
 #pragma once
 
 #include <atomic>
@@ -20,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -29,11 +23,15 @@
 #include "absl/time/time.h"
 #include "runtime/device.h"
 #include "server/data/mapped_bytes.h"
+#include "server/data/system_shm.h"
 
 namespace tc::server {
 
-// Memory a caller shares: a mapping of its memfd (host memory), or its GPU memory opened
-// through CUDA IPC (on `device`).
+// Registered outside any socket connection: by gRPC (KServe v2), until unregistered.
+inline constexpr uint64_t kNoConnection = 0;
+
+// Memory a caller shares: a mapping of its memfd (host memory), its GPU memory opened through
+// CUDA IPC (on `device`), or a system shared-memory object (`file`; nothing mapped).
 struct Region {
   // `memory` unmaps or closes it when the last user lets go.
   // `charge`: its bytes counted against the server-wide cap, given back after `memory` goes.
@@ -42,6 +40,10 @@ struct Region {
          std::shared_ptr<void> charge = nullptr)
       : base(base), bytes(bytes), writable(writable), connection(connection), device(device),
         charge_(std::move(charge)), memory_(std::move(memory)) {}
+  // System shared memory, registered by name (no connection).
+  Region(std::shared_ptr<const SystemShm> file, std::shared_ptr<void> charge)
+      : base(nullptr), bytes(file->bytes), writable(true), connection(kNoConnection),
+        device(nullptr), file(std::move(file)), charge_(std::move(charge)) {}
   ~Region() {
     pin.reset();
     memory_.reset();
@@ -49,6 +51,7 @@ struct Region {
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
+  // The memory; null for system shared memory.
   std::byte* const base;
   const int64_t bytes;
   // False when the caller sealed the file against writing.
@@ -57,6 +60,8 @@ struct Region {
   const uint64_t connection;
   // The GPU whose memory it is; null for host memory.
   runtime::Device* const device;
+  // System shared memory: read and written through its descriptor (pread, pwrite).
+  const std::shared_ptr<const SystemShm> file;
   std::string id;
   std::string owner;
   std::string name;
@@ -90,6 +95,18 @@ struct RegionOptions {
   bool pin = true;
 };
 
+// What a ticket stands for until it is claimed: a sealed memfd, or a CUDA IPC handle. Nothing
+// is mapped or opened yet.
+struct Offer {
+  std::shared_ptr<const int> fd;  // the memfd (closed when the last copy goes)
+  int64_t bytes = 0;              // its size; for a handle, known once opened
+  bool writable = true;
+  std::string ipc_handle;
+  runtime::Device* device = nullptr;
+  uint64_t connection = 0;
+  absl::Time expires;
+};
+
 class RegionStore {
  public:
   // `devices` pin claimed regions (the first device that pins at all).
@@ -97,55 +114,59 @@ class RegionStore {
   RegionStore(RegionOptions options, runtime::DeviceSet* devices, MappedBytes* mapped);
   ~RegionStore();
 
-  // Listens on `address`: a filesystem path, or "@name" in the abstract namespace.
-  absl::Status Listen(const std::string& address);
-  const std::string& address() const { return address_; }
   const RegionOptions& options() const { return options_; }
   MappedBytes* mapped() const { return mapped_; }
+  runtime::DeviceSet* devices() const { return devices_; }
+  // Where the region socket listens (set once it does); empty where it does not.
+  const std::string& address() const { return address_; }
+  void set_address(std::string address) { address_ = std::move(address); }
+
+  // The socket's side. A connection opened as the socket accepts one; false when a limit
+  // refuses it, with the reason in `why`. Closing one ends its tickets and regions.
+  bool OpenConnection(uint64_t connection, int64_t pid, int64_t uid, std::string* why);
+  void CloseConnection(uint64_t connection);
+  // Marks a connection active now.
+  void Touch(uint64_t connection);
+  // Issues a ticket for what a connection offers ("ticket ID [BYTES]"), or says why not
+  // ("error ..."), unless the connection or the server holds too many unclaimed.
+  std::string Ticket(Offer offer);
+  // Tickets past their time go.
+  void ExpireTickets(absl::Time now);
+  // Connections idle past the timeout (or the longest idle one when `one`), to close.
+  std::vector<uint64_t> IdleConnections(absl::Time now, bool one) const;
+  // Socket connections open now.
+  int connections() const;
 
   // Binds the ticket's region to `owner`, and maps (or opens) it. NOT_FOUND for unknown and
   // expired tickets, RESOURCE_EXHAUSTED past the owner's quota or the server-wide cap.
   absl::StatusOr<std::shared_ptr<Region>> Claim(const std::string& owner,
                                                const std::string& ticket,
                                                const std::string& name);
-  // Registers memory that reached the server another way than the socket (KServe v2's CUDA
-  // shared memory, by IPC handle over gRPC) for `owner` under `name`; its connection is
-  // kNoConnection, and it lives until unregistered. Quotas as for Claim; ALREADY_EXISTS where
-  // the owner has such a region of that name.
-  static constexpr uint64_t kNoConnection = 0;
+  // Registers memory that reached the server another way than the socket (KServe v2's
+  // system and CUDA shared memory) for `owner` under `name`; its connection is kNoConnection,
+  // and it lives until unregistered. Quotas as for Claim; ALREADY_EXISTS where the owner has
+  // such a region of that name, of either kind.
+  static constexpr uint64_t kNoConnection = server::kNoConnection;
   absl::StatusOr<std::shared_ptr<Region>> Adopt(const std::string& owner, const std::string& name,
                                                std::shared_ptr<Region> region);
-  // NOT_FOUND for unknown regions and other identities' alike.
+  // A region by id (tensorcompute.v1): memory the engine reads and writes in place. NOT_FOUND
+  // for unknown regions and other identities' alike; INVALID_ARGUMENT for system shared memory.
   absl::StatusOr<std::shared_ptr<Region>> Find(const std::string& owner,
                                               const std::string& id) const;
+  // A region adopted under `name` (KServe v2); NOT_FOUND where there is none.
+  absl::StatusOr<std::shared_ptr<Region>> FindNamed(const std::string& owner,
+                                                   const std::string& name) const;
   absl::Status Unregister(const std::string& owner, const std::string& id);
+  // The owner's regions of tensorcompute.v1 (all but system shared memory).
   std::vector<std::shared_ptr<Region>> List(const std::string& owner) const;
+  // The owner's adopted regions, all of them or the one of `name`.
+  std::vector<std::shared_ptr<Region>> ListNamed(const std::string& owner,
+                                                 const std::string& name) const;
 
   int64_t count() const;
   int64_t bytes() const;
-  // Socket connections open now.
-  int connections() const;
-
-  // Handles one message as it came over connection `connection` (`text`, and the descriptors
-  // attached, which it takes); returns the reply. The socket's own path, and the fuzzer's.
-  std::string HandleMessage(absl::string_view text, std::vector<int> fds, uint64_t connection);
-  // A connection as the socket accepts one (the fuzzer's way in); false when a limit refuses
-  // it, with the reason in `why`. Closed with CloseConnection.
-  bool OpenConnection(uint64_t connection, int64_t pid, int64_t uid, std::string* why);
-  void CloseConnection(uint64_t connection);
 
  private:
-  // What a ticket stands for until it is claimed: a sealed memfd, or a CUDA IPC handle. Nothing
-  // is mapped or opened yet.
-  struct Pending {
-    std::shared_ptr<const int> fd;  // the memfd (closed when the last copy goes)
-    int64_t bytes = 0;              // its size; for a handle, known once opened
-    bool writable = true;
-    std::string ipc_handle;
-    runtime::Device* device = nullptr;
-    uint64_t connection = 0;
-    absl::Time expires;
-  };
   struct Connection {
     int64_t pid = -1;
     int64_t uid = -1;
@@ -153,23 +174,8 @@ class RegionStore {
     // Tickets pending and regions registered over it.
     int held = 0;
   };
-  void Serve();
-  // Reads one message off a connection; returns the reply (empty: the connection ends).
-  std::string Receive(int conn, uint64_t connection);
-  // Reads one message off a refused connection and drops it, closing its descriptors.
-  static void Discard(int conn);
-  std::string Register(int fd, uint64_t connection);
-  // "cuda UUID HANDLE": GPU memory shared through CUDA IPC.
-  std::string RegisterCuda(absl::string_view args, uint64_t connection);
-  // Issues a ticket unless the connection, or the server, holds too many unclaimed.
-  std::string Ticket(Pending pending);
   // The region a claimed ticket stands for, mapped or opened and charged to the cap.
-  absl::StatusOr<std::shared_ptr<Region>> Materialize(const Pending& p);
-  // Ends every region and ticket of a connection.
-  void Drop(uint64_t connection);
-  void ExpireTickets(absl::Time now);
-  // Connections idle past the timeout (or the longest idle one when `one`), to close.
-  std::vector<uint64_t> IdleConnections(absl::Time now, bool one) const;
+  absl::StatusOr<std::shared_ptr<Region>> Materialize(const Offer& p);
   void Remove(const std::string& id);
   // RESOURCE_EXHAUSTED when `owner` cannot register `bytes` more. Takes mu_ held.
   absl::Status QuotaLocked(const std::string& owner, int64_t bytes) const;
@@ -181,12 +187,9 @@ class RegionStore {
   runtime::DeviceSet* devices_;
   MappedBytes* mapped_;
   std::string address_;
-  int listen_fd_ = -1;
-  int wake_fd_ = -1;
-  std::thread server_;
 
   mutable std::mutex mu_;
-  absl::flat_hash_map<std::string, Pending> pending_;
+  absl::flat_hash_map<std::string, Offer> pending_;
   absl::flat_hash_map<std::string, std::shared_ptr<Region>> regions_;
   struct Usage {
     int64_t bytes = 0;

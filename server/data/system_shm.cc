@@ -84,8 +84,9 @@ absl::Status SystemShm::Write(int64_t at, const std::string& data) const {
   return absl::OkStatus();
 }
 
-absl::Status SystemShmStore::Register(const std::string& owner, const std::string& name,
-                                      const std::string& key, int64_t offset, int64_t bytes) {
+absl::StatusOr<std::shared_ptr<const SystemShm>> OpenSystemShm(const std::string& name,
+                                                               const std::string& key,
+                                                               int64_t offset, int64_t bytes) {
   if (name.empty()) return absl::InvalidArgumentError("a shared-memory region needs a name");
   if (name.size() > 256) {
     return absl::InvalidArgumentError("a shared-memory region's name is at most 256 bytes");
@@ -101,20 +102,6 @@ absl::Status SystemShmStore::Register(const std::string& owner, const std::strin
   if (offset < 0 || bytes <= 0 || offset > INT64_MAX - bytes) {
     return absl::InvalidArgumentError(absl::StrCat("offset ", offset, " and byte_size ", bytes,
                                                    " do not describe a range"));
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = regions_.find(owner);
-    if (it != regions_.end()) {
-      if (it->second.contains(name)) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("a shared-memory region named '", Echo(name), "' is already registered"));
-      }
-      if (static_cast<int>(it->second.size()) >= max_regions_) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "more than ", max_regions_, " shared-memory regions registered by this client"));
-      }
-    }
   }
   const int fd = shm_open(object.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
@@ -139,67 +126,7 @@ absl::Status SystemShmStore::Register(const std::string& owner, const std::strin
         "shared-memory object '", Echo(key), "' is ", st.st_size, " bytes: [", offset, ", ",
         offset + bytes, ") is not inside it"));
   }
-  auto charge = mapped_->Charge(bytes, absl::StrCat("shared-memory region '", Echo(name), "'"));
-  if (!charge.ok()) {
-    close(fd);
-    return charge.status();
-  }
-  auto region =
-      std::make_shared<const SystemShm>(name, key, fd, offset, bytes, *std::move(charge));
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& mine = regions_[owner];
-  if (static_cast<int>(mine.size()) >= max_regions_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "more than ", max_regions_, " shared-memory regions registered by this client"));
-  }
-  if (!mine.emplace(name, std::move(region)).second) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("a shared-memory region named '", Echo(name), "' is already registered"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SystemShmStore::Unregister(const std::string& owner, const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find(owner);
-  if (name.empty()) {
-    if (it != regions_.end()) regions_.erase(it);
-    return absl::OkStatus();
-  }
-  if (it == regions_.end() || it->second.erase(name) == 0) {
-    return absl::NotFoundError(absl::StrCat("no shared-memory region named '", Echo(name), "'"));
-  }
-  if (it->second.empty()) regions_.erase(it);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::shared_ptr<const SystemShm>> SystemShmStore::Find(
-    const std::string& owner, const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find(owner);
-  if (it != regions_.end()) {
-    auto r = it->second.find(name);
-    if (r != it->second.end()) return r->second;
-  }
-  return absl::NotFoundError(absl::StrCat("no shared-memory region named '", Echo(name),
-                                          "' is registered (SystemSharedMemoryRegister)"));
-}
-
-absl::StatusOr<std::vector<std::shared_ptr<const SystemShm>>> SystemShmStore::List(
-    const std::string& owner, const std::string& name) const {
-  std::vector<std::shared_ptr<const SystemShm>> out;
-  if (!name.empty()) {
-    auto r = Find(owner, name);
-    if (!r.ok()) return r.status();
-    out.push_back(*std::move(r));
-    return out;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = regions_.find(owner);
-  if (it != regions_.end()) {
-    for (const auto& [n, r] : it->second) out.push_back(r);
-  }
-  return out;
+  return std::make_shared<const SystemShm>(name, key, fd, offset, bytes);
 }
 
 }  // namespace tc::server

@@ -8,23 +8,16 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/data/mapped_bytes.h"
 
 namespace tc::server {
 
 struct SystemShm {
-  // `charge`: `bytes` counted against the server-wide cap while the registration lives.
-  SystemShm(std::string name, std::string key, int fd, int64_t offset, int64_t bytes,
-            std::shared_ptr<void> charge)
-      : name(std::move(name)), key(std::move(key)), fd(fd), offset(offset), bytes(bytes),
-        charge_(std::move(charge)) {}
+  SystemShm(std::string name, std::string key, int fd, int64_t offset, int64_t bytes)
+      : name(std::move(name)), key(std::move(key)), fd(fd), offset(offset), bytes(bytes) {}
   ~SystemShm();
   SystemShm(const SystemShm&) = delete;
   SystemShm& operator=(const SystemShm&) = delete;
@@ -42,40 +35,14 @@ struct SystemShm {
   // The registered range of the object.
   const int64_t offset;
   const int64_t bytes;
-
- private:
-  std::shared_ptr<void> charge_;
 };
 
-class SystemShmStore {
- public:
-  // `max_regions` per identity; every registration's bytes count against `mapped`, which
-  // outlives the store.
-  SystemShmStore(int max_regions, MappedBytes* mapped)
-      : max_regions_(max_regions), mapped_(mapped) {}
-
-  // Opens the object `key` ("/name" or "name") read-write and registers [offset, offset +
-  // bytes) of it as `name` for `owner`. ALREADY_EXISTS for a name the owner uses, NOT_FOUND
-  // for an object that does not exist, INVALID_ARGUMENT for a range past its end.
-  absl::Status Register(const std::string& owner, const std::string& name,
-                        const std::string& key, int64_t offset, int64_t bytes);
-  // One name, or every region of the owner when `name` is empty. NOT_FOUND for a name the
-  // owner has not registered.
-  absl::Status Unregister(const std::string& owner, const std::string& name);
-  absl::StatusOr<std::shared_ptr<const SystemShm>> Find(const std::string& owner,
-                                                        const std::string& name) const;
-  // The owner's regions, or the one named.
-  absl::StatusOr<std::vector<std::shared_ptr<const SystemShm>>> List(
-      const std::string& owner, const std::string& name) const;
-
- private:
-  const int max_regions_;
-  MappedBytes* const mapped_;
-  mutable std::mutex mu_;
-  // owner -> name -> region.
-  absl::flat_hash_map<std::string,
-                      absl::flat_hash_map<std::string, std::shared_ptr<const SystemShm>>>
-      regions_;
-};
+// Opens the object `key` ("/name" or "name") read-write for [offset, offset + bytes) of it,
+// to be registered as `name` (RegionStore::Adopt holds it). NOT_FOUND for an object that does
+// not exist, INVALID_ARGUMENT for a bad name or key, a range past its end, or what is not a
+// shared-memory object.
+absl::StatusOr<std::shared_ptr<const SystemShm>> OpenSystemShm(const std::string& name,
+                                                               const std::string& key,
+                                                               int64_t offset, int64_t bytes);
 
 }  // namespace tc::server

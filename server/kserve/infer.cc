@@ -3,10 +3,12 @@
 #include <memory>
 #include <optional>
 
+#include "server/calls/call.h"
 #include "server/calls/grpc_status.h"
-#include "server/calls/unary_call.h"
+#include "server/calls/reactor.h"
 #include "server/kserve/inference_service.h"
 #include "server/kserve/models.h"
+#include "server/pipeline/run.h"
 
 namespace tc::server {
 
@@ -28,10 +30,7 @@ ShmReadBudget ReadBudget(const ServiceEnv& env) {
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx,
                                                            const inf::ModelInferRequest* request,
                                                            inf::ModelInferResponse* response) {
-  auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "ModelInfer",
-                                                    ModelLabel(request->model_name())});
-  grpc::ServerUnaryReactor* reactor = call->reactor;
-  if (!call->Admit()) return reactor;
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   struct State {
     ComputeSpec spec;
     v1::ComputeResponse result;
@@ -39,6 +38,30 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
     ShmReadBudget budget;
   };
   auto state = std::make_shared<State>();
+  const ServiceEnv* env = &env_;
+  // The result answers in the model's response, converted first.
+  auto call = std::make_shared<Call>(
+      env, "ModelInfer", ModelLabel(request->model_name()),
+      [env, state, request, response, reactor](const absl::Status& s) {
+        const auto finish = [state, request, response, reactor](absl::Status out) {
+          if (out.ok()) {
+            out = ToInferResponse(*request, state->result, state->output_shm, response);
+          }
+          reactor->Finish(ToGrpcStatus(out));
+        };
+        // Writing the output into system shared memory is work for the request pool, not for
+        // a device's completion thread; the drain counts it until the reply is out.
+        if (s.ok() && state->output_shm && state->output_shm->region.system != nullptr &&
+            env->life->Enter()) {
+          env->pool->Schedule([env, finish] {
+            finish(absl::OkStatus());
+            env->life->Leave();
+          });
+          return;
+        }
+        finish(s);
+      });
+  if (!call->Admit()) return reactor;
   state->budget = ReadBudget(env_);
   // Shared-memory regions belong to the caller's identity; where tokens are required,
   // nothing of the request is looked at without one.
@@ -52,24 +75,6 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
     }
     if (shm) lookup = LookupFor(*id);
   }
-  const ServiceEnv* env = &env_;
-  call->complete = [env, state, request, response, reactor](const absl::Status& s) {
-    const auto finish = [state, request, response, reactor](absl::Status out) {
-      if (out.ok()) out = ToInferResponse(*request, state->result, state->output_shm, response);
-      reactor->Finish(ToGrpcStatus(out));
-    };
-    // Writing the output into system shared memory is work for the request pool, not for a
-    // device's completion thread; the drain counts it until the reply is out.
-    if (s.ok() && state->output_shm && state->output_shm->region.system != nullptr &&
-        env->life->Enter()) {
-      env->pool->Schedule([env, finish] {
-        finish(absl::OkStatus());
-        env->life->Leave();
-      });
-      return;
-    }
-    finish(s);
-  };
   auto start = [env, ctx, request, state, call, lookup] {
     // The request is this call's until it finishes: its raw inputs are computed on where
     // they lie.
@@ -91,71 +96,78 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
 
 namespace {
 
-// ModelStreamInfer: requests one at a time, each answered before the next is read; a request
-// that fails is answered with its error_message (and its id) and the stream goes on.
-class StreamInferReactor final
-    : public grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse> {
+using StreamInferBase =
+    grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>;
+
+// ModelStreamInfer: requests one at a time, each a call of its own answered before the next
+// is read; a request that fails is answered with its error_message (and its id) and the stream
+// goes on.
+class StreamInferReactor final : public PooledReactor<StreamInferBase> {
  public:
-  StreamInferReactor(const ServiceEnv* env, const InferenceServiceImpl* service,
+  StreamInferReactor(const ServiceEnv& env, const InferenceServiceImpl* service,
                      grpc::CallbackServerContext* ctx)
-      : env_(env), ctx_(ctx) {
-    if (!env_->life->Enter()) {
-      Finish(ToGrpcStatus(ShuttingDown()));
-      return;
-    }
-    entered_ = true;
-    auto id = env_->auth->Identify(*ctx_);
-    if (!id.ok()) {
-      Finish(ToGrpcStatus(id.status()));
-      return;
-    }
-    lookup_ = service->LookupFor(*id);
+      : PooledReactor(ctx, env, /*method=*/nullptr) {
+    if (!Authorized()) return;
+    lookup_ = service->LookupFor(owner_);
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
+    Post([this, ok] { HandleRead(ok); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    Post([this, ok] {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!ok) {
+        FinishLocked(absl::CancelledError("the response could not be written"));
+      } else if (!finished_) {
+        StartRead(&request_);
+      }
+    });
+  }
+
+ private:
+  // On the pool: reading shared memory and converting typed contents are its work, as in
+  // ModelInfer (the stream has nothing else in flight meanwhile).
+  void HandleRead(bool ok) {
     if (!ok) {  // the client is done sending
-      Finish(grpc::Status::OK);
+      FinishOnce(absl::OkStatus());
       return;
     }
-    if (env_->life->draining()) {
-      Finish(ToGrpcStatus(ShuttingDown()));
+    if (env_.life->draining()) {
+      FinishOnce(ShuttingDown());
       return;
     }
-    auto call = std::make_shared<UnaryCall>(
-        UnaryCall{env_, nullptr, "ModelStreamInfer", ModelLabel(request_.model_name())});
     // The last request's bytes go, and with them what they counted against the budget.
     spec_ = ComputeSpec();
     result_ = v1::ComputeResponse();
-    budget_ = ReadBudget(*env_);
-    // Reading shared memory and converting typed contents are work for the request pool, as
-    // in ModelInfer (the stream has nothing else in flight meanwhile).
-    if (ConvertsOnThePool(request_)) {
-      env_->pool->Schedule([this, call] { Run(call); });
-    } else {
-      Run(call);
-    }
-  }
-
-  void Run(std::shared_ptr<UnaryCall> call) {
-    call->complete = [this](const absl::Status& s) {
-      if (s.ok() && output_shm_ && output_shm_->region.system != nullptr) {
-        env_->pool->Schedule([this] { Respond(absl::OkStatus()); });
-      } else {
-        Respond(s);
-      }
-    };
+    budget_ = ReadBudget(env_);
+    // The request's computation keeps the reactor until it answers.
+    Ref();
+    auto call = std::make_shared<Call>(
+        &env_, "ModelStreamInfer", ModelLabel(request_.model_name()),
+        [this](const absl::Status& s) {
+          if (s.ok() && output_shm_ && output_shm_->region.system != nullptr) {
+            Post([this] { Respond(absl::OkStatus()); });
+          } else {
+            Respond(s);
+          }
+          Unref();
+        });
     if (absl::Status s =
-            ToComputeSpec(request_, env_->options, lookup_, &budget_, &spec_, &output_shm_);
+            ToComputeSpec(request_, env_.options, lookup_, &budget_, &spec_, &output_shm_);
         !s.ok()) {
       call->Finish(s);
       return;
     }
-    StartCompute(*env_, ctx_, &spec_, &result_, std::move(call));
+    StartCompute(env_, ctx_, &spec_, &result_, std::move(call));
   }
 
   // The result (or the error) as this request's response.
   void Respond(absl::Status out) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
     response_.Clear();
     if (out.ok()) {
       out = ToInferResponse(request_, result_, output_shm_, response_.mutable_infer_response());
@@ -172,23 +184,6 @@ class StreamInferReactor final
     StartWrite(&response_);
   }
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the response could not be written"));
-      return;
-    }
-    StartRead(&request_);
-  }
-
-  void OnDone() override {
-    if (entered_) env_->life->Leave();
-    delete this;
-  }
-
- private:
-  const ServiceEnv* env_;
-  grpc::CallbackServerContext* ctx_;
-  bool entered_ = false;
   ShmLookup lookup_;
   inf::ModelInferRequest request_;
   ComputeSpec spec_;
@@ -202,7 +197,7 @@ class StreamInferReactor final
 
 grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>*
 InferenceServiceImpl::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
-  return new StreamInferReactor(&env_, this, ctx);
+  return new StreamInferReactor(env_, this, ctx);
 }
 
 }  // namespace tc::server

@@ -26,9 +26,9 @@ namespace tc::server {
 
 class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackService {
  public:
-  // `system_shm`: serve system shared memory, its registrations counted against the cap
-  // (null: off, its RPCs and tensor parameters are refused).
-  InferenceServiceImpl(ServiceEnv env, MappedBytes* system_shm);
+  // `system_shm`: serve system shared memory (off: its RPCs and tensor parameters are
+  // refused). Both kinds of shared memory are registered in env.regions.
+  InferenceServiceImpl(ServiceEnv env, bool system_shm);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const inf::ServerLiveRequest* request,
@@ -78,27 +78,23 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
  private:
   // Serving: not draining, and every device healthy.
   bool Ready() const;
-  // `owner`'s CUDA regions registered here (not those of tensorcompute.v1's socket), all or
-  // the one named.
-  std::vector<std::shared_ptr<Region>> CudaRegions(const std::string& owner,
-                                                   const std::string& name) const;
-  // CudaRegions, NOT_FOUND where a name is given and none has it.
-  absl::StatusOr<std::vector<std::shared_ptr<Region>>> NamedCudaRegions(
-      const std::string& owner, const std::string& name) const;
+  // `owner`'s shared memory of one kind (system or CUDA), all of it or the one named;
+  // NOT_FOUND where a name is given and no region of that kind has it.
+  absl::StatusOr<std::vector<std::shared_ptr<Region>>> Named(const std::string& owner,
+                                                             const std::string& name,
+                                                             bool system) const;
   // The caller's identity, or FAILED_PRECONDITION where system shared memory is off.
   absl::StatusOr<std::string> SystemShmCaller(const grpc::CallbackServerContext& ctx) const;
-
-  // Opens GPU memory by CUDA IPC handle and registers it for `owner` as `name` (checked free
-  // of both kinds of shared memory first).
-  absl::Status AdoptCudaRegion(const std::string& owner, const std::string& name,
-                               runtime::Device& device, const std::string& handle,
-                               int64_t bytes);
+  // Registers `region` for `owner` as `name`: one name, one region, of either kind.
+  absl::Status Adopt(const std::string& owner, const std::string& name,
+                     std::shared_ptr<Region> region);
+  // Opens GPU memory by CUDA IPC handle, to be registered.
+  absl::StatusOr<std::shared_ptr<Region>> OpenCudaRegion(runtime::Device& device,
+                                                         const std::string& handle,
+                                                         int64_t bytes);
 
   ServiceEnv env_;
-  // Null where system shared memory is off.
-  std::unique_ptr<SystemShmStore> shm_;
-  // Held while a name is checked free of both kinds and registered: one name, one region.
-  std::mutex names_mu_;
+  const bool system_shm_;
 };
 
 }  // namespace tc::server

@@ -5,7 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/expr/typing.h"
-#include "server/calls/unary_call.h"
+#include "server/calls/call.h"
 #include "server/kserve/inference_service.h"
 
 #ifndef TC_VERSION
@@ -134,7 +134,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerReady(grpc::CallbackServer
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelReady(grpc::CallbackServerContext* ctx,
                                                            const inf::ModelReadyRequest* request,
                                                            inf::ModelReadyResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ModelReady", ModelLabel(request->name())};
+  Call call{&env_, ctx->DefaultReactor(), "ModelReady", ModelLabel(request->name())};
   if (!call.Admit()) return call.reactor;
   if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
     call.Finish(id.status());
@@ -150,7 +150,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelReady(grpc::CallbackServerC
 grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
     grpc::CallbackServerContext* ctx, const inf::ServerMetadataRequest*,
     inf::ServerMetadataResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ServerMetadata", ""};
+  Call call{&env_, ctx->DefaultReactor(), "ServerMetadata", ""};
   if (!call.Admit()) return call.reactor;
   if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
     call.Finish(id.status());
@@ -161,7 +161,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
   // Request parameters carry the ops' attributes.
   response->add_extensions("parameters");
   response->add_extensions("model_configuration");
-  if (shm_ != nullptr) response->add_extensions("system_shared_memory");
+  if (system_shm_) response->add_extensions("system_shared_memory");
   bool gpu = false;
   for (int i = 0; i < env_.devices->size(); ++i) gpu = gpu || !env_.devices->at(i).host_memory();
   if (gpu && env_.regions != nullptr) response->add_extensions("cuda_shared_memory");
@@ -172,7 +172,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
     grpc::CallbackServerContext* ctx, const inf::ModelMetadataRequest* request,
     inf::ModelMetadataResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ModelMetadata", ModelLabel(request->name())};
+  Call call{&env_, ctx->DefaultReactor(), "ModelMetadata", ModelLabel(request->name())};
   if (!call.Admit()) return call.reactor;
   const std::string& name = request->name();
   if (absl::Status s = CheckModelCall(env_, *ctx, name, request->version()); !s.ok()) {
@@ -204,7 +204,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
     grpc::CallbackServerContext* ctx, const inf::ModelConfigRequest* request,
     inf::ModelConfigResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ModelConfig", ModelLabel(request->name())};
+  Call call{&env_, ctx->DefaultReactor(), "ModelConfig", ModelLabel(request->name())};
   if (!call.Admit()) return call.reactor;
   const std::string& name = request->name();
   if (absl::Status s = CheckModelCall(env_, *ctx, name, request->version()); !s.ok()) {

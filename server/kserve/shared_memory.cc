@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/calls/unary_call.h"
+#include "server/calls/call.h"
 #include "server/kserve/inference_service.h"
 
 namespace tc::server {
@@ -21,34 +21,28 @@ bool IsLocalPeer(absl::string_view peer) {
 
 }  // namespace
 
-InferenceServiceImpl::InferenceServiceImpl(ServiceEnv env, MappedBytes* system_shm)
-    : env_(std::move(env)) {
-  if (system_shm != nullptr) {
-    const int max = env_.regions != nullptr ? env_.regions->options().max_regions : 256;
-    shm_ = std::make_unique<SystemShmStore>(max, system_shm);
-  }
-}
+InferenceServiceImpl::InferenceServiceImpl(ServiceEnv env, bool system_shm)
+    : env_(std::move(env)), system_shm_(system_shm && env_.regions != nullptr) {}
 
 ShmLookup InferenceServiceImpl::LookupFor(const std::string& owner) const {
-  if (shm_ == nullptr && env_.regions == nullptr) return nullptr;
+  if (env_.regions == nullptr) return nullptr;
   return [this, owner](const std::string& name) -> absl::StatusOr<SharedRegion> {
-    if (shm_ != nullptr) {
-      if (auto r = shm_->Find(owner, name); r.ok()) return SharedRegion{*std::move(r), nullptr};
+    auto r = env_.regions->FindNamed(owner, name);
+    if (!r.ok()) {
+      return absl::NotFoundError(absl::StrCat(
+          r.status().message(), " (SystemSharedMemoryRegister, CudaSharedMemoryRegister)",
+          system_shm_ ? "" : "; system shared memory is off on this server "
+                             "(--system_shared_memory)"));
     }
-    std::vector<std::shared_ptr<Region>> cuda = CudaRegions(owner, name);
-    if (!cuda.empty()) return SharedRegion{nullptr, cuda.front()};
-    return absl::NotFoundError(absl::StrCat(
-        "no shared-memory region named '", name,
-        "' is registered (SystemSharedMemoryRegister, CudaSharedMemoryRegister)",
-        shm_ == nullptr ? "; system shared memory is off on this server (--system_shared_memory)"
-                        : ""));
+    if ((*r)->file != nullptr) return SharedRegion{(*r)->file, nullptr};
+    return SharedRegion{nullptr, *std::move(r)};
   };
 }
 
 absl::StatusOr<std::string> InferenceServiceImpl::SystemShmCaller(
     const grpc::CallbackServerContext& ctx) const {
   auto id = env_.auth->Identify(ctx);
-  if (id.ok() && shm_ == nullptr) {
+  if (id.ok() && !system_shm_) {
     return absl::FailedPreconditionError(
         "system shared memory is off on this server (start it with --system_shared_memory); "
         "tensorcompute.v1 takes sealed memfd regions and CUDA IPC memory");
@@ -56,32 +50,30 @@ absl::StatusOr<std::string> InferenceServiceImpl::SystemShmCaller(
   return id;
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<Region>>> InferenceServiceImpl::NamedCudaRegions(
-    const std::string& owner, const std::string& name) const {
-  std::vector<std::shared_ptr<Region>> regions = CudaRegions(owner, name);
-  if (!name.empty() && regions.empty()) {
-    return absl::NotFoundError(absl::StrCat("no CUDA shared-memory region named '", name, "'"));
-  }
-  return regions;
-}
-
-std::vector<std::shared_ptr<Region>> InferenceServiceImpl::CudaRegions(
-    const std::string& owner, const std::string& name) const {
+absl::StatusOr<std::vector<std::shared_ptr<Region>>> InferenceServiceImpl::Named(
+    const std::string& owner, const std::string& name, bool system) const {
   std::vector<std::shared_ptr<Region>> out;
-  if (env_.regions == nullptr) return out;
-  for (std::shared_ptr<Region>& r : env_.regions->List(owner)) {
-    if (r->connection == RegionStore::kNoConnection && r->device != nullptr &&
-        (name.empty() || r->name == name)) {
-      out.push_back(std::move(r));
+  if (env_.regions != nullptr) {
+    for (std::shared_ptr<Region>& r : env_.regions->ListNamed(owner, name)) {
+      if ((r->file != nullptr) == system) out.push_back(std::move(r));
     }
   }
+  if (!name.empty() && out.empty()) {
+    return absl::NotFoundError(absl::StrCat("no ", system ? "system" : "CUDA",
+                                            " shared-memory region named '", Echo(name), "'"));
+  }
   return out;
+}
+
+absl::Status InferenceServiceImpl::Adopt(const std::string& owner, const std::string& name,
+                                         std::shared_ptr<Region> region) {
+  return env_.regions->Adopt(owner, name, std::move(region)).status();
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
     grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryRegisterRequest* request,
     inf::SystemSharedMemoryRegisterResponse*) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryRegister", ""};
+  Call call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryRegister", ""};
   if (!call.Admit()) return call.reactor;
   auto id = SystemShmCaller(*ctx);
   if (!id.ok()) {
@@ -93,20 +85,22 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
   } else if (request->offset() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
              request->byte_size() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     call.Finish(absl::InvalidArgumentError("offset or byte_size out of range"));
+  } else if (env_.regions->FindNamed(*id, request->name()).ok()) {
+    // Refused before the object is opened; Adopt holds the rule where two race.
+    call.Finish(absl::AlreadyExistsError(absl::StrCat(
+        "a shared-memory region named '", Echo(request->name()), "' is already registered")));
   } else {
-    absl::Status registered;
-    {
-      std::lock_guard<std::mutex> lock(names_mu_);
-      if (!request->name().empty() && !CudaRegions(*id, request->name()).empty()) {
-        registered = absl::AlreadyExistsError(absl::StrCat(
-            "a shared-memory region named '", request->name(), "' is already registered"));
-      } else {
-        registered = shm_->Register(*id, request->name(), request->key(),
-                                    static_cast<int64_t>(request->offset()),
-                                    static_cast<int64_t>(request->byte_size()));
-      }
-    }
-    call.Finish(registered);
+    const auto bytes = static_cast<int64_t>(request->byte_size());
+    auto file = OpenSystemShm(request->name(), request->key(),
+                              static_cast<int64_t>(request->offset()), bytes);
+    auto charge = file.ok() ? env_.regions->mapped()->Charge(
+                                  bytes, absl::StrCat("shared-memory region '",
+                                                      Echo(request->name()), "'"))
+                            : absl::StatusOr<std::shared_ptr<void>>(file.status());
+    call.Finish(charge.ok() ? Adopt(*id, request->name(),
+                                    std::make_shared<Region>(*std::move(file),
+                                                             *std::move(charge)))
+                            : charge.status());
   }
   return call.reactor;
 }
@@ -114,7 +108,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
     grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryRegisterRequest* request,
     inf::CudaSharedMemoryRegisterResponse*) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryRegister", ""};
+  Call call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryRegister", ""};
   if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
   if (!id.ok()) {
@@ -129,8 +123,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
   }
   absl::Status refused;
   if (env_.regions == nullptr) {
-    refused = absl::FailedPreconditionError(
-        "shared-memory regions are off on this server (--region_socket=off)");
+    refused = absl::FailedPreconditionError("shared memory is off on this server");
   } else if (device == nullptr) {
     refused = absl::InvalidArgumentError(absl::StrCat(
         "this server has no GPU with device_id ", request->device_id(),
@@ -147,22 +140,20 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
     call.Finish(refused);
     return call.reactor;
   }
-  call.Finish(AdoptCudaRegion(*id, name, *device, request->raw_handle(),
-                              static_cast<int64_t>(request->byte_size())));
+  if (env_.regions->FindNamed(*id, name).ok()) {
+    // Refused before the handle is opened; Adopt holds the rule where two race.
+    call.Finish(absl::AlreadyExistsError(
+        absl::StrCat("a shared-memory region named '", Echo(name), "' is already registered")));
+    return call.reactor;
+  }
+  auto region =
+      OpenCudaRegion(*device, request->raw_handle(), static_cast<int64_t>(request->byte_size()));
+  call.Finish(region.ok() ? Adopt(*id, name, *std::move(region)) : region.status());
   return call.reactor;
 }
 
-absl::Status InferenceServiceImpl::AdoptCudaRegion(const std::string& owner,
-                                                   const std::string& name,
-                                                   runtime::Device& device,
-                                                   const std::string& handle, int64_t bytes) {
-  // The name is checked free of both kinds and registered under one lock, so that two
-  // registrations of one name, one of each kind, cannot both pass.
-  std::lock_guard<std::mutex> lock(names_mu_);
-  if (!CudaRegions(owner, name).empty() || (shm_ != nullptr && shm_->Find(owner, name).ok())) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("a shared-memory region named '", name, "' is already registered"));
-  }
+absl::StatusOr<std::shared_ptr<Region>> InferenceServiceImpl::OpenCudaRegion(
+    runtime::Device& device, const std::string& handle, int64_t bytes) {
   auto opened = device.OpenIpc(handle);
   if (!opened.ok()) {
     return absl::InvalidArgumentError(
@@ -175,21 +166,17 @@ absl::Status InferenceServiceImpl::AdoptCudaRegion(const std::string& owner,
   // The whole allocation is open, so the whole of it counts.
   auto charge = env_.regions->mapped()->Charge(opened->bytes, "the CUDA shared memory");
   if (!charge.ok()) return charge.status();
-  return env_.regions
-      ->Adopt(owner, name,
-              std::make_shared<Region>(opened->data, bytes, /*writable=*/true,
-                                       RegionStore::kNoConnection, std::move(opened->closer),
-                                       &device, *std::move(charge)))
-      .status();
+  return std::make_shared<Region>(opened->data, bytes, /*writable=*/true, kNoConnection,
+                                  std::move(opened->closer), &device, *std::move(charge));
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryUnregisterRequest* request,
     inf::CudaSharedMemoryUnregisterResponse*) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryUnregister", ""};
+  Call call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryUnregister", ""};
   if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
-  auto found = id.ok() ? NamedCudaRegions(*id, request->name())
+  auto found = id.ok() ? Named(*id, request->name(), /*system=*/false)
                        : absl::StatusOr<std::vector<std::shared_ptr<Region>>>(id.status());
   if (!found.ok()) {
     call.Finish(found.status());
@@ -205,10 +192,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryStatusRequest* request,
     inf::CudaSharedMemoryStatusResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryStatus", ""};
+  Call call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryStatus", ""};
   if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
-  auto found = id.ok() ? NamedCudaRegions(*id, request->name())
+  auto found = id.ok() ? Named(*id, request->name(), /*system=*/false)
                        : absl::StatusOr<std::vector<std::shared_ptr<Region>>>(id.status());
   if (!found.ok()) {
     call.Finish(found.status());
@@ -228,24 +215,29 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryUnregister(
     grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryUnregisterRequest* request,
     inf::SystemSharedMemoryUnregisterResponse*) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryUnregister", ""};
+  Call call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryUnregister", ""};
   if (!call.Admit()) return call.reactor;
   auto id = SystemShmCaller(*ctx);
-  call.Finish(id.ok() ? shm_->Unregister(*id, request->name()) : id.status());
+  auto found = id.ok() ? Named(*id, request->name(), /*system=*/true)
+                       : absl::StatusOr<std::vector<std::shared_ptr<Region>>>(id.status());
+  if (found.ok()) {
+    for (const auto& r : *found) (void)env_.regions->Unregister(*id, r->id);
+  }
+  call.Finish(found.status());
   return call.reactor;
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryStatusRequest* request,
     inf::SystemSharedMemoryStatusResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryStatus", ""};
+  Call call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryStatus", ""};
   if (!call.Admit()) return call.reactor;
   auto id = SystemShmCaller(*ctx);
   if (!id.ok()) {
     call.Finish(id.status());
     return call.reactor;
   }
-  auto regions = shm_->List(*id, request->name());
+  auto regions = Named(*id, request->name(), /*system=*/true);
   if (!regions.ok()) {
     call.Finish(regions.status());
     return call.reactor;
@@ -253,9 +245,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
   for (const auto& r : *regions) {
     auto& status = (*response->mutable_regions())[r->name];
     status.set_name(r->name);
-    status.set_key(r->key);
-    status.set_offset(static_cast<uint64_t>(r->offset));
-    status.set_byte_size(static_cast<uint64_t>(r->bytes));
+    status.set_key(r->file->key);
+    status.set_offset(static_cast<uint64_t>(r->file->offset));
+    status.set_byte_size(static_cast<uint64_t>(r->file->bytes));
   }
   call.Finish(absl::OkStatus());
   return call.reactor;

@@ -51,6 +51,16 @@ absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_
   return numel;
 }
 
+// Why a region named by id was not found: where the region socket is off, no such region
+// can exist.
+static absl::Status RegionMissing(absl::Status not_found, const RegionStore& regions) {
+  if (regions.address().empty() && absl::IsNotFound(not_found)) {
+    return absl::FailedPreconditionError(
+        "shared-memory regions are off on this server (--region_socket=off)");
+  }
+  return not_found;
+}
+
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
     const InputSpec& in, const std::string& owner, const ServiceEnv& env) {
   const std::string& what = in.what;
@@ -59,7 +69,7 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
         absl::StrCat(what, ": shared-memory regions are off on this server"));
   }
   auto r = env.regions->Find(owner, in.region);
-  if (!r.ok()) return Prefixed(r.status(), what);
+  if (!r.ok()) return Prefixed(RegionMissing(r.status(), *env.regions), what);
   TensorView v = in.view;
   v.storage_bytes = in.storage_bytes;
   if (auto s = CheckRegionRange(**r, in.region_offset, v.storage_bytes, ItemSize(v.dtype), what);
@@ -195,7 +205,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
           "output_region: shared-memory regions are off on this server");
     }
     auto r = env.regions->Find(owner, spec.output_region);
-    if (!r.ok()) return Prefixed(r.status(), "output_region");
+    if (!r.ok()) return Prefixed(RegionMissing(r.status(), *env.regions), "output_region");
     if (!(*r)->writable) {
       return absl::InvalidArgumentError(
           "output_region: the region is sealed against writing; use it for inputs only");

@@ -27,6 +27,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "server/calls/unserved.h"
 #include "server/data/mapped_bytes.h"
+#include "server/data/region_socket.h"
 #include "server/data/resident.h"
 #include "server/kserve/inference_service.h"
 #include "server/process/devices.h"
@@ -155,10 +156,9 @@ int main(int argc, char** argv) {
   }
   region_options.pin = absl::GetFlag(FLAGS_region_pin);
   const std::string region_socket = absl::GetFlag(FLAGS_region_socket);
-  std::unique_ptr<tc::server::RegionStore> regions;
-  if (region_socket != "off") {
-    regions = std::make_unique<tc::server::RegionStore>(region_options, &devices, &mapped);
-  }
+  // Every kind of shared memory callers register; the socket offers memfds and IPC handles.
+  auto regions = std::make_unique<tc::server::RegionStore>(region_options, &devices, &mapped);
+  std::unique_ptr<tc::server::RegionSocket> region_listener;
 
   tc::server::Metrics metrics;
   tc::server::AddGauges(metrics, devices, resident, regions.get());
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
   tc::server::InferenceServiceImpl inference(
       tc::server::ServiceEnv{&devices, request_pool.get(), &resident, regions.get(), &metrics,
                              &auth, options, &life},
-      absl::GetFlag(FLAGS_system_shared_memory) ? &mapped : nullptr);
+      absl::GetFlag(FLAGS_system_shared_memory));
   tc::server::MemoryReleaser releaser([&life] { return life.active() > 0; },
                                       absl::GetFlag(FLAGS_malloc_cushion_bytes));
 
@@ -222,15 +222,16 @@ int main(int argc, char** argv) {
     Log(absl::StrCat("cannot listen on ", address));
     return 1;
   }
-  if (regions != nullptr) {
+  if (region_socket != "off") {
+    region_listener = std::make_unique<tc::server::RegionSocket>(regions.get());
     std::string at = region_socket == "auto" ? absl::StrCat("@tensorcompute-", bound_port)
                                              : region_socket;
-    absl::Status listening = regions->Listen(at);
+    absl::Status listening = region_listener->Listen(at);
     if (!listening.ok() && region_socket == "auto") {
       // An earlier server on this port may still be draining with the name; clients take
       // the address from ServerInfo, so any free name serves.
       at = absl::StrCat("@tensorcompute-", bound_port, "-", getpid());
-      listening = regions->Listen(at);
+      listening = region_listener->Listen(at);
     }
     if (!listening.ok()) Fail(absl::StrCat("--region_socket: ", listening.message()), 1);
     Log(absl::StrCat("shared-memory regions registered on unix socket ", at));

@@ -1,116 +1,26 @@
 // Compute: one request and its result in one message each (or a resident result).
-#include <algorithm>
+#include <optional>
 
-#include "absl/strings/str_cat.h"
-#include "server/calls/reactor.h"
-#include "server/calls/unary_call.h"
+#include "server/calls/call.h"
 #include "server/pipeline/codec.h"
-#include "server/pipeline/job.h"
 #include "server/pipeline/parse.h"
+#include "server/pipeline/run.h"
 #include "server/v1/decode.h"
 #include "server/v1/service.h"
 
 namespace tc::server {
-
-namespace {
-
-// What a unary reply adds to its output's bytes, at most (dtype, shape and strides at rank 8,
-// field tags and lengths).
-constexpr int64_t kReplyFramingBytes = 1024;
-
-// Requests up to this many input bytes run on the gRPC thread on the CPU backend.
-constexpr int64_t kInlineBytes = 64 << 10;
-
-// The output goes into the caller's region (found and checked by Prepare): computed there
-// directly where the device reads host memory or the region is the caller's GPU memory (the
-// job then runs on that GPU); otherwise on a GPU into device memory, then copied into the
-// mapping (directly, with the run, where the region is pinned).
-void RunIntoRegion(const ServiceEnv& env, const ComputeSpec& spec, absl::Time deadline,
-                   std::shared_ptr<ComputeJob> job, v1::ComputeResponse* response,
-                   std::shared_ptr<UnaryCall> call) {
-  std::shared_ptr<Region> region = job->output_region();
-  const int64_t at = spec.output_region_offset;
-  std::byte* dst = region->base + at;
-  SetTensorMeta(job->OutputView(), response->mutable_output());
-  response->mutable_output()->set_region(region->id);
-  response->mutable_output()->set_region_offset(at);
-  if (job->device().host_memory() || region->device != nullptr) {
-    job->Run(dst, [job, call](absl::Status s) { call->Finish(s); });
-    return;
-  }
-  auto out = job->AllocateOutput(deadline);
-  if (!out.ok()) {
-    call->Finish(out.status());
-    return;
-  }
-  runtime::StoragePtr storage = *out;
-  if (region->pin != nullptr) {
-    job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
-             {dst, job->plan().out_storage_bytes, /*pinned=*/true});
-    return;
-  }
-  job->Run(storage->data(), [&env, job, storage, dst, call](absl::Status s) {
-    if (!s.ok()) {
-      call->Finish(s);
-      return;
-    }
-    // Copying out blocks on the device: not on its completion thread.
-    env.pool->Schedule([job, storage, dst, call] {
-      call->Finish(job->device().Read(job->lane(), *storage, 0, dst,
-                                     job->plan().out_storage_bytes));
-    });
-  });
-}
-
-absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t limit) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the result of '", op, "' would be ", ShapeToString(plan.out_shape), " ",
-      DTypeName(plan.out_dtype), ", ", plan.out_storage_bytes,
-      " bytes, over this server's limit of ", limit,
-      " bytes for one message; use ComputeStream, or keep the output resident"));
-}
-
-// The small-request fast path on a GPU: plans and hands the request to the device from the
-// gRPC thread. False (nothing finished) when it does not apply or the device is busy.
-bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                      const ComputeSpec* spec, v1::ComputeResponse* response,
-                      std::shared_ptr<UnaryCall> call) {
-  call->received += spec->inline_bytes();
-  // No handles and nothing kept: no identity needed.
-  auto prepared = ComputeJob::Prepare(*spec, std::string(), env, DeadlineOf(*ctx),
-                                      /*stage_inline=*/false);
-  if (!prepared.ok()) {
-    call->Finish(prepared.status());
-    return true;
-  }
-  std::shared_ptr<ComputeJob> job = *std::move(prepared);
-  const Plan& plan = job->plan();
-  if (plan.out_storage_bytes + job->input_bytes() > job->device().max_small_bytes()) {
-    call->received = 0;
-    return false;
-  }
-  std::byte* out = PrepareOutput(plan, response->mutable_output());
-  std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
-  if (!job->TryRunSmall(out, done)) {
-    // Busy or short of memory: the ordinary path, which may wait.
-    response->clear_output();
-    call->received = 0;
-    return false;
-  }
-  call->sent = plan.out_storage_bytes;
-  return true;
-}
-
-}  // namespace
 
 grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext* ctx,
                                                      const grpc::ByteBuffer* raw,
                                                      v1::ComputeResponse* response) {
   auto request = std::make_shared<v1::ComputeRequest>();
   const absl::Status parsed = ParseRequest(*raw, request.get());
-  auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(), "Compute",
-                                                    parsed.ok() ? OpLabel(*request) : ""});
-  grpc::ServerUnaryReactor* reactor = call->reactor;
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  // The request (which inline inputs point into) and its spec live until the call finishes.
+  auto held = std::make_shared<std::optional<ComputeSpec>>();
+  auto call = std::make_shared<Call>(
+      &env_, "Compute", parsed.ok() ? OpLabel(*request) : "",
+      [reactor, request, held](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); });
   if (!call->Admit()) return reactor;
   if (!parsed.ok()) {
     call->Finish(parsed);
@@ -130,125 +40,9 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     call->Finish(spec.status());
     return reactor;
   }
-  // The request (which inline inputs point into) and its spec live until the call finishes.
-  auto held = std::make_shared<ComputeSpec>(*std::move(spec));
-  call->complete = [reactor, request, held](const absl::Status& s) {
-    reactor->Finish(ToGrpcStatus(s));
-  };
-  StartCompute(env_, ctx, held.get(), response, std::move(call));
+  const ComputeSpec* decoded = &held->emplace(*std::move(spec));
+  StartCompute(env_, ctx, decoded, response, std::move(call));
   return reactor;
-}
-
-void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                  const ComputeSpec* spec, v1::ComputeResponse* response,
-                  std::shared_ptr<UnaryCall> call) {
-  // The caller's identity, needed up front where tokens are required, else only where
-  // resident tensors are touched.
-  std::string owner;
-  if (env.auth->requires_token() || spec->needs_identity()) {
-    auto id = env.auth->Identify(*ctx);
-    if (!id.ok()) {
-      call->Finish(id.status());
-      return;
-    }
-    owner = *std::move(id);
-  }
-  // `spec` and `response` stay valid until Finish.
-  auto work = [&env, ctx, spec, response, call, owner] {
-    if (ctx->IsCancelled()) {
-      call->Finish(absl::CancelledError("cancelled before it ran"));
-      return;
-    }
-    call->received += spec->inline_bytes();
-    auto prepared =
-        ComputeJob::Prepare(*spec, owner, env, DeadlineOf(*ctx), true, SessionKey(*ctx, owner));
-    if (!prepared.ok()) {
-      call->Finish(prepared.status());
-      return;
-    }
-    std::shared_ptr<ComputeJob> job = *std::move(prepared);
-    const Plan& plan = job->plan();
-    if (job->output_region() != nullptr) {
-      RunIntoRegion(env, *spec, DeadlineOf(*ctx), job, response, call);
-      return;
-    }
-
-    if (job->keep_output_resident()) {
-      auto out = job->AllocateOutput(DeadlineOf(*ctx));
-      if (!out.ok()) {
-        call->Finish(out.status());
-        return;
-      }
-      runtime::StoragePtr storage = *out;
-      job->Run(storage->data(), [&env, job, storage, owner, response, call](absl::Status s) {
-        if (!s.ok()) {
-          call->Finish(s);
-          return;
-        }
-        auto r = env.resident->Add(owner, storage, job->OutputView(), job->ttl_seconds());
-        if (!r.ok()) {
-          call->Finish(r.status());
-          return;
-        }
-        SetTensorMeta((*r)->view, response->mutable_output());
-        response->mutable_output()->set_handle((*r)->handle);
-        call->Finish(absl::OkStatus());
-      });
-      return;
-    }
-
-    // The reply also carries the output's metadata and framing.
-    if (plan.out_storage_bytes > env.options.max_message_bytes - kReplyFramingBytes) {
-      call->Finish(TooLargeForUnary(plan, spec->label(), env.options.max_message_bytes));
-      return;
-    }
-    if (job->device().host_memory()) {
-      // The kernels write straight into the response.
-      std::byte* out = PrepareOutput(plan, response->mutable_output());
-      call->sent = plan.out_storage_bytes;
-      job->Run(out, [job, call](absl::Status s) { call->Finish(s); });
-      return;
-    }
-    auto out = job->AllocateOutput(DeadlineOf(*ctx));
-    if (!out.ok()) {
-      call->Finish(out.status());
-      return;
-    }
-    runtime::StoragePtr storage = *out;
-    if (plan.out_storage_bytes <= job->device().max_read_back()) {
-      // Small: the device copies the result into the response as part of the run.
-      std::byte* host = PrepareOutput(plan, response->mutable_output());
-      call->sent = plan.out_storage_bytes;
-      job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
-               {host, plan.out_storage_bytes});
-      return;
-    }
-    job->Run(storage->data(), [&env, job, storage, response, call](absl::Status s) {
-      if (!s.ok()) {
-        call->Finish(s);
-        return;
-      }
-      // Copying out blocks on the device: not on its completion thread.
-      env.pool->Schedule([job, storage, response, call] {
-        std::byte* host = PrepareOutput(job->plan(), response->mutable_output());
-        call->sent = job->plan().out_storage_bytes;
-        call->Finish(
-            job->device().Read(job->lane(), *storage, 0, host, job->plan().out_storage_bytes));
-      });
-    });
-  };
-  // A small request takes a few microseconds to compute on the host, or to hand to a GPU
-  // without waiting for it: it starts right here rather than paying for a trip through the
-  // pool. Everything else (large copies, large computations) goes to the pool.
-  // (Every device of a server is of one kind.)
-  if (spec->inline_bytes() <= kInlineBytes && spec->inline_only()) {
-    if (env.devices->at(0).host_memory()) {
-      work();
-      return;
-    }
-    if (TrySmallOnDevice(env, ctx, spec, response, call)) return;
-  }
-  env.pool->Schedule(std::move(work));
 }
 
 }  // namespace tc::server

@@ -62,20 +62,20 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
     if (job_ == nullptr) {
       return absl::InvalidArgumentError("a chunk came before the header; send the header first");
     }
-    received_ += static_cast<int64_t>(msg.chunk().data().size());
+    call_.received += static_cast<int64_t>(msg.chunk().data().size());
     return job_->AcceptChunk(msg.chunk());
   }
 
   absl::Status Header(v1::ComputeRequest* header) {
     header_.reset(header);
     if (job_ != nullptr) return absl::InvalidArgumentError("a second header in one stream");
-    op_ = OpLabel(*header_);
+    call_.set_op(OpLabel(*header_));
     if (!header_->output_region().empty()) {
       return absl::InvalidArgumentError(
           "output_region is for Compute: a request whose output goes into a region needs no "
           "stream (put large inputs in regions too)");
     }
-    for (const v1::Tensor& t : header_->inputs()) received_ += t.data().size();
+    for (const v1::Tensor& t : header_->inputs()) call_.received += t.data().size();
     auto spec = DecodeCompute(*header_, /*allow_streamed=*/true, env_.options);
     if (!spec.ok()) return spec.status();
     spec_ = std::make_unique<ComputeSpec>(*std::move(spec));
@@ -145,7 +145,7 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
           c->set_offset(at);
           std::string* data = c->mutable_data();
           data->resize(static_cast<size_t>(len));
-          sent_ += len;
+          call_.sent += len;
           return job_->device().Read(job_->lane(), *out_, at, data->data(), len);
         });
   }

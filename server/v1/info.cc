@@ -1,7 +1,7 @@
 // What the server offers and holds: ListOps and ServerInfo.
 #include "absl/strings/str_cat.h"
 #include "kernels/expr/program.h"
-#include "server/calls/unary_call.h"
+#include "server/calls/call.h"
 #include "server/pipeline/codec.h"
 #include "server/process/memory_release.h"
 #include "server/v1/service.h"
@@ -18,7 +18,7 @@ namespace tc::server {
 grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext* ctx,
                                                      const v1::ListOpsRequest* /*request*/,
                                                      v1::ListOpsResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ListOps", ""};
+  Call call{&env_, ctx->DefaultReactor(), "ListOps", ""};
   if (!call.Admit()) return call.reactor;
   if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
     call.Finish(id.status());
@@ -47,7 +47,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerContext* ctx,
                                                         const v1::ServerInfoRequest* /*request*/,
                                                         v1::ServerInfoResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ServerInfo", ""};
+  Call call{&env_, ctx->DefaultReactor(), "ServerInfo", ""};
   if (!call.Admit()) return call.reactor;
   if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
     call.Finish(id.status());

@@ -1,7 +1,7 @@
 // Shared-memory regions: RegisterRegion (claiming a ticket from the region socket),
 // UnregisterRegion and ListRegions. Each acts only on the caller's own regions.
 #include "absl/strings/str_cat.h"
-#include "server/calls/unary_call.h"
+#include "server/calls/call.h"
 #include "server/data/regions.h"
 #include "server/v1/service.h"
 
@@ -26,15 +26,14 @@ absl::Status RegionsOff() {
 grpc::ServerUnaryReactor* TensorServiceImpl::RegisterRegion(
     grpc::CallbackServerContext* ctx, const v1::RegisterRegionRequest* request,
     v1::RegionInfo* response) {
-  auto call = std::make_shared<UnaryCall>(UnaryCall{&env_, ctx->DefaultReactor(),
-                                                    "RegisterRegion", ""});
+  auto call = std::make_shared<Call>(&env_, ctx->DefaultReactor(), "RegisterRegion", "");
   if (!call->Admit()) return call->reactor;
   auto id = env_.auth->Identify(*ctx);
   if (!id.ok()) {
     call->Finish(id.status());
     return call->reactor;
   }
-  if (env_.regions == nullptr) {
+  if (env_.regions == nullptr || env_.regions->address().empty()) {
     call->Finish(RegionsOff());
     return call->reactor;
   }
@@ -54,7 +53,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::RegisterRegion(
 grpc::ServerUnaryReactor* TensorServiceImpl::UnregisterRegion(
     grpc::CallbackServerContext* ctx, const v1::UnregisterRegionRequest* request,
     v1::UnregisterRegionResponse* /*response*/) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "UnregisterRegion", ""};
+  Call call{&env_, ctx->DefaultReactor(), "UnregisterRegion", ""};
   if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
   if (!id.ok()) {
@@ -70,7 +69,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::UnregisterRegion(
 grpc::ServerUnaryReactor* TensorServiceImpl::ListRegions(
     grpc::CallbackServerContext* ctx, const v1::ListRegionsRequest* /*request*/,
     v1::ListRegionsResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "ListRegions", ""};
+  Call call{&env_, ctx->DefaultReactor(), "ListRegions", ""};
   if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
   if (!id.ok()) {

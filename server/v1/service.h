@@ -10,7 +10,7 @@
 
 namespace tc::server {
 
-struct UnaryCall;
+class Call;
 
 // Compute and ComputeStream read their requests as bytes, parsed by ParseRequest
 // (server/parse.h) so that a request that does not parse gets a status saying why; their

@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/chunk_wire.h"
 #include "server/calls/reactor.h"
-#include "server/calls/unary_call.h"
+#include "server/calls/call.h"
 #include "server/pipeline/codec.h"
 #include "server/pipeline/parse.h"
 #include "server/v1/service.h"
@@ -118,7 +118,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
           return s;
         }
       }
-      received_ += view_.storage_bytes;
+      call_.received += view_.storage_bytes;
       got_ = view_.storage_bytes;
       return d.Write(*lane_, *storage_, 0, t.data().data(), view_.storage_bytes);
     }
@@ -150,7 +150,7 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
         at += p.bytes;
       }
     }
-    received_ += len;
+    call_.received += len;
     got_ += len;
     return storage_->device().WritePieces(*lane_, *storage_, offset, pieces);
   }
@@ -272,7 +272,7 @@ class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc
           const int64_t at = (k - 1) * chunk;
           const int64_t len = std::min(chunk, length - at);
           grpc::Slice data(static_cast<size_t>(len));
-          sent_ += len;
+          call_.sent += len;
           auto s = tensor_->storage->device().Read(*lane_, *tensor_->storage, begin + at,
                                                    const_cast<uint8_t*>(data.begin()), len);
           if (!s.ok()) return s;
@@ -300,7 +300,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* TensorServiceImpl::Download(
 grpc::ServerUnaryReactor* TensorServiceImpl::Release(grpc::CallbackServerContext* ctx,
                                                      const v1::ReleaseRequest* request,
                                                      v1::ReleaseResponse* response) {
-  UnaryCall call{&env_, ctx->DefaultReactor(), "Release", ""};
+  Call call{&env_, ctx->DefaultReactor(), "Release", ""};
   if (!call.Admit()) return call.reactor;
   auto id = env_.auth->Identify(*ctx);
   if (!id.ok()) {

@@ -9,6 +9,7 @@ import argparse
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -715,6 +716,71 @@ class KServeV2SharedMemoryLimitsTest(unittest.TestCase):
         details = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.SystemSharedMemoryStatus,
                             v2.SystemSharedMemoryStatusRequest(name="x" * 65536), timeout=10)
         self.assertLess(len(details), 512)
+
+
+class KServeV2OneRegistryTest(unittest.TestCase):
+    """KServe v2's shared memory and tensorcompute.v1's regions are one registry: one quota of
+    regions per client across every kind, one count in ServerInfo, one name per region; v1's
+    region calls do not see system shared memory, which only KServe requests name."""
+
+    def test_one_registry(self):
+        proc, target = start_server(ARGS.server, f"--backend={ARGS.backend}",
+                                    "--system_shared_memory", "--region_max_count=2")
+        shm = shared_memory.SharedMemory(create=True, size=1 << 12)
+        sock = None
+        fd = -1
+        try:
+            channel = grpc.insecure_channel(target)
+            stub = v2_grpc.GRPCInferenceServiceStub(channel)
+            v1 = pb_grpc.TensorServiceStub(channel)
+            before = v1.ServerInfo(pb.ServerInfoRequest(), timeout=10)
+            stub.SystemSharedMemoryRegister(v2.SystemSharedMemoryRegisterRequest(
+                name="a", key="/" + shm.name, byte_size=1 << 12), timeout=10)
+            info = v1.ServerInfo(pb.ServerInfoRequest(), timeout=10)
+            self.assertEqual(info.regions, before.regions + 1)
+            self.assertEqual(info.shared_memory_bytes, before.shared_memory_bytes + (1 << 12))
+            self.assertEqual(len(v1.ListRegions(pb.ListRegionsRequest(), timeout=10).regions), 0)
+            # One name, one region: the name is taken for both kinds.
+            details = rpc_error(self, grpc.StatusCode.ALREADY_EXISTS,
+                                stub.SystemSharedMemoryRegister,
+                                v2.SystemSharedMemoryRegisterRequest(
+                                    name="a", key="/" + shm.name, byte_size=16), timeout=10)
+            self.assertIn("already registered", details)
+            # A memfd region over the socket takes the client's second place...
+            fd = os.memfd_create("tc-one-registry", os.MFD_ALLOW_SEALING)
+            os.ftruncate(fd, 1 << 12)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            address = info.region_socket
+            sock.connect("\0" + address[1:] if address.startswith("@") else address)
+            socket.send_fds(sock, [b"register"], [fd])
+            reply = sock.recv(256).decode()
+            self.assertTrue(reply.startswith("ticket "), reply)
+            region = v1.RegisterRegion(pb.RegisterRegionRequest(ticket=reply.split()[1]),
+                                       timeout=10)
+            self.assertEqual(len(v1.ListRegions(pb.ListRegionsRequest(), timeout=10).regions), 1)
+            # ...and a third, of either kind, is past the quota.
+            details = rpc_error(self, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                stub.SystemSharedMemoryRegister,
+                                v2.SystemSharedMemoryRegisterRequest(
+                                    name="b", key="/" + shm.name, byte_size=16), timeout=10)
+            self.assertIn("quota", details)
+            v1.UnregisterRegion(pb.UnregisterRegionRequest(region=region.region), timeout=10)
+            stub.SystemSharedMemoryRegister(v2.SystemSharedMemoryRegisterRequest(
+                name="b", key="/" + shm.name, byte_size=16), timeout=10)
+            stub.SystemSharedMemoryUnregister(v2.SystemSharedMemoryUnregisterRequest(),
+                                              timeout=10)
+            after = v1.ServerInfo(pb.ServerInfoRequest(), timeout=10)
+            self.assertEqual(after.regions, before.regions)
+            self.assertEqual(after.shared_memory_bytes, before.shared_memory_bytes)
+            channel.close()
+        finally:
+            if sock is not None:
+                sock.close()
+            if fd >= 0:
+                os.close(fd)
+            shm.close()
+            shm.unlink()
+            self.assertEqual(stop_server(proc), 0)
 
 
 class _CudaDriver:

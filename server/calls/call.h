@@ -1,0 +1,90 @@
+// One call, however it is answered: every handler and reactor of both front doors makes one.
+// It is counted in flight under the drain from Enter (or Admit) until it is destroyed, so
+// work it still holds finishes before the server stops; it is finished exactly once, with its
+// metrics; and its outcome goes to the responder it was made with: a unary reactor's Finish,
+// a response converted first (ModelInfer), one response of a stream (ModelStreamInfer), or a
+// streaming reactor's Finish (PooledReactor).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "grpcpp/support/server_callback.h"
+#include "server/calls/grpc_status.h"
+#include "server/pipeline/service_env.h"
+
+namespace tc::server {
+
+class Call {
+ public:
+  using Responder = std::function<void(const absl::Status&)>;
+
+  // `method`: the name the metrics record it under; null for one that records nothing of its
+  // own (a stream whose requests are each a call).
+  Call(const ServiceEnv* env, const char* method, std::string op, Responder respond)
+      : env_(env), method_(method), op_(std::move(op)), respond_(std::move(respond)) {}
+  // Answers a unary reactor.
+  Call(const ServiceEnv* env, grpc::ServerUnaryReactor* reactor, const char* method,
+       std::string op)
+      : Call(env, method, std::move(op),
+             [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); }) {
+    this->reactor = reactor;
+  }
+  ~Call() {
+    if (entered_) env_->life->Leave();
+  }
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  // Counts the call in flight; false (nothing counted) once the server drains.
+  bool Enter() {
+    entered_ = env_->life->Enter();
+    return entered_;
+  }
+  // Enter, or finish the call UNAVAILABLE.
+  bool Admit() {
+    if (Enter()) return true;
+    Finish(ShuttingDown());
+    return false;
+  }
+
+  // Records the call and hands `s` to the responder, the first time only: false after.
+  bool Finish(const absl::Status& s) {
+    if (finished_.exchange(true, std::memory_order_acq_rel)) return false;
+    if (method_ != nullptr) {
+      env_->metrics->RecordCall(method_, op_, absl::StatusCodeToString(s.code()),
+                                absl::Now() - start_);
+      env_->metrics->AddBytes(method_, received.load(), sent.load());
+    }
+    Responder respond = std::move(respond_);
+    respond_ = nullptr;
+    respond(s);
+    return true;
+  }
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+
+  // The op label the metrics give it, where it is known only once the request is read.
+  void set_op(std::string op) { op_ = std::move(op); }
+
+  // The unary reactor it answers; null for the others.
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  // Tensor bytes received and sent, for the metrics.
+  std::atomic<int64_t> received{0};
+  std::atomic<int64_t> sent{0};
+
+ private:
+  const ServiceEnv* env_;
+  const char* method_;
+  std::string op_;
+  const absl::Time start_ = absl::Now();
+  Responder respond_;
+  bool entered_ = false;
+  std::atomic<bool> finished_{false};
+};
+
+}  // namespace tc::server
