@@ -13,42 +13,22 @@ Storage::~Storage() { device_->Free(data_, bytes_, tag_); }
 
 Device::Device(DeviceInfo info, int64_t budget, const DeviceOptions& options)
     : info_(std::move(info)),
-      budget_(budget),
-      memory_wait_(options.memory_wait),
-      inject_fault_at_run_(options.inject_fault_at_run) {}
+      memory_(budget, options.memory_wait),
+      fault_(options.inject_fault_at_run) {}
 
 absl::Status Device::Charge(int64_t n, absl::Time deadline) {
-  auto over_budget = [&] {
+  return memory_.Charge(n, deadline, [&] {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device ", info_.index, " (", info_.kind, ") has no room for ", FormatBytes(n), ": ",
-        FormatBytes(memory_in_use()), " of its ", FormatBytes(budget_), " budget in use"));
-  };
-  if (n > budget_) return over_budget();
-  const absl::Time until = std::min(deadline, absl::Now() + memory_wait_);
-  std::unique_lock<std::mutex> lock(mu_);
-  // Counted first, so concurrent requests never overshoot the budget together.
-  while (in_use_.load(std::memory_order_relaxed) + n > budget_) {
-    const absl::Time now = absl::Now();
-    if (now >= until) return over_budget();
-    freed_.wait_for(lock, absl::ToChronoNanoseconds(until - now));
-  }
-  const int64_t used = in_use_.fetch_add(n, std::memory_order_relaxed) + n;
-  if (used > peak_.load(std::memory_order_relaxed)) peak_.store(used, std::memory_order_relaxed);
-  return absl::OkStatus();
-}
-
-void Device::Uncharge(int64_t n) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    in_use_.fetch_sub(n, std::memory_order_relaxed);
-  }
-  freed_.notify_all();
+        FormatBytes(memory_in_use()), " of its ", FormatBytes(memory_budget()),
+        " budget in use"));
+  });
 }
 
 absl::StatusOr<std::shared_ptr<void>> Device::Reserve(int64_t bytes, absl::Time deadline) {
   if (bytes < 0) return absl::InvalidArgumentError("negative reservation size");
   if (absl::Status s = Charge(bytes, deadline); !s.ok()) return s;
-  return std::shared_ptr<void>(this, [bytes](Device* d) { d->Uncharge(bytes); });
+  return std::shared_ptr<void>(this, [bytes](Device* d) { d->memory_.Uncharge(bytes); });
 }
 
 absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time deadline,
@@ -60,7 +40,7 @@ absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time
   void* tag = nullptr;
   absl::StatusOr<std::byte*> p = RawAllocate(n, zero, lane, &tag);
   if (!p.ok()) {
-    Uncharge(n);
+    memory_.Uncharge(n);
     if (absl::IsResourceExhausted(p.status())) {
       return absl::ResourceExhaustedError(absl::StrCat("device ", info_.index, " (", info_.kind,
                                                        ") is out of memory allocating ",
@@ -75,36 +55,18 @@ absl::StatusOr<StoragePtr> Device::Allocate(int64_t bytes, bool zero, absl::Time
 
 void Device::Free(std::byte* p, int64_t bytes, void* tag) {
   RawFree(p, bytes, tag);
-  Uncharge(bytes);
+  memory_.Uncharge(bytes);
 }
 
 absl::Status Device::health() const {
   if (!failed()) return absl::OkStatus();
-  std::lock_guard<std::mutex> lock(failure_mu_);
   return absl::UnavailableError(absl::StrCat("device ", info_.index, " (", info_.kind,
                                              ") has failed and needs a server restart: ",
-                                             failure_.message()));
+                                             health_.failure().message()));
 }
 
 void Device::MarkFailed(const absl::Status& why) {
-  {
-    std::lock_guard<std::mutex> lock(failure_mu_);
-    if (failed_.load(std::memory_order_relaxed)) return;
-    failure_ = why;
-    failed_.store(true, std::memory_order_release);
-  }
-  if (on_failure_) on_failure_(*this, why);
-}
-
-bool Device::TryAdmit(int limit) {
-  int cur = in_flight_.load(std::memory_order_relaxed);
-  while (cur < limit) {
-    if (in_flight_.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) {
-      admitted_.fetch_add(1, std::memory_order_relaxed);
-      return true;
-    }
-  }
-  return false;
+  if (health_.MarkFailed(why) && on_failure_) on_failure_(*this, why);
 }
 
 absl::Status Device::CopyFromDevice(Lane& /*lane*/, Storage& dst, int64_t offset,

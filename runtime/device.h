@@ -1,15 +1,16 @@
-// The runtime's view of where tensors live and ops run: a Device owns memory (accounted against
-// a budget), lanes (CUDA streams: one request's copies and kernels run in order on one), and
-// runs prepared ops asynchronously. The CPU device runs the same engine on host memory.
+// The runtime's view of where tensors live and ops run. A Device is the engine's interface to
+// one place that computes (lanes, copies, runs: what a backend implements) together with
+// what the server keeps for it whatever the backend: its memory budget (memory_budget.h),
+// the requests admitted to it (admission.h) and whether it still serves (health.h). The CPU
+// device runs the same engine on host memory.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "kernels/engine.h"
+#include "runtime/admission.h"
+#include "runtime/health.h"
+#include "runtime/memory_budget.h"
 
 namespace tc::runtime {
 
@@ -128,6 +132,8 @@ class Device {
   // outlive the device.
   absl::StatusOr<std::shared_ptr<void>> Reserve(int64_t bytes, absl::Time deadline);
 
+  // --- The engine: lanes, copies, runs (what a backend implements).
+
   virtual std::unique_ptr<Lane> AcquireLane() = 0;
   // Host -> storage: returns once `src` may be reused; the bytes arrive in lane order (Sync
   // waits for them).
@@ -205,11 +211,13 @@ class Device {
                    std::byte* out, std::function<void(absl::Status)> done,
                    ReadBack read_back = {}) = 0;
 
+  // --- What the server keeps for the device, whatever its backend.
+
   // A device that hit an error it cannot recover from (on a GPU, a sticky CUDA error after
   // which its context is unusable) fails every later request with UNAVAILABLE and this
   // status's message; memory still comes back as requests and handles go. OK while usable.
   absl::Status health() const;
-  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failed() const { return health_.failed(); }
   // Records the first unrecoverable error and tells the listener (once, on the thread that
   // saw the error, with no lock held).
   void MarkFailed(const absl::Status& why);
@@ -218,17 +226,20 @@ class Device {
     on_failure_ = std::move(f);
   }
 
-  int64_t memory_budget() const { return budget_; }
-  int64_t memory_in_use() const { return in_use_.load(std::memory_order_relaxed); }
-  int64_t memory_peak() const { return peak_.load(std::memory_order_relaxed); }
+  int64_t memory_budget() const { return memory_.limit(); }
+  int64_t memory_in_use() const { return memory_.in_use(); }
+  int64_t memory_peak() const { return memory_.peak(); }
 
   // Requests admitted to this device and not finished: placement and the per-device limit.
-  int in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
-  // Admits one request unless `limit` are in flight already.
-  bool TryAdmit(int limit);
+  int in_flight() const { return admissions_.in_flight(); }
+  // Admits one request unless `limit` are in flight already; its slot comes back when the
+  // Admission goes. Empty (nothing admitted) at the limit.
+  std::optional<Admission> TryAdmit(int limit) {
+    if (!admissions_.TryAdmit(limit)) return std::nullopt;
+    return Admission(&admissions_);
+  }
   // Requests admitted so far.
-  int64_t admitted() const { return admitted_.load(std::memory_order_relaxed); }
-  void Leave() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+  int64_t admitted() const { return admissions_.admitted(); }
 
  protected:
   // The raw allocator: RESOURCE_EXHAUSTED when the memory is not there, any other error when
@@ -238,10 +249,7 @@ class Device {
                                                  void** tag) = 0;
   virtual void RawFree(std::byte* p, int64_t bytes, void* tag) = 0;
   // Counts a run; true for the one run where a test asked for a fault.
-  bool InjectFaultNow() {
-    return inject_fault_at_run_ > 0 &&
-           runs_.fetch_add(1, std::memory_order_relaxed) + 1 == inject_fault_at_run_;
-  }
+  bool InjectFaultNow() { return fault_.Now(); }
   // For the CPU device, the budget default and the info come from the subclass.
   DeviceInfo info_;
 
@@ -250,44 +258,12 @@ class Device {
   void Free(std::byte* p, int64_t bytes, void* tag);
   // Counts n bytes in use, waiting for room until `deadline` (at most the memory wait).
   absl::Status Charge(int64_t n, absl::Time deadline);
-  void Uncharge(int64_t n);
 
-  int64_t budget_;
-  absl::Duration memory_wait_;
-  std::atomic<int64_t> in_use_{0};
-  std::atomic<int64_t> peak_{0};
-  std::atomic<int> in_flight_{0};
-  std::atomic<int64_t> admitted_{0};
-  const int64_t inject_fault_at_run_;
-  std::atomic<int64_t> runs_{0};
-  std::atomic<bool> failed_{false};
-  mutable std::mutex failure_mu_;
-  absl::Status failure_;
+  MemoryBudget memory_;
+  AdmissionCount admissions_;
+  Health health_;
+  FaultInjection fault_;
   std::function<void(const Device&, const absl::Status&)> on_failure_;
-  std::mutex mu_;
-  std::condition_variable freed_;
-};
-
-// Admission for one request on one device: releases its slot when it goes.
-class Admission {
- public:
-  Admission() = default;
-  explicit Admission(Device* d) : device_(d) {}
-  Admission(Admission&& o) noexcept : device_(o.device_) { o.device_ = nullptr; }
-  Admission& operator=(Admission&& o) noexcept {
-    if (this != &o) {
-      if (device_ != nullptr) device_->Leave();
-      device_ = o.device_;
-      o.device_ = nullptr;
-    }
-    return *this;
-  }
-  ~Admission() {
-    if (device_ != nullptr) device_->Leave();
-  }
-
- private:
-  Device* device_ = nullptr;
 };
 
 // The devices a server uses. Requests go to the least loaded one unless resident inputs pin

@@ -230,12 +230,14 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     }
   }
   if (absl::Status h = job->device_->health(); !h.ok()) return h;
-  if (!job->device_->TryAdmit(limits.max_concurrent_per_device)) {
+  std::optional<runtime::Admission> admitted =
+      job->device_->TryAdmit(limits.max_concurrent_per_device);
+  if (!admitted) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device ", job->device_->info().index, " is busy: ", limits.max_concurrent_per_device,
         " requests in flight; retry later"));
   }
-  job->admission_ = runtime::Admission(job->device_);
+  job->admission_ = *std::move(admitted);
   job->lane_ = job->device_->AcquireLane();
 
   // Inputs that lie on another device: their bytes copied here.

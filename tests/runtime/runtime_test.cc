@@ -49,12 +49,17 @@ TEST(DeviceSetTest, LeastLoadedPicksFewestInFlight) {
   devices.push_back(MakeCpu({}));
   devices.push_back(MakeCpu({}));
   runtime::DeviceSet set(std::move(devices));
-  ASSERT_TRUE(set.at(0).TryAdmit(1));
-  EXPECT_EQ(&set.LeastLoaded(), &set.at(1));
-  EXPECT_FALSE(set.at(0).TryAdmit(1));  // The limit holds.
-  set.at(0).Leave();
-  EXPECT_TRUE(set.at(0).TryAdmit(1));
-  set.at(0).Leave();
+  {
+    std::optional<runtime::Admission> first = set.at(0).TryAdmit(1);
+    ASSERT_TRUE(first.has_value());
+    EXPECT_EQ(set.at(0).in_flight(), 1);
+    EXPECT_EQ(&set.LeastLoaded(), &set.at(1));
+    EXPECT_FALSE(set.at(0).TryAdmit(1).has_value());  // The limit holds.
+  }
+  // The slot came back with the admission.
+  EXPECT_EQ(set.at(0).in_flight(), 0);
+  EXPECT_TRUE(set.at(0).TryAdmit(1).has_value());
+  EXPECT_EQ(set.at(0).admitted(), 2);
 }
 
 }  // namespace
