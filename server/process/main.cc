@@ -67,6 +67,9 @@ void RaiseDescriptorLimit() {
 
 }  // namespace
 
+// How long gRPC's Shutdown may take once calls are cancelled, before the process exits anyway.
+constexpr int kShutdownBoundSeconds = 3;
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tensorcompute gRPC server. Flags also read TENSORCOMPUTE_<FLAG>.");
   tc::server::ApplyEnvironment();
@@ -276,7 +279,18 @@ int main(int argc, char** argv) {
   }
   // Nothing of ours is left in flight: gRPC gets a second to close what it still holds open
   // (without the bound, an idle client connection kept Shutdown waiting 15 s), then cancels.
+  // Cancelled calls finish as their reactors see it; should one never finish, gRPC's
+  // Shutdown would wait for it forever: the process goes anyway a few seconds later.
+  static std::atomic<bool> shut_down{false};
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(kShutdownBoundSeconds));
+    if (shut_down.load()) return;
+    Log(absl::StrCat("calls still not finished ", kShutdownBoundSeconds,
+                     " s after they were cancelled: exiting without them"));
+    std::_Exit(2);
+  }).detach();
   server->Shutdown(std::min(grace_end, std::chrono::system_clock::now() + std::chrono::seconds(1)));
+  shut_down.store(true);
   request_pool.reset();
   if (!unix_socket.empty()) unlink(unix_socket.c_str());
   Log("stopped");
