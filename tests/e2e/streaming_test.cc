@@ -472,25 +472,40 @@ TEST(LimitsTest, MemoryBudgetQuotaAndConcurrency) {
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_TRUE(client.Release({second->tensor().handle()}).ok());
 
-  // One request at a time: a stream holding the device makes the next one wait its turn.
+  // One request at a time per device: with a stream holding each device, the next request
+  // is refused as busy (however many devices the server has).
+  auto info = client.ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const int devices = info->devices_size();
+  ASSERT_GT(devices, 0);
   auto stub = v1::TensorService::NewStub(
       grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  auto stream = stub->ComputeStream(&ctx);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::ComputeStreamRequest,
+                                                       v1::TensorStreamMessage>>>
+      streams;
   const v1::ComputeStreamRequest header =
       testing::StreamHeader("neg", v1::float32, 4, 4);
-  ASSERT_TRUE(stream->Write(header));
-  // The stream's header has been handled once its input's storage is taken.
-  for (int i = 0; i < 200 && server.MemoryInUse() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int d = 0; d < devices; ++d) {
+    const int64_t before = server.MemoryInUse();
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    streams.push_back(stub->ComputeStream(contexts.back().get()));
+    ASSERT_TRUE(streams.back()->Write(header));
+    // The stream's header has been handled (and its device admitted it) once its input's
+    // storage is taken: the next one goes to a device still free.
+    for (int i = 0; i < 200 && server.MemoryInUse() == before; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_GT(server.MemoryInUse(), before);
   }
-  EXPECT_GT(server.MemoryInUse(), 0);
   auto busy = client.Compute("neg", {Floats({1}, {1.0f})});
   EXPECT_EQ(busy.status().code(), absl::StatusCode::kResourceExhausted) << busy.status();
   EXPECT_NE(busy.status().message().find("busy"), std::string::npos) << busy.status();
-  ctx.TryCancel();
-  grpc::Status held = stream->Finish();
-  EXPECT_EQ(held.error_code(), grpc::StatusCode::CANCELLED) << held.error_message();
+  for (int d = 0; d < devices; ++d) {
+    contexts[d]->TryCancel();
+    grpc::Status held = streams[d]->Finish();
+    EXPECT_EQ(held.error_code(), grpc::StatusCode::CANCELLED) << held.error_message();
+  }
   server.ExpectMemoryBackTo(0);
   auto after = client.Compute("neg", {Floats({1}, {1.0f})});
   EXPECT_TRUE(after.ok()) << after.status();

@@ -17,6 +17,11 @@ ServerProcess::ServerProcess(const std::string& binary, const std::vector<std::s
   port_file_ = std::string(dir) + "/port";
   std::vector<std::string> args = {binary, "--address=127.0.0.1", "--port=0",
                                    "--port_file=" + port_file_, "--metrics_port=0"};
+  // $TC_TEST_CPU_DEVICES: the CPU backend split into that many devices, so that the suite
+  // runs as against a server of several GPUs (a test's own flags come after, and win).
+  if (const char* n = std::getenv("TC_TEST_CPU_DEVICES"); n != nullptr) {
+    args.push_back(std::string("--test_cpu_devices=") + n);
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = fork();
   if (pid_ == 0) {
