@@ -11,6 +11,8 @@
 // as NumPy's and PyTorch's out=. The expression cases (expr_*) are one PrepareExpression
 // (parse, type, plan) and one fused run, against NumPy's and PyTorch's ops one by one (with
 // out= temporaries) and numexpr's evaluate() of the same expression.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -71,6 +73,51 @@ struct Case {
   // Instead of `op`: an expression over the inputs.
   std::string expr;
 };
+
+// What the figures ran on: the CPU's model (with its family and model numbers, which tell
+// microarchitectures apart where the name does not), its vector features and cache sizes.
+std::string MachineLine() {
+  std::string name = "unknown CPU", family, model;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name") name = value;
+    if (key == "cpu family") family = value;
+    if (key == "model") model = value;
+    if (key.empty()) break;  // the first processor's block ends
+  }
+  std::string features;
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  const std::pair<const char*, bool> flags[] = {
+      {"sse4.2", __builtin_cpu_supports("sse4.2")}, {"avx", __builtin_cpu_supports("avx")},
+      {"avx2", __builtin_cpu_supports("avx2")},     {"fma", __builtin_cpu_supports("fma")},
+      {"f16c", __builtin_cpu_supports("f16c")},     {"avx512f", __builtin_cpu_supports("avx512f")},
+      {"avx512dq", __builtin_cpu_supports("avx512dq")},
+      {"avx512bw", __builtin_cpu_supports("avx512bw")},
+      {"avx512vl", __builtin_cpu_supports("avx512vl")}};
+  for (const auto& [flag, has] : flags) {
+    if (has) features += std::string(features.empty() ? "" : " ") + flag;
+  }
+#endif
+  // As glibc reads them from the CPU (cpuid), which virtual machines pass through where they
+  // hide the kernel's cache topology.
+  std::string caches;
+  const std::pair<const char*, int> levels[] = {{"L1d", _SC_LEVEL1_DCACHE_SIZE},
+                                                {"L2", _SC_LEVEL2_CACHE_SIZE},
+                                                {"L3", _SC_LEVEL3_CACHE_SIZE}};
+  for (const auto& [level, which] : levels) {
+    const long bytes = sysconf(which);
+    if (bytes > 0) caches += " " + std::string(level) + " " + std::to_string(bytes >> 10) + " KiB";
+  }
+  return name + " (family " + family + " model " + model + "), " +
+         std::to_string(std::thread::hardware_concurrency()) + " hardware threads; " +
+         (features.empty() ? "no vector extensions past SSE2" : features) + ";" + caches;
+}
 
 }  // namespace
 }  // namespace tc
@@ -229,11 +276,12 @@ int main(int argc, char** argv) {
     }
     table << buf;
   }
-  std::printf("threads=%d reps=%d rounds=%d (%s)\n%s", threads, reps, rounds, versions.c_str(),
-              table.str().c_str());
+  const std::string machine = MachineLine();
+  std::printf("cpu: %s\nthreads=%d reps=%d rounds=%d (%s)\n%s", machine.c_str(), threads, reps,
+              rounds, versions.c_str(), table.str().c_str());
   if (!markdown.empty()) {
     std::ofstream md(markdown);
-    md << "CPU backend, " << threads << " threads; per case the median over " << rounds
+    md << "CPU: " << machine << ".\n\nCPU backend, " << threads << " threads; per case the median over " << rounds
        << " rounds of the median of " << reps << " calls; " << versions
        << ". Ratios above 1 mean tensorcompute is faster.\n\n" << table.str();
   }
