@@ -96,7 +96,7 @@ std::string MachineLine() {
   const std::pair<const char*, bool> flags[] = {
       {"sse4.2", __builtin_cpu_supports("sse4.2")}, {"avx", __builtin_cpu_supports("avx")},
       {"avx2", __builtin_cpu_supports("avx2")},     {"fma", __builtin_cpu_supports("fma")},
-      {"f16c", __builtin_cpu_supports("f16c")},     {"avx512f", __builtin_cpu_supports("avx512f")},
+      {"avx512f", __builtin_cpu_supports("avx512f")},
       {"avx512dq", __builtin_cpu_supports("avx512dq")},
       {"avx512bw", __builtin_cpu_supports("avx512bw")},
       {"avx512vl", __builtin_cpu_supports("avx512vl")}};
