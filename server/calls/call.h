@@ -66,7 +66,6 @@ class Call {
     respond(s);
     return true;
   }
-  bool finished() const { return finished_.load(std::memory_order_acquire); }
 
   // The op label the metrics give it, where it is known only once the request is read.
   void set_op(std::string op) { op_ = std::move(op); }

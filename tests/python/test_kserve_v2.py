@@ -733,18 +733,19 @@ class KServeV2OneRegistryTest(unittest.TestCase):
             channel = grpc.insecure_channel(target)
             stub = v2_grpc.GRPCInferenceServiceStub(channel)
             v1 = pb_grpc.TensorServiceStub(channel)
+
+            def register(name, byte_size):
+                return stub.SystemSharedMemoryRegister(v2.SystemSharedMemoryRegisterRequest(
+                    name=name, key="/" + shm.name, byte_size=byte_size), timeout=10)
+
             before = v1.ServerInfo(pb.ServerInfoRequest(), timeout=10)
-            stub.SystemSharedMemoryRegister(v2.SystemSharedMemoryRegisterRequest(
-                name="a", key="/" + shm.name, byte_size=1 << 12), timeout=10)
+            register("a", 1 << 12)
             info = v1.ServerInfo(pb.ServerInfoRequest(), timeout=10)
             self.assertEqual(info.regions, before.regions + 1)
             self.assertEqual(info.shared_memory_bytes, before.shared_memory_bytes + (1 << 12))
             self.assertEqual(len(v1.ListRegions(pb.ListRegionsRequest(), timeout=10).regions), 0)
             # One name, one region: the name is taken for both kinds.
-            details = rpc_error(self, grpc.StatusCode.ALREADY_EXISTS,
-                                stub.SystemSharedMemoryRegister,
-                                v2.SystemSharedMemoryRegisterRequest(
-                                    name="a", key="/" + shm.name, byte_size=16), timeout=10)
+            details = rpc_error(self, grpc.StatusCode.ALREADY_EXISTS, register, "a", 16)
             self.assertIn("already registered", details)
             # A memfd region over the socket takes the client's second place...
             fd = os.memfd_create("tc-one-registry", os.MFD_ALLOW_SEALING)
@@ -759,14 +760,10 @@ class KServeV2OneRegistryTest(unittest.TestCase):
                                        timeout=10)
             self.assertEqual(len(v1.ListRegions(pb.ListRegionsRequest(), timeout=10).regions), 1)
             # ...and a third, of either kind, is past the quota.
-            details = rpc_error(self, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                stub.SystemSharedMemoryRegister,
-                                v2.SystemSharedMemoryRegisterRequest(
-                                    name="b", key="/" + shm.name, byte_size=16), timeout=10)
+            details = rpc_error(self, grpc.StatusCode.RESOURCE_EXHAUSTED, register, "b", 16)
             self.assertIn("quota", details)
             v1.UnregisterRegion(pb.UnregisterRegionRequest(region=region.region), timeout=10)
-            stub.SystemSharedMemoryRegister(v2.SystemSharedMemoryRegisterRequest(
-                name="b", key="/" + shm.name, byte_size=16), timeout=10)
+            register("b", 16)
             stub.SystemSharedMemoryUnregister(v2.SystemSharedMemoryUnregisterRequest(),
                                               timeout=10)
             after = v1.ServerInfo(pb.ServerInfoRequest(), timeout=10)
