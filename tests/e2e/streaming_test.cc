@@ -471,6 +471,9 @@ TEST(LimitsTest, MemoryBudgetQuotaAndConcurrency) {
   second = client.Upload(Floats({m}, std::vector<float>(m, 3.0f)));
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_TRUE(client.Release({second->tensor().handle()}).ok());
+  // A release returns before the storage is freed: wait for it, so the count below starts
+  // from nothing but the streams' own inputs.
+  server.ExpectMemoryBackTo(0);
 
   // One request at a time per device: with a stream holding each device, the next request
   // is refused as busy (however many devices the server has).
