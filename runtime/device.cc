@@ -9,7 +9,20 @@
 
 namespace tc::runtime {
 
+Storage::Storage(Device* device, std::byte* data, int64_t bytes, void* tag)
+    : device_(device), data_(data), bytes_(bytes), tag_(tag), generation_(device->generation()) {}
+
 Storage::~Storage() { device_->Free(data_, bytes_, tag_); }
+
+absl::Status Storage::usable() const {
+  if (absl::Status h = device_->health(); !h.ok()) return h;
+  if (generation_ != device_->generation()) {
+    return absl::UnavailableError(absl::StrCat(
+        "device ", device_->info().index, " (", device_->info().kind,
+        ") failed and started over since these bytes were stored: they were lost with it"));
+  }
+  return absl::OkStatus();
+}
 
 Device::Device(DeviceInfo info, int64_t budget, const DeviceOptions& options)
     : info_(std::move(info)),
@@ -60,13 +73,20 @@ void Device::Free(std::byte* p, int64_t bytes, void* tag) {
 
 absl::Status Device::health() const {
   if (!failed()) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat("device ", info_.index, " (", info_.kind,
-                                             ") has failed and needs a server restart: ",
-                                             health_.failure().message()));
+  return absl::UnavailableError(absl::StrCat(
+      "device ", info_.index, " (", info_.kind, ") has failed and ",
+      recovers() ? "is starting over in a new worker process" : "needs a server restart", ": ",
+      health_.failure().message()));
 }
 
 void Device::MarkFailed(const absl::Status& why) {
   if (health_.MarkFailed(why) && on_failure_) on_failure_(*this, why);
+}
+
+void Device::MarkRecovered() {
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  health_.Reset();
+  if (on_recovery_) on_recovery_(*this);
 }
 
 absl::Status Device::CopyFromDevice(Lane& /*lane*/, Storage& dst, int64_t offset,
@@ -104,6 +124,13 @@ int DeviceSet::usable() const {
   int n = 0;
   for (const auto& d : devices_) n += d->failed() ? 0 : 1;
   return n;
+}
+
+bool DeviceSet::needs_restart() const {
+  for (const auto& d : devices_) {
+    if (d->failed() && !d->recovers()) return true;
+  }
+  return false;
 }
 
 std::string FormatBytes(int64_t bytes) {

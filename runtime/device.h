@@ -32,8 +32,7 @@ class Device;
 class Storage {
  public:
   // `tag`: the device's note on how the memory was allocated, handed back when freeing it.
-  Storage(Device* device, std::byte* data, int64_t bytes, void* tag = nullptr)
-      : device_(device), data_(data), bytes_(bytes), tag_(tag) {}
+  Storage(Device* device, std::byte* data, int64_t bytes, void* tag = nullptr);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -41,12 +40,18 @@ class Storage {
   std::byte* data() const { return data_; }
   int64_t bytes() const { return bytes_; }
   Device& device() const { return *device_; }
+  // The device's health, or UNAVAILABLE where the device has started over since (a worker
+  // process replaced after a fault): these bytes went with the one before.
+  absl::Status usable() const;
+  // The device's generation the bytes belong to (Device::generation()).
+  int64_t generation() const { return generation_; }
 
  private:
   Device* device_;
   std::byte* data_;
   int64_t bytes_;
   void* tag_;
+  int64_t generation_;
 };
 using StoragePtr = std::shared_ptr<Storage>;
 
@@ -225,6 +230,17 @@ class Device {
   void set_failure_listener(std::function<void(const Device&, const absl::Status&)> f) {
     on_failure_ = std::move(f);
   }
+  // A device that can start over after a failure (one served by a worker process, replaced
+  // when it fails): true. Otherwise a failure lasts until the server restarts.
+  virtual bool recovers() const { return false; }
+  // The device serves again after a failure, as a new generation: storage of the ones before
+  // is lost (Storage::usable). Tells the recovery listener.
+  void MarkRecovered();
+  void set_recovery_listener(std::function<void(const Device&)> f) { on_recovery_ = std::move(f); }
+  // Times the device started over (0 for one that never did).
+  int64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  // The process that computes for the device (0: this one).
+  virtual int worker_pid() const { return 0; }
 
   int64_t memory_budget() const { return memory_.limit(); }
   int64_t memory_in_use() const { return memory_.in_use(); }
@@ -264,6 +280,8 @@ class Device {
   Health health_;
   FaultInjection fault_;
   std::function<void(const Device&, const absl::Status&)> on_failure_;
+  std::function<void(const Device&)> on_recovery_;
+  std::atomic<int64_t> generation_{0};
 };
 
 // The devices a server uses. Requests go to the least loaded one unless resident inputs pin
@@ -280,6 +298,9 @@ class DeviceSet {
   Device& LeastLoaded() const;
   // Devices that have not failed.
   int usable() const;
+  // Whether a device has failed that only a server restart brings back (one without a worker
+  // process to replace).
+  bool needs_restart() const;
 
  private:
   std::vector<std::unique_ptr<Device>> devices_;

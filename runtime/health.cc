@@ -16,4 +16,10 @@ bool Health::MarkFailed(const absl::Status& why) {
   return true;
 }
 
+void Health::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  failure_ = absl::OkStatus();
+  failed_.store(false, std::memory_order_release);
+}
+
 }  // namespace tc::runtime

@@ -20,6 +20,8 @@ class Health {
   // Records the first unrecoverable error; true for that first one only (the caller tells
   // whoever listens, with no lock held).
   bool MarkFailed(const absl::Status& why);
+  // Usable again (a device whose worker process was replaced).
+  void Reset();
 
  private:
   std::atomic<bool> failed_{false};

@@ -104,6 +104,8 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   }
   program->types = *std::move(types);
   program->canonical = Canonical(e);
+  program->source = std::string(text);
+  program->input_names = names;
   const NodeType& root = program->types.back();
   program->out_dtype = out;
 

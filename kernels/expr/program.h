@@ -25,6 +25,10 @@ struct Program {
   std::vector<NodeType> types;
   // Canonical() of the expression, for caches and messages.
   std::string canonical;
+  // The text and input names it was prepared from (to prepare it again elsewhere: a worker
+  // process).
+  std::string source;
+  std::vector<std::string> input_names;
   // Operand 0 the output, then the inputs in request order.
   Iteration space;
   // The output's dtype (the root's, or the one the request asked for) and the inputs'.

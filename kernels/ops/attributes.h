@@ -49,6 +49,8 @@ class Attrs {
   bool Bool(absl::string_view name) const;
   DType Type(absl::string_view name) const;
   const std::string& String(absl::string_view name) const;
+  // Every value, defaults included (absent optional ones as monostate).
+  const AttrMap& values() const { return values_; }
 
  private:
   const AttrValue& Get(absl::string_view name) const;

@@ -115,8 +115,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerLive(grpc::CallbackServerC
                                                            const inf::ServerLiveRequest*,
                                                            inf::ServerLiveResponse* response) {
   // Like the standard health service's server-wide status (the liveness probe): false once a
-  // device has failed, since only a restart brings it back; no token needed.
-  response->set_live(env_.devices->usable() == env_.devices->size());
+  // device has failed that only a restart brings back; no token needed.
+  response->set_live(!env_.devices->needs_restart());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -163,7 +163,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
   response->add_extensions("model_configuration");
   if (system_shm_) response->add_extensions("system_shared_memory");
   bool gpu = false;
-  for (int i = 0; i < env_.devices->size(); ++i) gpu = gpu || !env_.devices->at(i).host_memory();
+  for (int i = 0; i < env_.devices->size(); ++i) {
+    gpu = gpu || env_.devices->at(i).info().kind == "cuda";
+  }
   if (gpu && env_.regions != nullptr) response->add_extensions("cuda_shared_memory");
   call.Finish(absl::OkStatus());
   return call.reactor;

@@ -281,9 +281,9 @@ absl::Status ComputeJob::PlaceByInputs(runtime::Device* out_device) {
     const auto [lo, hi] = spans[i];
     // An input without elements reads nothing: it neither fails nor places the request.
     if (hi == lo) continue;
-    if (absl::Status h = d->health(); !h.ok()) {
-      return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
-    }
+    // A resident tensor is lost with the device that held it, even one that started over.
+    const absl::Status h = resident_[i] != nullptr ? resident_[i]->storage->usable() : d->health();
+    if (!h.ok()) return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
     auto it = std::find_if(bytes_on.begin(), bytes_on.end(),
                            [d](const auto& e) { return e.first == d; });
     if (it == bytes_on.end()) it = bytes_on.insert(bytes_on.end(), {d, 0});

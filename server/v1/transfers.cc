@@ -237,7 +237,7 @@ class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc
       FinishOnce(absl::FailedPreconditionError("an upload into this tensor is still in progress"));
       return;
     }
-    if (absl::Status h = tensor_->storage->device().health(); !h.ok()) {
+    if (absl::Status h = tensor_->storage->usable(); !h.ok()) {
       FinishOnce(h);
       return;
     }
