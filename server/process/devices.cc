@@ -11,6 +11,7 @@
 #include "runtime/cpu_device.h"
 #include "server/process/flags.h"
 #include "server/process/log.h"
+#include "server/worker/remote_device.h"
 #if TC_WITH_CUDA
 #include "runtime/cuda_device.h"
 #endif
@@ -45,10 +46,64 @@ runtime::DeviceOptions DeviceOptionsFromFlags() {
   return o;
 }
 
+// The options of device `index`: a fault injected only where asked, and only into the
+// first worker of a device (a restarted one serves).
+runtime::DeviceOptions OptionsFor(int index) {
+  runtime::DeviceOptions o = DeviceOptionsFromFlags();
+  if (!FaultInjectedOn(index) || absl::GetFlag(FLAGS_worker_generation) > 0) {
+    o.inject_fault_at_run = 0;
+  }
+  return o;
+}
+
+// CPU part `index` of --test_cpu_devices (the whole CPU with one part).
+std::unique_ptr<runtime::Device> MakeCpuPart(int index) {
+  const int parts = absl::GetFlag(FLAGS_test_cpu_devices);
+  if (parts < 1 || parts > 16) Fail("--test_cpu_devices must be between 1 and 16");
+  int threads = absl::GetFlag(FLAGS_cpu_threads);
+  runtime::DeviceOptions o = OptionsFor(index);
+  if (parts > 1) {
+    if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, threads / parts);
+    if (o.memory_budget == 0) o.memory_budget = runtime::PhysicalMemoryBytes() / 2 / parts;
+  }
+  return std::make_unique<runtime::CpuDevice>(threads, o, index);
+}
+
+// Device `index` computed for by a worker process of its own.
+absl::StatusOr<std::unique_ptr<runtime::Device>> StartWorker(
+    const std::vector<std::string>& server_args, const std::string& backend, int index,
+    const runtime::DeviceOptions& options) {
+  worker::WorkerLaunch launch;
+  launch.server_args = server_args;
+  launch.server_args.push_back(absl::StrCat("--backend=", backend));
+  launch.index = index;
+  auto d = worker::RemoteDevice::Start(launch, options);
+  if (!d.ok()) return d.status();
+  Log(absl::StrCat("device ", index, ": worker pid ", (*d)->worker_pid()));
+  return std::unique_ptr<runtime::Device>(*std::move(d));
+}
+
 }  // namespace
 
+std::unique_ptr<runtime::Device> MakeWorkerDevice() {
+  const std::string choice = absl::GetFlag(FLAGS_backend);
+  const int index = absl::GetFlag(FLAGS_worker_device);
+#if TC_WITH_CUDA
+  if (choice == "cuda") {
+    runtime::DeviceOptions o = OptionsFor(index);
+    auto d = runtime::CudaDevice::Create(index, o);
+    if (!d.ok()) Fail(absl::StrCat("device ", index, ": ", d.status().message()), 1);
+    return *std::move(d);
+  }
+#endif
+  if (choice != "cpu") Fail(absl::StrCat("worker: no backend '", choice, "'"), 1);
+  return MakeCpuPart(index);
+}
+
 std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevices(
-    const std::string& choice) {
+    const std::string& choice, const std::vector<std::string>& server_args) {
+  const bool workers = absl::GetFlag(FLAGS_device_workers);
   if (choice != "auto" && choice != "cpu" && choice != "cuda") {
     Fail(absl::StrCat("--backend must be auto, cpu or cuda, not '", choice, "'"));
   }
@@ -78,6 +133,12 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
       if (!FaultInjectedOn(i)) o.inject_fault_at_run = 0;
       // Two devices on one GPU report their places in the list instead.
       if (absl::GetFlag(FLAGS_test_shared_gpu)) o.report_index = static_cast<int>(devices.size());
+      if (workers) {
+        auto w = StartWorker(server_args, "cuda", i, o);
+        if (!w.ok()) Fail(absl::StrCat("device ", i, ": ", w.status().message()), 1);
+        devices.push_back(*std::move(w));
+        continue;
+      }
       auto d = runtime::CudaDevice::Create(i, o);
       if (!d.ok()) {
         failure = std::string(d.status().message());
@@ -99,6 +160,7 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
       devices.push_back(*std::move(d));
     }
     if (!devices.empty()) {
+      // (Workers' GPUs reach each other through the host.)
       runtime::CudaDevice::ConnectPeers(gpus);
       for (const auto& d : devices) {
         if (devices.size() < 2) break;
@@ -122,22 +184,20 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
 #endif
   const int parts = absl::GetFlag(FLAGS_test_cpu_devices);
   if (parts < 1 || parts > 16) Fail("--test_cpu_devices must be between 1 and 16");
-  int threads = absl::GetFlag(FLAGS_cpu_threads);
-  runtime::DeviceOptions o = options;
-  if (parts > 1) {
-    if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());
-    threads = std::max(1, threads / parts);
-    if (o.memory_budget == 0) o.memory_budget = runtime::PhysicalMemoryBytes() / 2 / parts;
-  }
   for (int i = 0; i < parts; ++i) {
-    runtime::DeviceOptions oi = o;
-    if (!FaultInjectedOn(i)) oi.inject_fault_at_run = 0;
-    devices.push_back(std::make_unique<runtime::CpuDevice>(threads, oi, i));
+    if (workers) {
+      auto w = StartWorker(server_args, "cpu", i, options);
+      if (!w.ok()) Fail(absl::StrCat("device ", i, ": ", w.status().message()), 1);
+      devices.push_back(*std::move(w));
+    } else {
+      devices.push_back(MakeCpuPart(i));
+    }
   }
   Log(absl::StrCat("backend: cpu (", std::thread::hardware_concurrency(),
                    " hardware threads, budget ",
                    runtime::FormatBytes(devices[0]->memory_budget()),
-                   parts > 1 ? absl::StrCat(" each of ", parts, " devices") : "", ")"));
+                   parts > 1 ? absl::StrCat(" each of ", parts, " devices") : "",
+                   workers ? ", each in a worker process" : "", ")"));
   return {std::move(devices), "cpu"};
 }
 

@@ -36,6 +36,15 @@ ABSL_FLAG(bool, test_shared_gpu, false,
 ABSL_FLAG(int, test_cpu_devices, 1,
           "Test only: split the CPU backend into this many devices (threads and budget "
           "divided), so that several devices can be tested without GPUs.");
+ABSL_FLAG(bool, device_workers, false,
+          "Each device computes in a worker process of its own behind this one, which keeps "
+          "the port, tensors, regions and admission: a GPU fault (which ends every CUDA "
+          "context of its process) then fails only that device's requests and tensors, and a "
+          "new worker takes its place after a backoff.");
+ABSL_FLAG(int, worker_fd, -1, "Internal: run as the worker of one device on this descriptor.");
+ABSL_FLAG(int, worker_device, 0, "Internal: the device a worker computes for.");
+ABSL_FLAG(int64_t, worker_generation, 0, "Internal: how many workers of the device came before.");
+ABSL_FLAG(int, worker_parent, 0, "Internal: the server process a worker belongs to.");
 ABSL_FLAG(int, cpu_threads, 0, "Threads of the CPU backend; 0: one per hardware thread.");
 ABSL_FLAG(int, request_threads, 8,
           "Threads that decode, copy and plan requests (kernels run on the devices).");

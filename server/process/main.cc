@@ -2,6 +2,7 @@
 // and tokens (security.h) and gauges (gauges.h) are made here, the services started, and a
 // signal drains them.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +14,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -38,6 +41,7 @@
 #include "server/process/metrics.h"
 #include "server/process/security.h"
 #include "server/v1/service.h"
+#include "server/worker/worker.h"
 
 namespace {
 
@@ -72,8 +76,16 @@ constexpr int kShutdownBoundSeconds = 3;
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("tensorcompute gRPC server. Flags also read TENSORCOMPUTE_<FLAG>.");
+  // The arguments a device's worker process starts with (besides its own).
+  const std::vector<std::string> server_args(argv + 1, argv + argc);
   tc::server::ApplyEnvironment();
   absl::ParseCommandLine(argc, argv);
+  if (const int fd = absl::GetFlag(FLAGS_worker_fd); fd >= 0) {
+    // A device's worker: it goes with the server that started it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != absl::GetFlag(FLAGS_worker_parent)) return 1;
+    return tc::server::worker::WorkerMain(fd, tc::server::MakeWorkerDevice());
+  }
 
   // Signals are taken synchronously by this thread (sigwait), so block them before any other
   // thread starts: every thread inherits the mask.
@@ -100,32 +112,40 @@ int main(int argc, char** argv) {
   }
   const int max_rank = absl::GetFlag(FLAGS_max_rank);
   if (max_rank < 0 || max_rank > tc::kMaxRank) Fail("--max_rank must be between 0 and 8");
-  auto [device_list, backend_name] = tc::server::MakeDevices(absl::GetFlag(FLAGS_backend));
+  auto [device_list, backend_name] =
+      tc::server::MakeDevices(absl::GetFlag(FLAGS_backend), server_args);
   tc::runtime::DeviceSet devices(std::move(device_list));
-  // A device that fails for good fails its own requests (UNAVAILABLE) and nothing else. Health
-  // then tells an orchestrator two things: the server as a whole (service "", the liveness
-  // probe) is NOT_SERVING, because only a restart brings the device back; the services
-  // (readiness) stay SERVING while any device works, so traffic keeps flowing at reduced
-  // capacity until the restart drains it. With no device left they turn NOT_SERVING too.
+  // A device that fails fails its own requests (UNAVAILABLE) and nothing else. Health then
+  // tells an orchestrator two things. The server as a whole (service "", the liveness probe)
+  // turns NOT_SERVING where only a restart brings the device back; a device with a worker
+  // process of its own (--device_workers) comes back by itself, so liveness stays SERVING.
+  // The services (readiness) stay SERVING while any device works, so traffic keeps flowing at
+  // reduced capacity; with no device left they turn NOT_SERVING too, until one is back.
   std::atomic<grpc::HealthCheckServiceInterface*> health_service{nullptr};
-  const auto publish_failures = [&devices](grpc::HealthCheckServiceInterface* h) {
-    if (devices.usable() == devices.size()) return;
-    h->SetServingStatus("", false);
-    if (devices.usable() == 0) {
-      h->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), false);
-      h->SetServingStatus(inference::GRPCInferenceService::service_full_name(), false);
-    }
+  std::mutex health_mu;
+  const auto publish_health = [&devices, &health_mu](grpc::HealthCheckServiceInterface* h) {
+    std::lock_guard<std::mutex> lock(health_mu);
+    const bool any = devices.usable() > 0;
+    h->SetServingStatus("", !devices.needs_restart());
+    h->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), any);
+    h->SetServingStatus(inference::GRPCInferenceService::service_full_name(), any);
   };
   for (int i = 0; i < devices.size(); ++i) {
     devices.at(i).set_failure_listener(
-        [&health_service, &devices, publish_failures](const tc::runtime::Device& d,
-                                                     const absl::Status& why) {
+        [&health_service, &devices, publish_health](const tc::runtime::Device& d,
+                                                    const absl::Status& why) {
           const int left = devices.usable();
           Log(absl::StrCat("device ", d.info().index, " (", d.info().kind, ") failed: ",
                            why.ToString(), "; ", left, " of ", devices.size(),
-                           " device(s) still serve; health: server NOT_SERVING (restart)",
+                           " device(s) still serve; health: server ",
+                           devices.needs_restart() ? "NOT_SERVING (restart)"
+                                                   : "SERVING (a new worker takes its place)",
                            left > 0 ? ", services SERVING" : ", services NOT_SERVING"));
-          if (auto* h = health_service.load()) publish_failures(h);
+          if (auto* h = health_service.load()) publish_health(h);
+        });
+    devices.at(i).set_recovery_listener(
+        [&health_service, publish_health](const tc::runtime::Device&) {
+          if (auto* h = health_service.load()) publish_health(h);
         });
   }
   auto request_pool = std::make_unique<tc::ThreadPool>(absl::GetFlag(FLAGS_request_threads));
@@ -240,12 +260,9 @@ int main(int argc, char** argv) {
     Log(absl::StrCat("shared-memory regions registered on unix socket ", at));
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  health->SetServingStatus(tensorcompute::v1::TensorService::service_full_name(), true);
-  health->SetServingStatus(inference::GRPCInferenceService::service_full_name(), true);
-  health->SetServingStatus(true);
   health_service.store(health);
-  // A failure before the store above has been logged but not yet reported.
-  publish_failures(health);
+  // (Failures before the store above have been logged but not yet reported.)
+  publish_health(health);
   Log(absl::StrCat("serving tensorcompute.v1.TensorService and inference.GRPCInferenceService on ",
                    absl::GetFlag(FLAGS_address),
                    ":", bound_port, unix_socket.empty() ? "" : " and unix:", unix_socket));

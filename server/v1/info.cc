@@ -74,6 +74,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
     di->set_uuid(d.info().uuid);
     for (int peer : d.info().peers) di->add_peer_devices(peer);
     di->set_requests_total(d.admitted());
+    di->set_worker_pid(d.worker_pid());
+    di->set_restarts(d.generation());
   }
   v1::Limits* l = response->mutable_limits();
   l->set_max_message_bytes(o.max_message_bytes);

@@ -5,11 +5,13 @@
 // on different devices runs on one of them with the others' bytes copied there (views with
 // offsets and negative strides included); a device that fails for good fails only its own
 // requests, and health, ServerInfo and the KServe v2 liveness and readiness say so.
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -79,6 +81,116 @@ class MultiDeviceTest : public ::testing::Test {
     devices_ = info->devices_size();
     shared_gpu_ = devices_ >= 2 && !info->devices(0).uuid().empty() &&
                   info->devices(0).uuid() == info->devices(1).uuid();
+    workers_ = devices_ >= 1 && info->devices(0).worker_pid() != 0;
+  }
+
+  // Device 1's worker fails (as `fail` makes it) while 16 clients keep calling, cross-device
+  // requests among them: only its requests fail, every result that comes back is right, and
+  // a new worker takes its place without a server restart. Device 0's worker is untouched,
+  // tensors it holds stay usable, those device 1 held are lost with the old worker, and
+  // health stays SERVING throughout (liveness included: nothing needs a restart).
+  void FailOneWorker(const std::function<void(int pid)>& fail) {
+    auto on0 = first_->UploadWith(OnDevice(0), Floats({1, 2}));
+    auto on1 = first_->UploadWith(OnDevice(1), Floats({3, 4}));
+    ASSERT_TRUE(on0.ok() && on1.ok()) << on0.status() << " " << on1.status();
+    auto before = first_->ServerInfo();
+    ASSERT_TRUE(before.ok()) << before.status();
+    const int pid0 = before->devices(0).worker_pid();
+    const int pid1 = before->devices(1).worker_pid();
+    ASSERT_GT(pid1, 0);
+    ASSERT_NE(pid0, pid1);
+
+    LoadMixOptions m;
+    m.target = server_->target();
+    m.clients = 16;
+    m.weights[static_cast<int>(testing::LoadKind::kSmall)] = 4;
+    m.weights[static_cast<int>(testing::LoadKind::kResident)] = 1;
+    m.weights[static_cast<int>(testing::LoadKind::kCross)] = 1;
+    m.resident_elements = int64_t{1} << 14;
+    m.allowed = {absl::StatusCode::kInternal, absl::StatusCode::kUnavailable};
+    LoadMix load(m);
+    load.Start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    fail(pid1);
+    // Failed, then back: a new worker, the failure cleared.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    bool back = false;
+    while (!back && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto info = first_->ServerInfo();
+      ASSERT_TRUE(info.ok()) << info.status();
+      back = info->devices(1).restarts() >= 1 && info->devices(1).failure().empty();
+    }
+    ASSERT_TRUE(back) << "device 1 did not come back";
+    // Load goes on over both devices for a while.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    load.Stop();
+    const LoadMixReport r = load.report();
+    std::printf("%s\n", r.Summary().c_str());
+    EXPECT_EQ(r.unexpected, 0) << r.Summary();
+    EXPECT_EQ(r.wrong, 0);
+    EXPECT_GT(r.ok[static_cast<int>(testing::LoadKind::kCross)], 0) << r.Summary();
+
+    auto info = first_->ServerInfo();
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->devices(0).worker_pid(), pid0);
+    EXPECT_EQ(info->devices(0).restarts(), 0);
+    EXPECT_EQ(info->devices(0).failure(), "");
+    EXPECT_NE(info->devices(1).worker_pid(), pid1);
+    EXPECT_GT(info->devices(1).worker_pid(), 0);
+    EXPECT_EQ(info->devices(1).restarts(), 1);
+    std::printf("device 1: worker %d replaced by %d\n", pid1, info->devices(1).worker_pid());
+
+    v1::Tensor t0, t1;
+    t0.set_handle(on0->tensor().handle());
+    t1.set_handle(on1->tensor().handle());
+    auto ok = first_->Compute("neg", {t0});
+    ASSERT_TRUE(ok.ok()) << ok.status();
+    EXPECT_EQ(Values(*ok), (std::vector<float>{-1, -2}));
+    auto lost = first_->Compute("add", {t0, t1});
+    EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
+    EXPECT_NE(lost.status().message().find("device 1"), absl::string_view::npos) << lost.status();
+    auto lost_download = first_->Download(on1->tensor().handle());
+    EXPECT_EQ(lost_download.status().code(), absl::StatusCode::kUnavailable)
+        << lost_download.status();
+    EXPECT_TRUE(first_->Release({on1->tensor().handle()}).ok());
+
+    // Device 1 serves again: tensors kept there, computed on, across devices too.
+    std::mt19937 rng(7);
+    const std::vector<float> x = Random(1000, rng), y = Random(1000, rng);
+    auto a = second_->UploadWith(OnDevice(1), Floats(x));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->device(), 1);
+    auto b = second_->UploadWith(OnDevice(0), Floats(y));
+    ASSERT_TRUE(b.ok()) << b.status();
+    v1::Tensor ta, tb;
+    ta.set_handle(a->tensor().handle());
+    tb.set_handle(b->tensor().handle());
+    for (const auto& inputs : {std::vector<v1::Tensor>{ta, ta}, std::vector<v1::Tensor>{ta, tb}}) {
+      auto sum = second_->Compute("add", inputs);
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      const std::vector<float> got = Values(*sum);
+      ASSERT_EQ(got.size(), x.size());
+      const bool twice = inputs[1].handle() == ta.handle();
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(got[i], x[i] + (twice ? x[i] : y[i])) << "at " << i;
+      }
+    }
+
+    auto server = first_->Health();
+    auto service = first_->Health(v1::TensorService::service_full_name());
+    ASSERT_TRUE(server.ok() && service.ok());
+    EXPECT_EQ(*server, "SERVING");
+    EXPECT_EQ(*service, "SERVING");
+    auto stub = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    inference::ServerLiveResponse live;
+    ASSERT_TRUE(stub->ServerLive(&ctx, {}, &live).ok());
+    EXPECT_TRUE(live.live());
+    const int status = server_->Terminate(25);
+    ASSERT_TRUE(WIFEXITED(status)) << "no clean exit after the fault: " << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0);
   }
 
   std::unique_ptr<Client> NewClient() {
@@ -94,10 +206,14 @@ class MultiDeviceTest : public ::testing::Test {
   int devices_ = 0;
   // Devices 0 and 1 are one GPU (--test_shared_gpu): a fault on one fails both.
   bool shared_gpu_ = false;
+  // Each device computes in a worker process of its own (--device_workers).
+  bool workers_ = false;
 };
 
 #define SKIP_WITH_ONE_DEVICE()                                                     \
   if (devices_ < 2) GTEST_SKIP() << "the server has " << devices_ << " device(s)"
+#define SKIP_WITHOUT_WORKERS() \
+  if (!workers_) GTEST_SKIP() << "devices compute in the server's process (no --device_workers)"
 
 TEST_F(MultiDeviceTest, ListsEveryDeviceAndSpreadsRequests) {
   Start();
@@ -221,6 +337,7 @@ TEST_F(MultiDeviceTest, OneDeviceFailingFailsOnlyItsRequests) {
   Start({"--test_inject_device_fault_at_run=150", "--test_inject_device_fault_devices=1"});
   SKIP_WITH_ONE_DEVICE();
   if (shared_gpu_) GTEST_SKIP() << "devices 0 and 1 share one GPU";
+  if (workers_) GTEST_SKIP() << "with a worker per device: AFaultingWorkerFailsAloneAndIsReplaced";
   auto on0 = first_->UploadWith(OnDevice(0), Floats({1, 2}));
   auto on1 = first_->UploadWith(OnDevice(1), Floats({3, 4}));
   ASSERT_TRUE(on0.ok() && on1.ok()) << on0.status() << " " << on1.status();
@@ -301,6 +418,22 @@ TEST_F(MultiDeviceTest, OneDeviceFailingFailsOnlyItsRequests) {
   const int status = server_->Terminate(25);
   ASSERT_TRUE(WIFEXITED(status)) << "no clean exit after the fault: " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// With a worker process per device (--device_workers): device 1 faults at its 150th run.
+TEST_F(MultiDeviceTest, AFaultingWorkerFailsAloneAndIsReplaced) {
+  Start({"--test_inject_device_fault_at_run=150", "--test_inject_device_fault_devices=1"});
+  SKIP_WITH_ONE_DEVICE();
+  SKIP_WITHOUT_WORKERS();
+  FailOneWorker([](int) {});
+}
+
+// With a worker process per device: device 1's worker is killed outright.
+TEST_F(MultiDeviceTest, AKilledWorkerFailsAloneAndIsReplaced) {
+  Start();
+  SKIP_WITH_ONE_DEVICE();
+  SKIP_WITHOUT_WORKERS();
+  FailOneWorker([](int pid) { ASSERT_EQ(kill(pid, SIGKILL), 0); });
 }
 
 }  // namespace

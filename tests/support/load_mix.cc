@@ -67,6 +67,7 @@ const char* LoadKindName(LoadKind k) {
     case LoadKind::kResident: return "resident";
     case LoadKind::kCancel: return "cancel";
     case LoadKind::kDeadline: return "deadline";
+    case LoadKind::kCross: return "cross";
   }
   return "?";
 }
@@ -214,6 +215,51 @@ void LoadMix::Worker(int index) {
             ++report_.wrong;
           }
         }
+        break;
+      }
+      case LoadKind::kCross: {
+        const int64_t n = options_.resident_elements + jitter(rng);
+        auto x = RandomFloats(rng, n);
+        auto y = RandomFloats(rng, n);
+        std::vector<std::string> handles;
+        auto cross = [&]() -> absl::Status {
+          v1::UploadHeader on0, on1;
+          on0.set_device(0);
+          on1.set_device(1);
+          start = absl::Now();
+          auto a = client.UploadWith(on0, FloatTensor(x));
+          if (!a.ok()) return Where(a.status(), "upload to device 0");
+          handles.push_back(a->tensor().handle());
+          start = absl::Now();
+          auto b = client.UploadWith(on1, FloatTensor(y));
+          // A server of one device has no device 1: both go to its one.
+          if (!b.ok() && b.status().code() == absl::StatusCode::kInvalidArgument) {
+            b = client.Upload(FloatTensor(y));
+          }
+          if (!b.ok()) return Where(b.status(), "upload to device 1");
+          handles.push_back(b->tensor().handle());
+          v1::ComputeRequest req;
+          req.set_op("add");
+          req.add_inputs()->set_handle(a->tensor().handle());
+          req.add_inputs()->set_handle(b->tensor().handle());
+          start = absl::Now();
+          auto sum = client.Compute(req);
+          if (!sum.ok()) return Where(sum.status(), "compute");
+          for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+          if (int64_t at = FirstMismatch(*sum, x); at >= 0) {
+            Unexpected(absl::StrCat("cross: wrong value at ", at));
+            std::lock_guard<std::mutex> lock(mu_);
+            ++report_.wrong;
+          }
+          return absl::OkStatus();
+        };
+        absl::Status st = cross();
+        if (!handles.empty()) {
+          start = absl::Now();
+          auto released = client.Release(handles);
+          if (!released.ok()) st.Update(Where(released.status(), "release"));
+        }
+        Count(kind, st, false, start);
         break;
       }
       case LoadKind::kResident: {

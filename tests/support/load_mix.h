@@ -22,15 +22,17 @@
 
 namespace tc::testing {
 
-enum class LoadKind { kSmall, kStreamed, kResident, kCancel, kDeadline };
-constexpr int kLoadKinds = 5;
+// kCross: two tensors kept on devices 0 and 1 (on a server of one device, both on it), added
+// by a request that runs on one of them with the other's bytes copied there.
+enum class LoadKind { kSmall, kStreamed, kResident, kCancel, kDeadline, kCross };
+constexpr int kLoadKinds = 6;
 const char* LoadKindName(LoadKind k);
 
 struct LoadMixOptions {
   std::string target;
   int clients = 16;
   // How often each kind is picked, relative to the others.
-  int weights[kLoadKinds] = {8, 1, 1, 0, 0};
+  int weights[kLoadKinds] = {8, 1, 1, 0, 0, 0};
   // float32 elements per input of a streamed request, and of a resident tensor.
   int64_t streamed_elements = int64_t{1} << 20;
   int64_t resident_elements = int64_t{1} << 18;

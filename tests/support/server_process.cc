@@ -22,6 +22,10 @@ ServerProcess::ServerProcess(const std::string& binary, const std::vector<std::s
   if (const char* n = std::getenv("TC_TEST_CPU_DEVICES"); n != nullptr) {
     args.push_back(std::string("--test_cpu_devices=") + n);
   }
+  // $TC_TEST_SERVER_FLAGS: more flags for every server, such as --device_workers.
+  if (const char* more = std::getenv("TC_TEST_SERVER_FLAGS"); more != nullptr) {
+    for (const std::string& f : SplitFlags(more)) args.push_back(f);
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   pid_ = fork();
   if (pid_ == 0) {

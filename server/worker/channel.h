@@ -1,0 +1,35 @@
+// One connection between the front door and a device's worker process: a SOCK_SEQPACKET
+// socket carrying one protobuf message per packet, optionally with descriptors (SCM_RIGHTS).
+#pragma once
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "google/protobuf/message_lite.h"
+
+namespace tc::server::worker {
+
+// The largest message (a Run with an expression's text and its views fits many times over).
+inline constexpr int kMaxPacketBytes = 256 << 10;
+
+class Channel {
+ public:
+  // Takes `fd`.
+  explicit Channel(int fd) : fd_(fd) {}
+  ~Channel();
+  Channel(const Channel&) = delete;
+  Channel& operator=(const Channel&) = delete;
+
+  int fd() const { return fd_; }
+  // UNAVAILABLE where the other end has gone.
+  absl::Status Send(const google::protobuf::MessageLite& m, const std::vector<int>& fds = {});
+  // The next message, and the descriptors that came with it (owned by the caller). UNAVAILABLE
+  // at the other end's close, INTERNAL for a packet that does not parse.
+  absl::Status Receive(google::protobuf::MessageLite* m, std::vector<int>* fds = nullptr);
+
+ private:
+  int fd_;
+  std::vector<char> buffer_;
+};
+
+}  // namespace tc::server::worker

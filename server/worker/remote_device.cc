@@ -1,0 +1,589 @@
+#include "server/worker/remote_device.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/expr/program.h"
+#include "server/process/log.h"
+#include "server/worker/channel.h"
+#include "tensorcompute/worker/worker.pb.h"
+
+extern char** environ;
+
+namespace tc::server::worker {
+
+namespace pb = ::tensorcompute::worker;
+
+namespace {
+
+// How long a worker's device may take to come up (a GPU's first context: seconds).
+constexpr int kStartTimeoutMs = 120000;
+// The wait before a new worker; doubled while workers keep failing soon after they start.
+constexpr absl::Duration kFirstBackoff = absl::Milliseconds(500);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(30);
+// A worker that served this long before failing starts the next one after the first backoff.
+constexpr absl::Duration kHealthyRun = absl::Seconds(60);
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                        ")");
+  }
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  return "stopped";
+}
+
+uint64_t Address(const std::byte* p) { return reinterpret_cast<uintptr_t>(p); }
+
+}  // namespace
+
+struct RemoteDevice::Worker {
+  pid_t pid = 0;
+  std::unique_ptr<Channel> control;
+  absl::Time started;
+  ~Worker() {
+    control.reset();  // The worker leaves when its control connection closes...
+    if (pid > 0) {
+      kill(pid, SIGKILL);  // ...and at once when told.
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+};
+
+struct RemoteDevice::Connection {
+  std::unique_ptr<Channel> channel;
+  std::byte* staging = nullptr;
+  int64_t staging_bytes = 0;
+  int64_t generation = 0;
+  std::mutex mu;
+  ~Connection() {
+    if (staging != nullptr) munmap(staging, static_cast<size_t>(staging_bytes));
+  }
+};
+
+namespace {
+
+class RemoteLane final : public runtime::Lane {
+ public:
+  RemoteLane(std::shared_ptr<RemoteDevice::Connection> c, std::function<void()> give_back)
+      : connection(std::move(c)), give_back_(std::move(give_back)) {}
+  ~RemoteLane() override { give_back_(); }
+  // Null where no worker could be reached: every call on the lane then fails.
+  std::shared_ptr<RemoteDevice::Connection> connection;
+
+ private:
+  std::function<void()> give_back_;
+};
+
+// Starts the worker process for `launch` (generation `generation`) and reads its Hello.
+absl::StatusOr<std::unique_ptr<RemoteDevice::Worker>> Spawn(const WorkerLaunch& launch,
+                                                            int64_t generation,
+                                                            pb::Hello* hello) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return absl::InternalError(absl::StrCat("socketpair: ", strerror(errno)));
+  }
+  // The worker's end becomes its descriptor 3 (a dup2 onto itself would keep close-on-exec).
+  int child_end = sv[1];
+  if (child_end == 3) {
+    child_end = fcntl(sv[1], F_DUPFD_CLOEXEC, 10);
+    close(sv[1]);
+  }
+  std::vector<std::string> args = {"tensorcompute-worker"};
+  args.insert(args.end(), launch.server_args.begin(), launch.server_args.end());
+  args.push_back("--worker_fd=3");
+  args.push_back(absl::StrCat("--worker_device=", launch.index));
+  args.push_back(absl::StrCat("--worker_generation=", generation));
+  args.push_back(absl::StrCat("--worker_parent=", getpid()));
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, child_end, 3);
+  pid_t pid = 0;
+  // The server's own binary, even where the file was replaced since it started.
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(child_end);
+  auto worker = std::make_unique<RemoteDevice::Worker>();
+  worker->control = std::make_unique<Channel>(sv[0]);
+  if (rc != 0) return absl::InternalError(absl::StrCat("starting a worker: ", strerror(rc)));
+  worker->pid = pid;
+  worker->started = absl::Now();
+  pollfd p{sv[0], POLLIN, 0};
+  if (poll(&p, 1, kStartTimeoutMs) <= 0) {
+    return absl::DeadlineExceededError("the worker's device did not come up in time");
+  }
+  if (absl::Status s = worker->control->Receive(hello); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("the worker stopped while starting: ", s.message()));
+  }
+  if (!hello->error().empty()) return absl::UnavailableError(hello->error());
+  return worker;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RemoteDevice>> RemoteDevice::Start(
+    const WorkerLaunch& launch, const runtime::DeviceOptions& options) {
+  pb::Hello hello;
+  auto worker = Spawn(launch, 0, &hello);
+  if (!worker.ok()) return worker.status();
+  std::unique_ptr<RemoteDevice> d(
+      new RemoteDevice(launch, *std::move(worker), hello.memory_budget(), options));
+  d->info_.kind = hello.kind();
+  d->info_.name = hello.name();
+  d->info_.index = hello.index();
+  d->info_.total_memory = hello.total_memory();
+  d->info_.multiprocessors = hello.multiprocessors();
+  d->info_.streams = hello.streams();
+  d->info_.uuid = hello.uuid();
+  d->tile_rule_ = static_cast<TileRule>(hello.tile_rule());
+  d->supervisor_ = std::thread([p = d.get()] { p->Supervise(); });
+  return d;
+}
+
+RemoteDevice::RemoteDevice(const WorkerLaunch& launch, std::unique_ptr<Worker> worker,
+                           int64_t budget, const runtime::DeviceOptions& options)
+    : Device(runtime::DeviceInfo{}, budget, options),
+      launch_(launch),
+      staging_bytes_(options.staging_bytes),
+      tile_rule_(TileRule::kDenseSameTypes),
+      worker_(std::move(worker)) {}
+
+RemoteDevice::~RemoteDevice() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (supervisor_.joinable()) supervisor_.join();
+  idle_.clear();
+  worker_.reset();
+}
+
+int RemoteDevice::worker_pid() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return worker_ != nullptr ? worker_->pid : 0;
+}
+
+absl::StatusOr<std::shared_ptr<RemoteDevice::Connection>> RemoteDevice::Take() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (worker_ == nullptr || failed()) {
+    absl::Status h = health();
+    return h.ok() ? absl::UnavailableError(absl::StrCat("device ", info_.index,
+                                                        " is starting a new worker"))
+                  : h;
+  }
+  if (!idle_.empty()) {
+    std::shared_ptr<Connection> c = std::move(idle_.back());
+    idle_.pop_back();
+    return c;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat("socketpair: ", strerror(errno)));
+  }
+  auto c = std::make_shared<Connection>();
+  c->channel = std::make_unique<Channel>(sv[0]);
+  c->generation = generation();
+  const int memfd = memfd_create("tensorcompute-staging", MFD_CLOEXEC);
+  void* p = MAP_FAILED;
+  if (memfd >= 0 && ftruncate(memfd, staging_bytes_) == 0) {
+    p = mmap(nullptr, static_cast<size_t>(staging_bytes_), PROT_READ | PROT_WRITE, MAP_SHARED,
+             memfd, 0);
+  }
+  if (p == MAP_FAILED) {
+    if (memfd >= 0) close(memfd);
+    close(sv[1]);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("staging buffer for a worker connection: ", strerror(errno)));
+  }
+  c->staging = static_cast<std::byte*>(p);
+  c->staging_bytes = staging_bytes_;
+  pb::Request connect;
+  connect.mutable_connect();
+  absl::Status sent = worker_->control->Send(connect, {sv[1], memfd});
+  close(sv[1]);
+  close(memfd);
+  if (!sent.ok()) return absl::UnavailableError(absl::StrCat("worker: ", sent.message()));
+  return c;
+}
+
+void RemoteDevice::Give(std::shared_ptr<Connection> c) const {
+  if (c == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Connections of a worker since replaced close here.
+  if (c->generation == generation() && !failed() && !stopping_) idle_.push_back(std::move(c));
+}
+
+void RemoteDevice::Lost(int64_t generation, const absl::Status& why) const {
+  if (generation != this->generation()) return;  // A worker since replaced.
+  const_cast<RemoteDevice*>(this)->MarkFailed(why);
+  wake_.notify_all();
+}
+
+absl::Status RemoteDevice::Call(Connection& c, const pb::Request& request,
+                                pb::Reply* reply) const {
+  absl::Status s;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    s = c.channel->Send(request);
+    if (s.ok()) s = c.channel->Receive(reply);
+  }
+  if (!s.ok()) {
+    Lost(c.generation, absl::UnavailableError(absl::StrCat("its worker process stopped (",
+                                                           s.message(), ")")));
+    const absl::Status h = health();
+    return h.ok() ? absl::UnavailableError(absl::StrCat("device ", info_.index,
+                                                        ": its worker process stopped"))
+                  : h;
+  }
+  absl::Status result(static_cast<absl::StatusCode>(reply->code()), reply->message());
+  if (reply->device_failed()) {
+    Lost(c.generation, result.ok() ? absl::InternalError("the device failed") : result);
+  }
+  return result;
+}
+
+std::unique_ptr<runtime::Lane> RemoteDevice::AcquireLane() {
+  auto c = Take();
+  std::shared_ptr<Connection> connection = c.ok() ? *std::move(c) : nullptr;
+  return std::make_unique<RemoteLane>(connection, [this, connection] { Give(connection); });
+}
+
+namespace {
+absl::StatusOr<RemoteDevice::Connection*> LaneConnection(runtime::Lane& lane,
+                                                         const runtime::Device& d) {
+  auto* c = static_cast<RemoteLane&>(lane).connection.get();
+  if (c == nullptr) {
+    absl::Status h = d.health();
+    if (h.ok()) h = absl::UnavailableError(absl::StrCat("device ", d.info().index,
+                                                        " is starting a new worker"));
+    return h;
+  }
+  return c;
+}
+}  // namespace
+
+absl::StatusOr<std::byte*> RemoteDevice::RawAllocate(int64_t bytes, bool zero,
+                                                     runtime::Lane* lane, void** tag) {
+  std::shared_ptr<Connection> own;
+  Connection* c = nullptr;
+  if (lane != nullptr) {
+    auto lc = LaneConnection(*lane, *this);
+    if (!lc.ok()) return lc.status();
+    c = *lc;
+  } else {
+    auto taken = Take();
+    if (!taken.ok()) return taken.status();
+    own = *std::move(taken);
+    c = own.get();
+  }
+  pb::Request request;
+  request.mutable_allocate()->set_bytes(bytes);
+  request.mutable_allocate()->set_zero(zero);
+  pb::Reply reply;
+  absl::Status s = Call(*c, request, &reply);
+  Give(std::move(own));
+  if (!s.ok()) return s;
+  // The tag is the generation the bytes belong to: a worker since replaced took them along.
+  *tag = reinterpret_cast<void*>(static_cast<uintptr_t>(c->generation));
+  return reinterpret_cast<std::byte*>(static_cast<uintptr_t>(reply.data()));
+}
+
+void RemoteDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* tag) {
+  if (static_cast<int64_t>(reinterpret_cast<uintptr_t>(tag)) != generation()) return;
+  auto c = Take();
+  if (!c.ok()) return;
+  pb::Request request;
+  request.mutable_free()->set_data(Address(p));
+  pb::Reply reply;
+  (void)Call(**c, request, &reply);
+  Give(*std::move(c));
+}
+
+absl::Status RemoteDevice::Write(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                                 const void* src, int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("write past the end of the storage");
+  }
+  auto c = LaneConnection(lane, *this);
+  if (!c.ok()) return c.status();
+  const auto* from = static_cast<const std::byte*>(src);
+  for (int64_t done = 0; done < n;) {
+    const int64_t m = std::min(n - done, (*c)->staging_bytes);
+    std::memcpy((*c)->staging, from + done, static_cast<size_t>(m));
+    pb::Request request;
+    auto* w = request.mutable_write();
+    w->set_data(Address(dst.data()));
+    w->set_offset(offset + done);
+    w->set_bytes(m);
+    pb::Reply reply;
+    if (absl::Status s = Call(**c, request, &reply); !s.ok()) return s;
+    done += m;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteDevice::Read(runtime::Lane& lane, const runtime::Storage& src, int64_t offset,
+                                void* dst, int64_t n) {
+  if (offset < 0 || n < 0 || offset > src.bytes() - n) {
+    return absl::OutOfRangeError("read past the end of the storage");
+  }
+  auto c = LaneConnection(lane, *this);
+  if (!c.ok()) return c.status();
+  auto* to = static_cast<std::byte*>(dst);
+  for (int64_t done = 0; done < n;) {
+    const int64_t m = std::min(n - done, (*c)->staging_bytes);
+    pb::Request request;
+    auto* r = request.mutable_read();
+    r->set_data(Address(src.data()));
+    r->set_offset(offset + done);
+    r->set_bytes(m);
+    pb::Reply reply;
+    if (absl::Status s = Call(**c, request, &reply); !s.ok()) return s;
+    std::memcpy(to + done, (*c)->staging, static_cast<size_t>(m));
+    done += m;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteDevice::ReadAddress(const std::byte* src, int64_t n, std::byte* dst) const {
+  auto c = Take();
+  if (!c.ok()) return c.status();
+  absl::Status s;
+  for (int64_t done = 0; done < n && s.ok();) {
+    const int64_t m = std::min(n - done, (*c)->staging_bytes);
+    pb::Request request;
+    auto* r = request.mutable_read();
+    r->set_data(Address(src));
+    r->set_offset(done);
+    r->set_bytes(m);
+    pb::Reply reply;
+    s = Call(**c, request, &reply);
+    if (s.ok()) std::memcpy(dst + done, (*c)->staging, static_cast<size_t>(m));
+    done += m;
+  }
+  Give(*std::move(c));
+  return s;
+}
+
+absl::Status RemoteDevice::CopyFromDevice(runtime::Lane& lane, runtime::Storage& dst,
+                                          int64_t offset, const runtime::Device& from,
+                                          const std::byte* src, int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("copy past the end of the storage");
+  }
+  auto c = LaneConnection(lane, *this);
+  if (!c.ok()) return c.status();
+  if (&from == this) {
+    pb::Request request;
+    auto* copy = request.mutable_copy();
+    copy->set_data(Address(dst.data()));
+    copy->set_offset(offset);
+    copy->set_src(Address(src));
+    copy->set_bytes(n);
+    pb::Reply reply;
+    return Call(**c, request, &reply);
+  }
+  const auto* other = dynamic_cast<const RemoteDevice*>(&from);
+  if (other == nullptr) return Device::CopyFromDevice(lane, dst, offset, from, src, n);
+  // Between workers: through the host, a staging buffer's worth at a time.
+  std::vector<std::byte> buffer(static_cast<size_t>(std::min(n, staging_bytes_)));
+  for (int64_t done = 0; done < n;) {
+    const int64_t m = std::min(n - done, static_cast<int64_t>(buffer.size()));
+    if (absl::Status s = other->ReadAddress(src + done, m, buffer.data()); !s.ok()) return s;
+    if (absl::Status s = Write(lane, dst, offset + done, buffer.data(), m); !s.ok()) return s;
+    done += m;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteDevice::Sync(runtime::Lane& lane) {
+  auto c = LaneConnection(lane, *this);
+  if (!c.ok()) return c.status();
+  pb::Request request;
+  request.mutable_sync();
+  pb::Reply reply;
+  return Call(**c, request, &reply);
+}
+
+void RemoteDevice::Run(runtime::Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
+                       std::byte* out, std::function<void(absl::Status)> done,
+                       runtime::ReadBack read_back) {
+  if (failed()) {
+    done(health());
+    return;
+  }
+  auto c = LaneConnection(lane, *this);
+  if (!c.ok()) {
+    done(c.status());
+    return;
+  }
+  if (read_back.bytes < 0 || read_back.bytes > (*c)->staging_bytes) {
+    done(absl::InternalError("read-back larger than the staging buffer"));
+    return;
+  }
+  pb::Request request;
+  Describe(op, inputs, &request);
+  auto* run = request.mutable_run();
+  run->set_out(Address(out));
+  run->set_read_back(read_back.bytes);
+  pb::Reply reply;
+  absl::Status s = Call(**c, request, &reply);
+  if (s.ok() && read_back.bytes > 0) {
+    std::memcpy(read_back.host, (*c)->staging, static_cast<size_t>(read_back.bytes));
+  }
+  done(s);
+}
+
+void RemoteDevice::Describe(const PreparedOp& op, const std::vector<TensorView>& inputs,
+                            pb::Request* request) {
+  auto* run = request->mutable_run();
+  if (op.expression != nullptr) {
+    run->set_expression(op.expression->source);
+    for (const std::string& name : op.expression->input_names) run->add_input_names(name);
+  } else {
+    run->set_op(op.op->spec.name);
+    for (const auto& [name, value] : op.attrs.values()) {
+      pb::Attr a;
+      if (const auto* f = std::get_if<double>(&value)) {
+        a.set_f(*f);
+      } else if (const auto* i = std::get_if<int64_t>(&value)) {
+        a.set_i(*i);
+      } else if (const auto* b = std::get_if<bool>(&value)) {
+        a.set_b(*b);
+      } else if (const auto* t = std::get_if<DType>(&value)) {
+        a.set_dtype(static_cast<int>(*t));
+      } else if (const auto* str = std::get_if<std::string>(&value)) {
+        a.set_s(*str);
+      } else {
+        continue;  // Absent: left out.
+      }
+      (*run->mutable_attrs())[name] = std::move(a);
+    }
+  }
+  run->set_out_dtype(static_cast<int>(op.plan.out_dtype));
+  for (int64_t s : op.plan.out_strides) run->add_out_strides(s);
+  for (const TensorView& v : inputs) {
+    pb::View* w = run->add_inputs();
+    w->set_dtype(static_cast<int>(v.dtype));
+    for (int64_t d : v.shape) w->add_shape(d);
+    for (int64_t s : v.strides) w->add_strides(s);
+    w->set_offset(v.offset);
+    w->set_data(Address(v.data));
+    w->set_storage_bytes(v.storage_bytes);
+  }
+}
+
+namespace {
+constexpr int64_t kSmallAlign = 256;
+int64_t AlignUp(int64_t n) { return (n + kSmallAlign - 1) / kSmallAlign * kSmallAlign; }
+}  // namespace
+
+bool RemoteDevice::TryRunSmall(runtime::Lane& lane, const PreparedOp& op,
+                               const std::vector<TensorView>& host_inputs, std::byte* host_out,
+                               std::function<void(absl::Status)>& done) {
+  auto c = LaneConnection(lane, *this);
+  if (!c.ok() || failed()) return false;
+  std::vector<int64_t> at;
+  int64_t total = 0;
+  for (const TensorView& v : host_inputs) {
+    at.push_back(total);
+    total += AlignUp(v.storage_bytes);
+  }
+  const int64_t out_at = total;
+  total += op.plan.out_storage_bytes;
+  if (total > (*c)->staging_bytes) return false;
+  pb::Request request;
+  Describe(op, host_inputs, &request);
+  auto* run = request.mutable_run();
+  for (size_t i = 0; i < host_inputs.size(); ++i) {
+    std::memcpy((*c)->staging + at[i], host_inputs[i].data,
+                static_cast<size_t>(host_inputs[i].storage_bytes));
+    run->mutable_inputs(static_cast<int>(i))->set_data(static_cast<uint64_t>(at[i]));
+  }
+  run->set_out(static_cast<uint64_t>(out_at));
+  run->set_small(true);
+  pb::Reply reply;
+  absl::Status s = Call(**c, request, &reply);
+  if (s.ok()) {
+    std::memcpy(host_out, (*c)->staging + out_at, static_cast<size_t>(op.plan.out_storage_bytes));
+  }
+  done(s);
+  return true;
+}
+
+void RemoteDevice::Supervise() {
+  absl::Duration backoff = kFirstBackoff;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(100));
+    if (stopping_) break;
+    if (!failed()) {
+      // A worker that stops while nothing is asked of it: its control connection closes.
+      if (worker_ == nullptr) continue;
+      pollfd p{worker_->control->fd(), POLLIN, 0};
+      if (poll(&p, 1, 0) > 0) {
+        const int pid = worker_->pid;
+        const int64_t g = generation();
+        lock.unlock();
+        Lost(g, absl::UnavailableError(
+                    absl::StrCat("its worker process (pid ", pid, ") stopped")));
+        lock.lock();
+      }
+      continue;
+    }
+    // Failed: replace the worker, after the backoff.
+    std::unique_ptr<Worker> old = std::move(worker_);
+    idle_.clear();
+    lock.unlock();
+    if (old != nullptr) {
+      const int pid = old->pid;
+      if (absl::Now() - old->started >= kHealthyRun) backoff = kFirstBackoff;
+      int status = 0;
+      kill(pid, SIGKILL);
+      const bool reaped = waitpid(pid, &status, 0) == pid;
+      old->pid = 0;
+      old.reset();
+      Log(absl::StrCat("device ", info_.index, ": worker pid ", pid, " ",
+                       reaped ? DescribeExit(status) : "gone", "; a new one starts in ",
+                       absl::FormatDuration(backoff)));
+    }
+    lock.lock();
+    wake_.wait_for(lock, absl::ToChronoMilliseconds(backoff), [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    pb::Hello hello;
+    auto fresh = Spawn(launch_, generation() + 1, &hello);
+    lock.lock();
+    backoff = std::min(backoff * 2, kMaxBackoff);
+    if (!fresh.ok()) {
+      Log(absl::StrCat("device ", info_.index, ": a new worker did not start: ",
+                       fresh.status().ToString()));
+      continue;
+    }
+    if (stopping_) break;
+    worker_ = *std::move(fresh);
+    // A new generation: connections and storage of the one before are gone with it.
+    MarkRecovered();
+    Log(absl::StrCat("device ", info_.index, " serves again (worker pid ", worker_->pid,
+                     ", restart ", generation(), ")"));
+  }
+}
+
+}  // namespace tc::server::worker

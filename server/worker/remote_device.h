@@ -1,0 +1,115 @@
+// A device computed for by a worker process of its own (worker.h), behind the front door. A
+// GPU fault ends every CUDA context of the process it happens in; with each GPU in its own
+// worker it ends only that worker: the device fails its own requests and tensors, the
+// others keep serving, and a new worker takes its place (after a backoff, while the device
+// reports its failure).
+//
+// What the server keeps for a device (its memory budget, admissions, health) stays here; the
+// engine's interface goes to the worker: storage addresses are the worker's, bytes move
+// through a staging buffer both processes map, and a run is prepared again in the worker from
+// the op (or expression), attributes, views and planned output the front door prepared it
+// from.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/device.h"
+
+namespace tensorcompute::worker {
+class Request;
+class Reply;
+}  // namespace tensorcompute::worker
+
+namespace tc::server::worker {
+
+class Channel;
+
+// How to start a worker: the server's own arguments (flags shared with the worker: backend,
+// budget, threads...), to which the worker's are added.
+struct WorkerLaunch {
+  std::vector<std::string> server_args;
+  // The device's place in the server's list: the GPU ordinal, or the CPU part.
+  int index = 0;
+};
+
+class RemoteDevice final : public runtime::Device {
+ public:
+  // Starts the worker and waits for its device to come up.
+  static absl::StatusOr<std::unique_ptr<RemoteDevice>> Start(const WorkerLaunch& launch,
+                                                             const runtime::DeviceOptions& options);
+  ~RemoteDevice() override;
+
+  bool host_memory() const override { return false; }
+  TileRule tile_rule() const override { return tile_rule_; }
+  bool recovers() const override { return true; }
+  int worker_pid() const override;
+
+  std::unique_ptr<runtime::Lane> AcquireLane() override;
+  absl::Status Write(runtime::Lane& lane, runtime::Storage& dst, int64_t offset, const void* src,
+                     int64_t n) override;
+  absl::Status CopyFromDevice(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                              const runtime::Device& from, const std::byte* src,
+                              int64_t n) override;
+  absl::Status Read(runtime::Lane& lane, const runtime::Storage& src, int64_t offset, void* dst,
+                    int64_t n) override;
+  absl::Status Sync(runtime::Lane& lane) override;
+  int64_t max_read_back() const override { return staging_bytes_; }
+  // Inputs and output through the staging buffer, in one round trip.
+  bool TryRunSmall(runtime::Lane& lane, const PreparedOp& op,
+                   const std::vector<TensorView>& host_inputs, std::byte* host_out,
+                   std::function<void(absl::Status)>& done) override;
+  int64_t max_small_bytes() const override { return staging_bytes_; }
+  void Run(runtime::Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
+           std::byte* out, std::function<void(absl::Status)> done,
+           runtime::ReadBack read_back = {}) override;
+
+  struct Connection;
+  struct Worker;
+
+ protected:
+  absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, runtime::Lane* lane,
+                                         void** tag) override;
+  void RawFree(std::byte* p, int64_t bytes, void* tag) override;
+
+ private:
+  RemoteDevice(const WorkerLaunch& launch, std::unique_ptr<Worker> worker, int64_t budget,
+               const runtime::DeviceOptions& options);
+
+  // A connection of the current worker: an idle one, else a new one.
+  absl::StatusOr<std::shared_ptr<Connection>> Take() const;
+  void Give(std::shared_ptr<Connection> c) const;
+  // `bytes` of device memory at `src` -> host, through a connection of this device's.
+  absl::Status ReadAddress(const std::byte* src, int64_t n, std::byte* dst) const;
+  // One request and its reply on `c`; a lost worker or a device fault marks the device failed.
+  absl::Status Call(Connection& c, const ::tensorcompute::worker::Request& request,
+                    ::tensorcompute::worker::Reply* reply) const;
+  // The worker of generation `generation` stopped or its device failed: the device fails,
+  // unless a newer worker has taken its place.
+  void Lost(int64_t generation, const absl::Status& why) const;
+  // The Run message of `op` over `inputs` into `out`.
+  static void Describe(const PreparedOp& op, const std::vector<TensorView>& inputs,
+                       ::tensorcompute::worker::Request* request);
+  // Restarts the worker after a failure, with a backoff.
+  void Supervise();
+
+  const WorkerLaunch launch_;
+  const int64_t staging_bytes_;
+  TileRule tile_rule_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable wake_;
+  bool stopping_ = false;
+  std::unique_ptr<Worker> worker_;
+  mutable std::vector<std::shared_ptr<Connection>> idle_;
+  std::thread supervisor_;
+};
+
+}  // namespace tc::server::worker

@@ -1,0 +1,335 @@
+#include "server/worker/worker.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/engine.h"
+#include "kernels/expr/program.h"
+#include "server/worker/channel.h"
+#include "tensorcompute/worker/worker.pb.h"
+
+namespace tc::server::worker {
+namespace {
+
+namespace pb = ::tensorcompute::worker;
+
+// The worker's allocations by address: every address the front door names is checked to lie
+// inside one of them.
+class Allocations {
+ public:
+  void Add(runtime::StoragePtr s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto key = reinterpret_cast<uintptr_t>(s->data());
+    by_address_[key] = std::move(s);
+  }
+  bool Remove(uint64_t address) {
+    runtime::StoragePtr gone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = by_address_.find(address);
+      if (it == by_address_.end()) return false;
+      gone = std::move(it->second);
+      by_address_.erase(it);
+    }
+    return true;  // Freed here, outside the lock.
+  }
+  // The storage holding [address, address + bytes), and where in it that starts.
+  absl::StatusOr<std::pair<runtime::StoragePtr, int64_t>> Find(uint64_t address,
+                                                              int64_t bytes) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_address_.upper_bound(address);
+    if (bytes >= 0 && it != by_address_.begin()) {
+      --it;
+      const uint64_t offset = address - it->first;
+      const auto size = static_cast<uint64_t>(it->second->bytes());
+      if (offset <= size && static_cast<uint64_t>(bytes) <= size - offset) {
+        return std::make_pair(it->second, static_cast<int64_t>(offset));
+      }
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no storage of this device holds ", bytes, " bytes at 0x", absl::Hex(address)));
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint64_t, runtime::StoragePtr> by_address_;
+};
+
+AttrValue FromWire(const pb::Attr& a) {
+  switch (a.value_case()) {
+    case pb::Attr::kF: return a.f();
+    case pb::Attr::kI: return static_cast<int64_t>(a.i());
+    case pb::Attr::kB: return a.b();
+    case pb::Attr::kDtype: return static_cast<DType>(a.dtype());
+    case pb::Attr::kS: return a.s();
+    default: return std::monostate{};
+  }
+}
+
+bool ValidDType(int d) { return d >= 0 && d < kNumDTypes; }
+
+// One connection from the front door: a lane of the device and a staging buffer.
+class Connection {
+ public:
+  Connection(runtime::Device& device, Allocations& allocations, int fd, std::byte* staging,
+             int64_t staging_bytes)
+      : device_(device),
+        allocations_(allocations),
+        channel_(fd),
+        staging_(staging),
+        staging_bytes_(staging_bytes) {}
+  ~Connection() { munmap(staging_, static_cast<size_t>(staging_bytes_)); }
+
+  void Serve() {
+    lane_ = device_.AcquireLane();
+    // Pinned, copies to and from the staging buffer need no second staging (a GPU's).
+    pin_ = device_.PinHost(staging_, staging_bytes_, /*read_only=*/false);
+    pb::Request request;
+    while (channel_.Receive(&request).ok()) {
+      pb::Reply reply;
+      const absl::Status s = Handle(request, &reply);
+      reply.set_code(static_cast<int>(s.code()));
+      reply.set_message(std::string(s.message()));
+      reply.set_device_failed(device_.failed());
+      if (!channel_.Send(reply).ok()) break;
+    }
+    pin_.reset();
+    lane_.reset();
+  }
+
+ private:
+  absl::Status CheckStaging(int64_t bytes) const {
+    if (bytes < 0 || bytes > staging_bytes_) {
+      return absl::InternalError("transfer larger than the staging buffer");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Handle(const pb::Request& request, pb::Reply* reply) {
+    switch (request.body_case()) {
+      case pb::Request::kAllocate: {
+        auto s = device_.Allocate(request.allocate().bytes(), request.allocate().zero(),
+                                  absl::Now() + absl::Seconds(5), lane_.get());
+        if (!s.ok()) return s.status();
+        reply->set_data(reinterpret_cast<uintptr_t>((*s)->data()));
+        allocations_.Add(*std::move(s));
+        return absl::OkStatus();
+      }
+      case pb::Request::kFree:
+        if (!allocations_.Remove(request.free().data())) {
+          return absl::FailedPreconditionError("freeing storage this device does not hold");
+        }
+        return absl::OkStatus();
+      case pb::Request::kWrite: {
+        const auto& w = request.write();
+        if (auto s = CheckStaging(w.bytes()); !s.ok()) return s;
+        auto at = allocations_.Find(w.data() + static_cast<uint64_t>(w.offset()), w.bytes());
+        if (!at.ok()) return at.status();
+        if (pin_ == nullptr) return device_.Write(*lane_, *at->first, at->second, staging_, w.bytes());
+        // Queued from the staging buffer itself: done before the front door fills it again.
+        if (auto s = device_.WritePinned(*lane_, *at->first, at->second, staging_, w.bytes());
+            !s.ok()) {
+          return s;
+        }
+        return device_.Sync(*lane_);
+      }
+      case pb::Request::kRead: {
+        const auto& r = request.read();
+        if (auto s = CheckStaging(r.bytes()); !s.ok()) return s;
+        auto at = allocations_.Find(r.data() + static_cast<uint64_t>(r.offset()), r.bytes());
+        if (!at.ok()) return at.status();
+        return device_.Read(*lane_, *at->first, at->second, staging_, r.bytes());
+      }
+      case pb::Request::kCopy: {
+        const auto& c = request.copy();
+        auto dst = allocations_.Find(c.data() + static_cast<uint64_t>(c.offset()), c.bytes());
+        if (!dst.ok()) return dst.status();
+        auto src = allocations_.Find(c.src(), c.bytes());
+        if (!src.ok()) return src.status();
+        return device_.CopyFromDevice(*lane_, *dst->first, dst->second, device_,
+                                      reinterpret_cast<const std::byte*>(c.src()), c.bytes());
+      }
+      case pb::Request::kSync:
+        return device_.Sync(*lane_);
+      case pb::Request::kRun:
+        return Run(request.run());
+      default:
+        return absl::InternalError("unknown worker request");
+    }
+  }
+
+  absl::Status Run(const pb::Request::Run& run) {
+    std::vector<TensorView> views;
+    views.reserve(static_cast<size_t>(run.inputs_size()));
+    for (const pb::View& w : run.inputs()) {
+      if (!ValidDType(w.dtype())) return absl::InternalError("bad dtype in a worker request");
+      TensorView v;
+      v.dtype = static_cast<DType>(w.dtype());
+      v.shape.assign(w.shape().begin(), w.shape().end());
+      v.strides.assign(w.strides().begin(), w.strides().end());
+      v.offset = w.offset();
+      v.storage_bytes = w.storage_bytes();
+      if (run.small()) {
+        // In the staging buffer, at this offset.
+        if (v.storage_bytes < 0 || w.data() > static_cast<uint64_t>(staging_bytes_) ||
+            static_cast<uint64_t>(v.storage_bytes) > staging_bytes_ - w.data()) {
+          return absl::InternalError("a small request's input lies outside the staging buffer");
+        }
+        v.data = staging_ + w.data();
+      } else {
+        v.data = reinterpret_cast<const std::byte*>(w.data());
+        if (v.storage_bytes > 0) {
+          if (auto at = allocations_.Find(w.data(), v.storage_bytes); !at.ok()) {
+            return at.status();
+          }
+        }
+      }
+      views.push_back(std::move(v));
+    }
+    if (!ValidDType(run.out_dtype())) return absl::InternalError("bad output dtype");
+    OutputOptions output;
+    output.dtype = static_cast<DType>(run.out_dtype());
+    output.strides.assign(run.out_strides().begin(), run.out_strides().end());
+    absl::StatusOr<PreparedOp> prepared;
+    if (!run.expression().empty()) {
+      std::vector<std::string> names(run.input_names().begin(), run.input_names().end());
+      prepared = expr::PrepareExpression(run.expression(), names, views, output);
+    } else {
+      AttrMap attrs;
+      for (const auto& [name, value] : run.attrs()) attrs[name] = FromWire(value);
+      prepared = PrepareOp(run.op(), views, attrs, output, device_.tile_rule());
+    }
+    if (!prepared.ok()) return prepared.status();
+    const int64_t out_bytes = prepared->plan.out_storage_bytes;
+    if (run.small()) {
+      if (run.out() > static_cast<uint64_t>(staging_bytes_) ||
+          static_cast<uint64_t>(out_bytes) > staging_bytes_ - run.out()) {
+        return absl::InternalError("a small request's output lies outside the staging buffer");
+      }
+      return RunSmall(*prepared, std::move(views), staging_ + run.out());
+    }
+    auto out = allocations_.Find(run.out(), out_bytes);
+    if (!out.ok()) return out.status();
+    const int64_t read_back = run.read_back();
+    if (read_back < 0 || read_back > out_bytes) return absl::InternalError("bad read-back size");
+    if (auto s = CheckStaging(read_back); !s.ok()) return s;
+    runtime::ReadBack rb;
+    const bool device_reads_back = read_back > 0 && read_back <= device_.max_read_back();
+    if (device_reads_back) rb = {staging_, read_back, pin_ != nullptr};
+    std::promise<absl::Status> finished;
+    std::future<absl::Status> result = finished.get_future();
+    device_.Run(*lane_, *prepared, std::move(views),
+                reinterpret_cast<std::byte*>(run.out()),
+                [&finished](absl::Status s) { finished.set_value(std::move(s)); }, rb);
+    absl::Status s = result.get();
+    if (!s.ok() || read_back == 0 || device_reads_back) return s;
+    return device_.Read(*lane_, *out->first, out->second, staging_, read_back);
+  }
+
+  // A small request whose inputs are in the staging buffer and whose output goes there.
+  absl::Status RunSmall(const PreparedOp& op, std::vector<TensorView> views, std::byte* host_out) {
+    const Plan& plan = op.plan;
+    if (plan.out_has_gaps) std::memset(host_out, 0, static_cast<size_t>(plan.out_storage_bytes));
+    std::promise<absl::Status> finished;
+    std::future<absl::Status> result = finished.get_future();
+    std::function<void(absl::Status)> done = [&finished](absl::Status s) {
+      finished.set_value(std::move(s));
+    };
+    if (device_.host_memory()) {
+      device_.Run(*lane_, op, std::move(views), host_out, done);
+      return result.get();
+    }
+    if (device_.TryRunSmall(*lane_, op, views, host_out, done)) return result.get();
+    // The device's small path is busy: the ordinary way, within this process.
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    std::vector<runtime::StoragePtr> held;
+    for (TensorView& v : views) {
+      auto s = device_.Allocate(v.storage_bytes, false, deadline, lane_.get());
+      if (!s.ok()) return s.status();
+      if (auto w = device_.Write(*lane_, **s, 0, v.data, v.storage_bytes); !w.ok()) return w;
+      v.data = (*s)->data();
+      held.push_back(*std::move(s));
+    }
+    auto out = device_.Allocate(plan.out_storage_bytes, plan.out_has_gaps, deadline, lane_.get());
+    if (!out.ok()) return out.status();
+    const bool read_back = plan.out_storage_bytes <= device_.max_read_back();
+    runtime::ReadBack rb;
+    if (read_back) rb = {host_out, plan.out_storage_bytes, pin_ != nullptr};
+    device_.Run(*lane_, op, std::move(views), (*out)->data(), done, rb);
+    if (absl::Status s = result.get(); !s.ok() || read_back) return s;
+    return device_.Read(*lane_, **out, 0, host_out, plan.out_storage_bytes);
+  }
+
+  runtime::Device& device_;
+  Allocations& allocations_;
+  Channel channel_;
+  std::byte* staging_;
+  int64_t staging_bytes_;
+  std::unique_ptr<runtime::Lane> lane_;
+  std::shared_ptr<void> pin_;
+};
+
+}  // namespace
+
+int WorkerMain(int control_fd, std::unique_ptr<runtime::Device> device) {
+  // Signals meant for the server (a terminal's Ctrl-C reaches the whole process group) are
+  // the front door's to act on: it drains, then closes this worker.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  Channel control(control_fd);
+  pb::Hello hello;
+  const runtime::DeviceInfo& info = device->info();
+  hello.set_kind(info.kind);
+  hello.set_name(info.name);
+  hello.set_index(info.index);
+  hello.set_total_memory(info.total_memory);
+  hello.set_multiprocessors(info.multiprocessors);
+  hello.set_streams(info.streams);
+  hello.set_uuid(info.uuid);
+  hello.set_memory_budget(device->memory_budget());
+  hello.set_tile_rule(static_cast<int>(device->tile_rule()));
+  hello.set_max_read_back(device->max_read_back());
+  if (!control.Send(hello).ok()) return 1;
+
+  Allocations allocations;
+  pb::Request request;
+  std::vector<int> fds;
+  while (control.Receive(&request, &fds).ok()) {
+    if (request.body_case() != pb::Request::kConnect || fds.size() != 2) {
+      for (int fd : fds) close(fd);
+      continue;
+    }
+    struct stat st {};
+    void* staging = MAP_FAILED;
+    if (fstat(fds[1], &st) == 0 && st.st_size > 0) {
+      staging = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
+                     MAP_SHARED, fds[1], 0);
+    }
+    close(fds[1]);
+    if (staging == MAP_FAILED) {
+      close(fds[0]);
+      continue;
+    }
+    auto c = std::make_shared<Connection>(*device, allocations, fds[0],
+                                          static_cast<std::byte*>(staging), st.st_size);
+    std::thread([c] { c->Serve(); }).detach();
+  }
+  // The front door has gone: nothing of this process is needed any more, and connections
+  // still open may be blocked in the device. Leave without unwinding them.
+  _exit(0);
+}
+
+}  // namespace tc::server::worker
