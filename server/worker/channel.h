@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
 
 namespace tc::server::worker {
@@ -21,6 +22,8 @@ class Channel {
   Channel& operator=(const Channel&) = delete;
 
   int fd() const { return fd_; }
+  // How long Receive polls before it sleeps (0: it sleeps at once).
+  void set_spin(absl::Duration d) { spin_ = d; }
   // UNAVAILABLE where the other end has gone.
   absl::Status Send(const google::protobuf::MessageLite& m, const std::vector<int>& fds = {});
   // The next message, and the descriptors that came with it (owned by the caller). UNAVAILABLE
@@ -29,6 +32,7 @@ class Channel {
 
  private:
   int fd_;
+  absl::Duration spin_ = absl::ZeroDuration();
   std::vector<char> buffer_;
 };
 

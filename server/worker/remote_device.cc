@@ -34,6 +34,8 @@ constexpr absl::Duration kFirstBackoff = absl::Milliseconds(500);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(30);
 // A worker that served this long before failing starts the next one after the first backoff.
 constexpr absl::Duration kHealthyRun = absl::Seconds(60);
+// How long a caller polls for a worker's reply before it sleeps.
+constexpr absl::Duration kReplySpin = absl::Microseconds(50);
 
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
@@ -199,6 +201,7 @@ absl::StatusOr<std::shared_ptr<RemoteDevice::Connection>> RemoteDevice::Take() c
   }
   auto c = std::make_shared<Connection>();
   c->channel = std::make_unique<Channel>(sv[0]);
+  c->channel->set_spin(kReplySpin);
   c->generation = generation();
   const int memfd = memfd_create("tensorcompute-staging", MFD_CLOEXEC);
   void* p = MAP_FAILED;
