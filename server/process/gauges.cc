@@ -34,8 +34,12 @@ void AddGauges(Metrics& metrics, const runtime::DeviceSet& devices, const Reside
   metrics.AddGauge("tensorcompute_device_memory_peak_bytes", "Most device memory held at once.",
                    per_device([](const runtime::Device& d) { return d.memory_peak(); }));
   metrics.AddGauge("tensorcompute_device_failed",
-                   "1 once the device has failed for good (the server needs a restart).",
+                   "1 while the device has failed: for good (the server needs a restart), or "
+                   "until a new worker process takes its place (--device_workers).",
                    per_device([](const runtime::Device& d) { return d.failed() ? 1 : 0; }));
+  metrics.AddGauge("tensorcompute_device_restarts_total",
+                   "Times the device started over in a new worker process after a failure.",
+                   per_device([](const runtime::Device& d) { return d.generation(); }), "counter");
   metrics.AddGauge("tensorcompute_device_requests_in_flight",
                    "Requests admitted to the device and not finished (its queue depth).",
                    per_device([](const runtime::Device& d) { return d.in_flight(); }));

@@ -349,17 +349,21 @@ absl::Status RemoteDevice::Read(runtime::Lane& lane, const runtime::Storage& src
   }
   auto c = LaneConnection(lane, *this);
   if (!c.ok()) return c.status();
-  auto* to = static_cast<std::byte*>(dst);
+  return ReadVia(**c, src.data() + offset, n, static_cast<std::byte*>(dst));
+}
+
+absl::Status RemoteDevice::ReadVia(Connection& c, const std::byte* src, int64_t n,
+                                   std::byte* dst) const {
   for (int64_t done = 0; done < n;) {
-    const int64_t m = std::min(n - done, (*c)->staging_bytes);
+    const int64_t m = std::min(n - done, c.staging_bytes);
     pb::Request request;
     auto* r = request.mutable_read();
-    r->set_data(Address(src.data()));
-    r->set_offset(offset + done);
+    r->set_data(Address(src));
+    r->set_offset(done);
     r->set_bytes(m);
     pb::Reply reply;
-    if (absl::Status s = Call(**c, request, &reply); !s.ok()) return s;
-    std::memcpy(to + done, (*c)->staging, static_cast<size_t>(m));
+    if (absl::Status s = Call(c, request, &reply); !s.ok()) return s;
+    std::memcpy(dst + done, c.staging, static_cast<size_t>(m));
     done += m;
   }
   return absl::OkStatus();
@@ -368,19 +372,7 @@ absl::Status RemoteDevice::Read(runtime::Lane& lane, const runtime::Storage& src
 absl::Status RemoteDevice::ReadAddress(const std::byte* src, int64_t n, std::byte* dst) const {
   auto c = Take();
   if (!c.ok()) return c.status();
-  absl::Status s;
-  for (int64_t done = 0; done < n && s.ok();) {
-    const int64_t m = std::min(n - done, (*c)->staging_bytes);
-    pb::Request request;
-    auto* r = request.mutable_read();
-    r->set_data(Address(src));
-    r->set_offset(done);
-    r->set_bytes(m);
-    pb::Reply reply;
-    s = Call(**c, request, &reply);
-    if (s.ok()) std::memcpy(dst + done, (*c)->staging, static_cast<size_t>(m));
-    done += m;
-  }
+  absl::Status s = ReadVia(**c, src, n, dst);
   Give(*std::move(c));
   return s;
 }

@@ -88,6 +88,8 @@ class RemoteDevice final : public runtime::Device {
   void Give(std::shared_ptr<Connection> c) const;
   // `bytes` of device memory at `src` -> host, through a connection of this device's.
   absl::Status ReadAddress(const std::byte* src, int64_t n, std::byte* dst) const;
+  // The same through connection `c`, a staging buffer's worth at a time.
+  absl::Status ReadVia(Connection& c, const std::byte* src, int64_t n, std::byte* dst) const;
   // One request and its reply on `c`; a lost worker or a device fault marks the device failed.
   absl::Status Call(Connection& c, const ::tensorcompute::worker::Request& request,
                     ::tensorcompute::worker::Reply* reply) const;

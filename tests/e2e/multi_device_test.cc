@@ -84,6 +84,20 @@ class MultiDeviceTest : public ::testing::Test {
     workers_ = devices_ >= 1 && info->devices(0).worker_pid() != 0;
   }
 
+  // After device 1 failed: [1, 2] kept on device 0 still computes; a request on [3, 4], kept
+  // on device 1, is refused as lost with it.
+  void ExpectKeptAndLost(const v1::UploadResponse& on0, const v1::UploadResponse& on1) {
+    v1::Tensor t0, t1;
+    t0.set_handle(on0.tensor().handle());
+    t1.set_handle(on1.tensor().handle());
+    auto ok = first_->Compute("neg", {t0});
+    ASSERT_TRUE(ok.ok()) << ok.status();
+    EXPECT_EQ(Values(*ok), (std::vector<float>{-1, -2}));
+    auto lost = first_->Compute("add", {t0, t1});
+    EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
+    EXPECT_NE(lost.status().message().find("device 1"), absl::string_view::npos) << lost.status();
+  }
+
   // Device 1's worker fails (as `fail` makes it) while 16 clients keep calling, cross-device
   // requests among them: only its requests fail, every result that comes back is right, and
   // a new worker takes its place without a server restart. Device 0's worker is untouched,
@@ -141,15 +155,7 @@ class MultiDeviceTest : public ::testing::Test {
     EXPECT_EQ(info->devices(1).restarts(), 1);
     std::printf("device 1: worker %d replaced by %d\n", pid1, info->devices(1).worker_pid());
 
-    v1::Tensor t0, t1;
-    t0.set_handle(on0->tensor().handle());
-    t1.set_handle(on1->tensor().handle());
-    auto ok = first_->Compute("neg", {t0});
-    ASSERT_TRUE(ok.ok()) << ok.status();
-    EXPECT_EQ(Values(*ok), (std::vector<float>{-1, -2}));
-    auto lost = first_->Compute("add", {t0, t1});
-    EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
-    EXPECT_NE(lost.status().message().find("device 1"), absl::string_view::npos) << lost.status();
+    ExpectKeptAndLost(*on0, *on1);
     auto lost_download = first_->Download(on1->tensor().handle());
     EXPECT_EQ(lost_download.status().code(), absl::StatusCode::kUnavailable)
         << lost_download.status();
@@ -380,15 +386,7 @@ TEST_F(MultiDeviceTest, OneDeviceFailingFailsOnlyItsRequests) {
     ASSERT_TRUE(c.ok()) << "request " << i << ": " << c.status();
     EXPECT_EQ(Values(*c), std::vector<float>{-2.0f * i});
   }
-  v1::Tensor t0, t1;
-  t0.set_handle(on0->tensor().handle());
-  t1.set_handle(on1->tensor().handle());
-  auto ok = first_->Compute("neg", {t0});
-  ASSERT_TRUE(ok.ok()) << ok.status();
-  EXPECT_EQ(Values(*ok), (std::vector<float>{-1, -2}));
-  auto lost = first_->Compute("add", {t0, t1});
-  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable) << lost.status();
-  EXPECT_NE(lost.status().message().find("device 1"), absl::string_view::npos) << lost.status();
+  ExpectKeptAndLost(*on0, *on1);
   // New tensors go to the device that works.
   auto fresh = second_->Upload(Floats({5}));
   ASSERT_TRUE(fresh.ok()) << fresh.status();

@@ -2,6 +2,8 @@
 """Scrapes the server's /metrics endpoint and parses it with the Prometheus client library's
 own text-format parser (Debian's python3-prometheus-client), after real traffic."""
 import argparse
+import os
+import signal
 import sys
 import time
 import unittest
@@ -120,6 +122,52 @@ class MetricsTest(unittest.TestCase):
         with self.assertRaises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(req, timeout=10)
         self.assertEqual(e.exception.code, 405)
+
+
+class WorkerMetricsTest(unittest.TestCase):
+    """With a worker process per device, a worker that dies is counted: the device's failed
+    gauge while it is replaced, its restarts counter once it serves again."""
+
+    def test_a_replaced_worker_is_counted(self):
+        proc, target = start_server(ARGS.server, "--device_workers", "--test_cpu_devices=2")
+        try:
+            with grpc.insecure_channel(target) as channel:
+                stub = pb_grpc.TensorServiceStub(channel)
+                info = stub.ServerInfo(pb.ServerInfoRequest(), timeout=10)
+                self.assertEqual(len(info.devices), 2)
+                pids = [d.worker_pid for d in info.devices]
+                self.assertTrue(all(p > 0 for p in pids), pids)
+                url = f"http://127.0.0.1:{info.metrics_port}/metrics"
+
+                def restarts():
+                    with urllib.request.urlopen(url, timeout=10) as r:
+                        text = r.read().decode()
+                    families = {f.name: f for f in text_string_to_metric_families(text)}
+                    family = families["tensorcompute_device_restarts"]
+                    self.assertEqual(family.type, "counter")
+                    return {s.labels["device"]: s.value for s in family.samples}
+
+                self.assertEqual(restarts(), {"0": 0, "1": 0})
+                os.kill(pids[1], signal.SIGKILL)
+                deadline = time.monotonic() + 30
+                while restarts()["1"] < 1 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertEqual(restarts(), {"0": 0, "1": 1})
+                info = stub.ServerInfo(pb.ServerInfoRequest(), timeout=10)
+                self.assertEqual(info.devices[0].worker_pid, pids[0])
+                self.assertNotIn(info.devices[1].worker_pid, (0, pids[1]))
+                # Both devices compute again.
+                a = np.arange(100, dtype=np.float32)
+                for device in (0, 1):
+                    up = stub.Upload(iter([pb.UploadRequest(header=pb.UploadHeader(
+                        tensor=f32(a), device=device))]), timeout=10)
+                    self.assertEqual(up.device, device)
+                    out = stub.Compute(pb.ComputeRequest(
+                        op="add", inputs=[pb.Tensor(handle=up.tensor.handle), f32(a)]), timeout=10)
+                    got = np.frombuffer(out.output.data, np.float32)
+                    np.testing.assert_array_equal(got, a + a)
+        finally:
+            stop_server(proc)
 
 
 if __name__ == "__main__":
