@@ -60,17 +60,21 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m, std::vector<int>
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
   ssize_t n = -1;
+  bool block = true;
   // A reply usually comes within microseconds: look for it a while before sleeping, which
   // saves the two wake-ups a round trip otherwise costs.
   if (spin_ > absl::ZeroDuration()) {
     const absl::Time until = absl::Now() + spin_;
     do {
       n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-      if (n >= 0 || (errno != EAGAIN && errno != EINTR)) break;
+      if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
+        block = false;
+        break;
+      }
       sched_yield();
     } while (absl::Now() < until);
   }
-  while (n < 0 && (spin_ == absl::ZeroDuration() || errno == EAGAIN || errno == EINTR)) {
+  while (block) {
     n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
     if (n >= 0 || errno != EINTR) break;
   }

@@ -237,11 +237,51 @@ TEST_F(FaultTest, InjectedDeviceFaultUnderLoad) {
   }
   const ServerFootprint base = Footprint(server_->target(), server_->pid());
   ExpectHealth("SERVING");
+  auto before = client_->ServerInfo();
+  ASSERT_TRUE(before.ok()) << before.status();
+  // With a worker process per device ($TC_TEST_SERVER_FLAGS=--device_workers) the device
+  // comes back instead, in a new worker.
+  const bool workers = before->devices(0).worker_pid() != 0;
 
   m.calls_per_client = 0;
   m.allowed = {absl::StatusCode::kInternal, absl::StatusCode::kUnavailable};
   LoadMix load(m);
   load.Start();
+  if (workers) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    int64_t restarts = 0;
+    while (restarts < 1 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto info = client_->ServerInfo();
+      ASSERT_TRUE(info.ok()) << info.status();
+      restarts = info->devices(0).failure().empty() ? info->devices(0).restarts() : 0;
+    }
+    ASSERT_EQ(restarts, 1) << "the device did not come back";
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    load.Stop();
+    const LoadMixReport r = load.report();
+    std::printf("%s\n", r.Summary().c_str());
+    EXPECT_EQ(r.unexpected, 0) << r.Summary();
+    EXPECT_EQ(r.wrong, 0);
+    EXPECT_GT(r.with(absl::StatusCode::kUnavailable) + r.with(absl::StatusCode::kInternal), 0)
+        << r.Summary();
+    ExpectHealth("SERVING");
+    tensorcompute::v1::Tensor t;
+    t.set_dtype(tensorcompute::v1::float32);
+    const float one = 1.0f;
+    t.set_data(std::string(reinterpret_cast<const char*>(&one), 4));
+    auto served = client_->Compute("neg", {t});
+    ASSERT_TRUE(served.ok()) << served.status();
+    ASSERT_EQ(served->data().size(), 4u);
+    float got = 0;
+    std::memcpy(&got, served->data().data(), 4);
+    EXPECT_EQ(got, -1.0f);
+    ExpectBackToBaseline(base);
+    const int status = server_->Terminate(25);
+    ASSERT_TRUE(WIFEXITED(status)) << "no clean exit after the fault: " << status;
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    return;
+  }
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::string health = "SERVING";
   while (health == "SERVING" && std::chrono::steady_clock::now() < until) {
