@@ -44,6 +44,7 @@ CudaDevice::Impl::~Impl() {
     (void)cudaStreamDestroy(alloc_stream);
   }
   if (pool != nullptr) (void)cudaMemPoolDestroy(pool);
+  for (auto& [key, p] : imported) (void)cudaMemPoolDestroy(p);
 }
 
 int CudaDevice::Count() {
@@ -77,7 +78,9 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
                              ? options.memory_budget
                              : static_cast<int64_t>(static_cast<double>(free_bytes) * 0.9);
 
-  if (absl::Status st = CreateMemoryPool(*impl, budget); !st.ok()) return st;
+  if (absl::Status st = CreateMemoryPool(*impl, budget, options.shareable_memory); !st.ok()) {
+    return st;
+  }
   const int nstreams = std::max(options.streams, 1);
   for (int i = 0; i < nstreams; ++i) {
     impl->streams.push_back(std::make_unique<gpu::Stream>());

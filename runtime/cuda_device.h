@@ -45,6 +45,12 @@ class CudaDevice final : public Device {
   absl::Status Sync(Lane& lane) override;
   std::shared_ptr<void> PinHost(void* p, int64_t n, bool read_only) override;
   absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view handle) override;
+  absl::StatusOr<int> ExportMemoryPool() override;
+  absl::StatusOr<std::string> ExportAllocation(const std::byte* p) override;
+  absl::Status CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                const std::string& pool_key, int pool_fd,
+                                const std::string& allocation, int64_t src_offset,
+                                int64_t n) override;
   absl::Status WritePieces(Lane& lane, Storage& dst, int64_t offset,
                            const std::vector<HostPiece>& pieces) override;
   absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,

@@ -4,8 +4,10 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "runtime/cuda_device.h"
@@ -22,6 +24,11 @@ struct CudaDevice::Impl {
   int64_t staging_bytes = 0;
   // The stream-ordered memory pool (decision 5), cuda_memory.cc.
   cudaMemPool_t pool = nullptr;
+  // Whether other processes can import the pool (DeviceOptions::shareable_memory).
+  bool shareable = false;
+  // Pools of other processes' devices imported here, by the key their exporter gave.
+  std::mutex imported_mu;
+  std::map<std::string, cudaMemPool_t> imported;
   // Allocations and frees are ordered on this stream; each allocation is waited for before
   // its memory is handed out, and frees come only after the host saw every use complete.
   cudaStream_t alloc_stream = nullptr;
@@ -30,7 +37,8 @@ struct CudaDevice::Impl {
   ~Impl();
 };
 
-// Creates the device's memory pool, keeping up to `budget` bytes of freed memory.
-absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget);
+// Creates the device's memory pool, keeping up to `budget` bytes of freed memory; one other
+// processes can import where `shareable` and the driver allows.
+absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget, bool shareable);
 
 }  // namespace tc::runtime

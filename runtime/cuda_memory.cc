@@ -1,6 +1,9 @@
 // Device memory from a stream-ordered pool (decision 5): allocations on the requesting lane's
 // stream need no wait, frees follow the last use in stream order.
+#include <cstring>
 #include <mutex>
+
+#include "absl/strings/str_cat.h"
 
 #include "runtime/cuda_device_impl.h"
 
@@ -9,12 +12,24 @@ namespace tc::runtime {
 using gpu::CudaLane;
 using gpu::Stream;
 
-absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget) {
+absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget, bool shareable) {
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = impl.index;
-  TC_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&impl.pool, &props), "cudaMemPoolCreate");
+  if (shareable) {
+    // Exported as a file descriptor, passed to the other process over a unix socket.
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    if (cudaMemPoolCreate(&impl.pool, &props) == cudaSuccess) {
+      impl.shareable = true;
+    } else {
+      (void)cudaGetLastError();  // Not here: an ordinary pool, copies go through the host.
+      props.handleTypes = cudaMemHandleTypeNone;
+    }
+  }
+  if (!impl.shareable) {
+    TC_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&impl.pool, &props), "cudaMemPoolCreate");
+  }
   // Keep freed memory in the pool up to the budget instead of returning it at every sync.
   uint64_t threshold = static_cast<uint64_t>(budget);
   TC_CUDA_RETURN_IF_ERROR(
@@ -77,6 +92,105 @@ void CudaDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* tag) {
     return;
   }
   (void)cudaFreeAsync(p, impl_->alloc_stream);
+}
+
+}  // namespace tc::runtime
+
+namespace tc::runtime {
+
+absl::StatusOr<int> CudaDevice::ExportMemoryPool() {
+  if (!impl_->shareable) {
+    return absl::FailedPreconditionError("this device's memory pool cannot be shared");
+  }
+  int fd = -1;
+  if (cudaError_t e = cudaMemPoolExportToShareableHandle(
+          &fd, impl_->pool, cudaMemHandleTypePosixFileDescriptor, 0);
+      e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("exporting the memory pool: ", cudaGetErrorString(e)));
+  }
+  return fd;
+}
+
+absl::StatusOr<std::string> CudaDevice::ExportAllocation(const std::byte* p) {
+  if (!impl_->shareable) {
+    return absl::FailedPreconditionError("this device's memory pool cannot be shared");
+  }
+  cudaMemPoolPtrExportData data{};
+  if (cudaError_t e = cudaMemPoolExportPointer(&data, const_cast<std::byte*>(p));
+      e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("exporting an allocation: ", cudaGetErrorString(e)));
+  }
+  return std::string(reinterpret_cast<const char*>(data.reserved), sizeof(data.reserved));
+}
+
+absl::Status CudaDevice::CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                          const std::string& pool_key, int pool_fd,
+                                          const std::string& allocation, int64_t src_offset,
+                                          int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n || src_offset < 0) {
+    return absl::OutOfRangeError("copy past the end of the storage");
+  }
+  cudaMemPoolPtrExportData data{};
+  if (allocation.size() != sizeof(data.reserved)) {
+    return absl::InvalidArgumentError("an exported allocation has the wrong size");
+  }
+  std::memcpy(data.reserved, allocation.data(), sizeof(data.reserved));
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  // Errors of importing are the exporter's or the link's, not this device's failure: the
+  // caller copies through the host instead.
+  const auto refused = [](cudaError_t e, absl::string_view what) {
+    (void)cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+  };
+  cudaMemPool_t pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->imported_mu);
+    auto it = impl_->imported.find(pool_key);
+    if (it != impl_->imported.end()) {
+      pool = it->second;
+    } else {
+      if (pool_fd < 0) return absl::FailedPreconditionError("that memory pool is not imported");
+      if (cudaError_t e = cudaMemPoolImportFromShareableHandle(
+              &pool, reinterpret_cast<void*>(static_cast<intptr_t>(pool_fd)),
+              cudaMemHandleTypePosixFileDescriptor, 0);
+          e != cudaSuccess) {
+        return refused(e, "importing a memory pool");
+      }
+      // This device reads it (over the link between the two GPUs).
+      cudaMemAccessDesc access{};
+      access.location.type = cudaMemLocationTypeDevice;
+      access.location.id = impl_->index;
+      access.flags = cudaMemAccessFlagsProtRead;
+      if (cudaError_t e = cudaMemPoolSetAccess(pool, &access, 1); e != cudaSuccess) {
+        (void)cudaMemPoolDestroy(pool);
+        return refused(e, "reaching an imported memory pool");
+      }
+      impl_->imported.emplace(pool_key, pool);
+    }
+  }
+  void* p = nullptr;
+  if (cudaError_t e = cudaMemPoolImportPointer(&p, pool, &data); e != cudaSuccess) {
+    return refused(e, "importing an allocation");
+  }
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  absl::Status st;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (n > 0) {
+      cudaError_t e = cudaMemcpyAsync(dst.data() + offset, static_cast<std::byte*>(p) + src_offset,
+                                      static_cast<size_t>(n), cudaMemcpyDeviceToDevice, s.stream);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(s.stream);
+      if (e != cudaSuccess) st = CudaFailure(e, "copying from another worker's device");
+    }
+  }
+  // Freed here before the exporter may free it: the caller holds the exporter's storage
+  // until this returns.
+  (void)cudaFree(p);
+  return st;
 }
 
 }  // namespace tc::runtime

@@ -108,6 +108,9 @@ struct DeviceOptions {
   // Test only: the index the device reports (DeviceInfo.index) when it is not the GPU's own,
   // for two devices sharing one GPU. -1: the GPU's.
   int report_index = -1;
+  // Other processes may map this device's memory (ExportMemoryPool): a worker process's
+  // device, whose storage other workers copy from.
+  bool shareable_memory = false;
 };
 
 class Device {
@@ -181,6 +184,26 @@ class Device {
   // bytes); UNIMPLEMENTED where the device has no such thing.
   virtual absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view /*handle*/) {
     return absl::UnimplementedError("this device does not open CUDA IPC handles");
+  }
+  // Sharing storage with another process of the server (a worker's device with another's),
+  // device to device without the host. The first two are the exporting side: a descriptor of
+  // the device's memory pool (owned by the caller), and what names the allocation that
+  // starts at `p`. The importing side copies `n` bytes from `src_offset` of such an
+  // allocation into `dst` at `offset`, done when it returns; it imports the pool once per
+  // `pool_key` (`pool_fd`, owned by the caller, may be -1 where it was sent before).
+  // UNIMPLEMENTED or FAILED_PRECONDITION where that cannot be (no such memory, no path
+  // between the two devices): the caller then copies through the host.
+  virtual absl::StatusOr<int> ExportMemoryPool() {
+    return absl::UnimplementedError("this device does not share its memory");
+  }
+  virtual absl::StatusOr<std::string> ExportAllocation(const std::byte* /*p*/) {
+    return absl::UnimplementedError("this device does not share its memory");
+  }
+  virtual absl::Status CopyFromExported(Lane& /*lane*/, Storage& /*dst*/, int64_t /*offset*/,
+                                        const std::string& /*pool_key*/, int /*pool_fd*/,
+                                        const std::string& /*allocation*/,
+                                        int64_t /*src_offset*/, int64_t /*n*/) {
+    return absl::UnimplementedError("this device does not import shared memory");
   }
   // Write from memory pinned by PinHost: queued on the lane without staging (Sync waits for
   // it). `src` must stay valid until then.

@@ -92,6 +92,8 @@ std::unique_ptr<runtime::Device> MakeWorkerDevice() {
 #if TC_WITH_CUDA
   if (choice == "cuda") {
     runtime::DeviceOptions o = OptionsFor(index);
+    // The other workers copy from this device's storage by importing its pool.
+    o.shareable_memory = true;
     auto d = runtime::CudaDevice::Create(index, o);
     if (!d.ok()) Fail(absl::StrCat("device ", index, ": ", d.status().message()), 1);
     return *std::move(d);

@@ -63,7 +63,9 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m, std::vector<int>
   bool block = true;
   // A reply usually comes within microseconds: look for it a while before sleeping, which
   // saves the two wake-ups a round trip otherwise costs.
-  if (spin_ > absl::ZeroDuration()) {
+  const bool poll = spin_ > absl::ZeroDuration() &&
+                    (gate_ == nullptr || gate_->polling.fetch_add(1) < gate_->max);
+  if (poll) {
     const absl::Time until = absl::Now() + spin_;
     do {
       n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
@@ -74,6 +76,7 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m, std::vector<int>
       sched_yield();
     } while (absl::Now() < until);
   }
+  if (spin_ > absl::ZeroDuration() && gate_ != nullptr) gate_->polling.fetch_sub(1);
   while (block) {
     n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
     if (n >= 0 || errno != EINTR) break;

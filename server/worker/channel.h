@@ -2,6 +2,7 @@
 // socket carrying one protobuf message per packet, optionally with descriptors (SCM_RIGHTS).
 #pragma once
 
+#include <atomic>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,6 +14,13 @@ namespace tc::server::worker {
 // The largest message (a Run with an expression's text and its views fits many times over).
 inline constexpr int kMaxPacketBytes = 256 << 10;
 
+// How many channels of a process may poll at once: each one polling keeps a core busy.
+struct PollGate {
+  explicit PollGate(int max_polling) : max(max_polling) {}
+  const int max;
+  std::atomic<int> polling{0};
+};
+
 class Channel {
  public:
   // Takes `fd`.
@@ -22,8 +30,12 @@ class Channel {
   Channel& operator=(const Channel&) = delete;
 
   int fd() const { return fd_; }
-  // How long Receive polls before it sleeps (0: it sleeps at once).
-  void set_spin(absl::Duration d) { spin_ = d; }
+  // How long Receive polls before it sleeps (0: it sleeps at once), where `gate` (if given)
+  // lets it poll at all.
+  void set_spin(absl::Duration d, PollGate* gate = nullptr) {
+    spin_ = d;
+    gate_ = gate;
+  }
   // UNAVAILABLE where the other end has gone.
   absl::Status Send(const google::protobuf::MessageLite& m, const std::vector<int>& fds = {});
   // The next message, and the descriptors that came with it (owned by the caller). UNAVAILABLE
@@ -33,6 +45,7 @@ class Channel {
  private:
   int fd_;
   absl::Duration spin_ = absl::ZeroDuration();
+  PollGate* gate_ = nullptr;
   std::vector<char> buffer_;
 };
 

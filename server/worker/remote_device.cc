@@ -175,6 +175,7 @@ RemoteDevice::~RemoteDevice() {
   if (supervisor_.joinable()) supervisor_.join();
   idle_.clear();
   worker_.reset();
+  if (pool_fd_ >= 0) close(pool_fd_);
 }
 
 int RemoteDevice::worker_pid() const {
@@ -239,13 +240,21 @@ void RemoteDevice::Lost(int64_t generation, const absl::Status& why) const {
   wake_.notify_all();
 }
 
-absl::Status RemoteDevice::Call(Connection& c, const pb::Request& request,
-                                pb::Reply* reply) const {
+absl::Status RemoteDevice::Call(Connection& c, pb::Request& request, pb::Reply* reply,
+                                const std::vector<int>& send_fds,
+                                std::vector<int>* reply_fds) const {
+  {
+    std::lock_guard<std::mutex> lock(frees_mu_);
+    if (!frees_.empty() && frees_generation_ == c.generation) {
+      for (uint64_t address : frees_) request.add_frees(address);
+      frees_.clear();
+    }
+  }
   absl::Status s;
   {
     std::lock_guard<std::mutex> lock(c.mu);
-    s = c.channel->Send(request);
-    if (s.ok()) s = c.channel->Receive(reply);
+    s = c.channel->Send(request, send_fds);
+    if (s.ok()) s = c.channel->Receive(reply, reply_fds);
   }
   if (!s.ok()) {
     Lost(c.generation, absl::UnavailableError(absl::StrCat("its worker process stopped (",
@@ -309,11 +318,24 @@ absl::StatusOr<std::byte*> RemoteDevice::RawAllocate(int64_t bytes, bool zero,
 }
 
 void RemoteDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* tag) {
-  if (static_cast<int64_t>(reinterpret_cast<uintptr_t>(tag)) != generation()) return;
+  const auto g = static_cast<int64_t>(reinterpret_cast<uintptr_t>(tag));
+  if (g != generation()) return;  // Gone with the worker it belonged to.
+  std::lock_guard<std::mutex> lock(frees_mu_);
+  if (frees_generation_ != g) {
+    frees_.clear();
+    frees_generation_ = g;
+  }
+  frees_.push_back(Address(p));
+}
+
+void RemoteDevice::FlushFrees() {
+  {
+    std::lock_guard<std::mutex> lock(frees_mu_);
+    if (frees_.empty()) return;
+  }
   auto c = Take();
   if (!c.ok()) return;
-  pb::Request request;
-  request.mutable_free()->set_data(Address(p));
+  pb::Request request;  // No body: the frees alone.
   pb::Reply reply;
   (void)Call(**c, request, &reply);
   Give(*std::move(c));
@@ -397,6 +419,25 @@ absl::Status RemoteDevice::CopyFromDevice(runtime::Lane& lane, runtime::Storage&
   }
   const auto* other = dynamic_cast<const RemoteDevice*>(&from);
   if (other == nullptr) return Device::CopyFromDevice(lane, dst, offset, from, src, n);
+  bool try_sharing = n > 0;
+  {
+    std::lock_guard<std::mutex> lock(share_mu_);
+    try_sharing = try_sharing &&
+                  std::find(unshared_.begin(), unshared_.end(), other) == unshared_.end();
+  }
+  if (try_sharing) {
+    absl::Status s = CopyShared(lane, dst, offset, *other, src, n);
+    if (s.code() != absl::StatusCode::kFailedPrecondition &&
+        s.code() != absl::StatusCode::kUnimplemented) {
+      return s;
+    }
+    {
+      std::lock_guard<std::mutex> lock(share_mu_);
+      unshared_.push_back(other);
+    }
+    Log(absl::StrCat("device ", info_.index, " copies from device ", other->info().index,
+                     " through the host: ", s.message()));
+  }
   // Between workers: through the host, a staging buffer's worth at a time.
   std::vector<std::byte> buffer(static_cast<size_t>(std::min(n, staging_bytes_)));
   for (int64_t done = 0; done < n;) {
@@ -406,6 +447,72 @@ absl::Status RemoteDevice::CopyFromDevice(runtime::Lane& lane, runtime::Storage&
     done += m;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> RemoteDevice::SharedPool(Connection& c, std::string* key) const {
+  std::lock_guard<std::mutex> lock(share_mu_);
+  *key = absl::StrCat("device ", info_.index, " worker ", c.generation);
+  const auto copy = [this]() -> absl::StatusOr<int> {
+    const int fd = fcntl(pool_fd_, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("dup: ", strerror(errno)));
+    return fd;
+  };
+  if (pool_fd_ >= 0 && pool_generation_ == c.generation) return copy();
+  pb::Request request;
+  auto* share = request.mutable_share();
+  share->set_data(0);
+  share->set_bytes(-1);  // The pool alone.
+  share->set_pool(true);
+  pb::Reply reply;
+  std::vector<int> fds;
+  absl::Status s = Call(c, request, &reply, {}, &fds);
+  if (!s.ok()) {
+    for (int fd : fds) close(fd);
+    return s;
+  }
+  if (fds.size() != 1) {
+    for (int fd : fds) close(fd);
+    return absl::FailedPreconditionError("the worker sent no memory pool");
+  }
+  if (pool_fd_ >= 0) close(pool_fd_);
+  pool_fd_ = fds[0];
+  pool_generation_ = c.generation;
+  return copy();
+}
+
+absl::Status RemoteDevice::CopyShared(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                                      const RemoteDevice& from, const std::byte* src,
+                                      int64_t n) {
+  auto c = LaneConnection(lane, *this);
+  if (!c.ok()) return c.status();
+  // From the worker holding the bytes: what names their allocation, and its pool.
+  auto theirs = from.Take();
+  if (!theirs.ok()) return theirs.status();
+  std::string key;
+  pb::Request share;
+  share.mutable_share()->set_data(Address(src));
+  share.mutable_share()->set_bytes(n);
+  pb::Reply shared;
+  absl::StatusOr<int> pool = from.SharedPool(**theirs, &key);
+  absl::Status s = pool.ok() ? from.Call(**theirs, share, &shared) : pool.status();
+  from.Give(*std::move(theirs));
+  if (!s.ok()) {
+    if (pool.ok()) close(*pool);
+    return s;
+  }
+  // The exporter's storage stays allocated until this returns: the caller holds it.
+  pb::Request request;
+  auto* copy = request.mutable_copy_shared();
+  copy->set_data(Address(dst.data()));
+  copy->set_offset(offset);
+  copy->set_pool_key(key);
+  copy->set_shared(shared.shared());
+  copy->set_src_offset(static_cast<int64_t>(shared.data()));
+  copy->set_bytes(n);
+  pb::Reply reply;
+  s = Call(**c, request, &reply, {*pool});
+  close(*pool);
+  return s;
 }
 
 absl::Status RemoteDevice::Sync(runtime::Lane& lane) {
@@ -532,6 +639,10 @@ void RemoteDevice::Supervise() {
     if (!failed()) {
       // A worker that stops while nothing is asked of it: its control connection closes.
       if (worker_ == nullptr) continue;
+      lock.unlock();
+      FlushFrees();
+      lock.lock();
+      if (stopping_ || worker_ == nullptr || failed()) continue;
       pollfd p{worker_->control->fd(), POLLIN, 0};
       if (poll(&p, 1, 0) > 0) {
         const int pid = worker_->pid;

@@ -90,9 +90,21 @@ class RemoteDevice final : public runtime::Device {
   absl::Status ReadAddress(const std::byte* src, int64_t n, std::byte* dst) const;
   // The same through connection `c`, a staging buffer's worth at a time.
   absl::Status ReadVia(Connection& c, const std::byte* src, int64_t n, std::byte* dst) const;
-  // One request and its reply on `c`; a lost worker or a device fault marks the device failed.
-  absl::Status Call(Connection& c, const ::tensorcompute::worker::Request& request,
-                    ::tensorcompute::worker::Reply* reply) const;
+  // One request and its reply on `c` (the frees waiting go along); a lost worker or a device
+  // fault marks the device failed.
+  absl::Status Call(Connection& c, ::tensorcompute::worker::Request& request,
+                    ::tensorcompute::worker::Reply* reply, const std::vector<int>& send_fds = {},
+                    std::vector<int>* reply_fds = nullptr) const;
+  // Device to device from another worker's device: `n` bytes at `src` there -> `dst` at
+  // `offset`, the bytes never leaving the GPUs. FAILED_PRECONDITION or UNIMPLEMENTED where
+  // the two cannot (the caller copies through the host).
+  absl::Status CopyShared(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                          const RemoteDevice& from, const std::byte* src, int64_t n);
+  // This device's memory pool as a descriptor (the caller's to close; exported once per
+  // worker, asked through `c`), and the key that names it.
+  absl::StatusOr<int> SharedPool(Connection& c, std::string* key) const;
+  // Sends the frees waiting, where no request has taken them along for a while.
+  void FlushFrees();
   // The worker of generation `generation` stopped or its device failed: the device fails,
   // unless a newer worker has taken its place.
   void Lost(int64_t generation, const absl::Status& why) const;
@@ -111,6 +123,16 @@ class RemoteDevice final : public runtime::Device {
   bool stopping_ = false;
   std::unique_ptr<Worker> worker_;
   mutable std::vector<std::shared_ptr<Connection>> idle_;
+  // Storage let go of, to be freed by the worker of generation frees_generation_: a free needs
+  // no round trip of its own.
+  // The current worker's pool (SharedPool) and the devices no storage could be shared from.
+  mutable std::mutex share_mu_;
+  mutable int pool_fd_ = -1;
+  mutable int64_t pool_generation_ = -1;
+  std::vector<const RemoteDevice*> unshared_;
+  mutable std::mutex frees_mu_;
+  mutable std::vector<uint64_t> frees_;
+  mutable int64_t frees_generation_ = 0;
   std::thread supervisor_;
 };
 

@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <condition_variable>
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -81,7 +83,16 @@ AttrValue FromWire(const pb::Attr& a) {
 
 bool ValidDType(int d) { return d >= 0 && d < kNumDTypes; }
 
-// One connection from the front door: a lane of the device and a staging buffer.
+// A GPU worker polls a connection this long after each reply for the next request (a request
+// that finds its thread awake saves a wake-up, tens of microseconds on a large host), at most
+// kMaxPolling connections at once. A CPU worker's cores are the compute's: it sleeps at once.
+constexpr absl::Duration kPollFor = absl::Microseconds(300);
+constexpr int kMaxPolling = 2;
+
+// One connection from the front door: a lane of the device and a staging buffer. A request
+// is answered when it is done: a run by the device's completion itself, without waking this
+// connection's thread, which meanwhile waits for the next request (the front door sends one
+// request at a time per connection).
 class Connection {
  public:
   Connection(runtime::Device& device, Allocations& allocations, int fd, std::byte* staging,
@@ -93,24 +104,56 @@ class Connection {
         staging_bytes_(staging_bytes) {}
   ~Connection() { munmap(staging_, static_cast<size_t>(staging_bytes_)); }
 
-  void Serve() {
+  void Serve(PollGate* gate) {
     lane_ = device_.AcquireLane();
     // Pinned, copies to and from the staging buffer need no second staging (a GPU's).
     pin_ = device_.PinHost(staging_, staging_bytes_, /*read_only=*/false);
+    if (!device_.host_memory()) channel_.set_spin(kPollFor, gate);
     pb::Request request;
-    while (channel_.Receive(&request).ok()) {
+    while (channel_.Receive(&request, &fds_).ok()) {
+      WaitAnswered();
+      for (uint64_t address : request.frees()) allocations_.Remove(address);
       pb::Reply reply;
-      const absl::Status s = Handle(request, &reply);
-      reply.set_code(static_cast<int>(s.code()));
-      reply.set_message(std::string(s.message()));
-      reply.set_device_failed(device_.failed());
-      if (!channel_.Send(reply).ok()) break;
+      std::optional<absl::Status> s = Handle(request, &reply);
+      for (int fd : fds_) close(fd);
+      fds_.clear();
+      if (s.has_value() && !Answer(*s, &reply)) break;
     }
+    WaitAnswered();
     pin_.reset();
     lane_.reset();
   }
 
  private:
+  // Sends the reply of the request in hand; false where the front door has gone.
+  bool Answer(const absl::Status& s, pb::Reply* reply) {
+    reply->set_code(static_cast<int>(s.code()));
+    reply->set_message(std::string(s.message()));
+    reply->set_device_failed(device_.failed());
+    const bool sent = channel_.Send(*reply, reply_fds_).ok();
+    for (int fd : reply_fds_) close(fd);
+    reply_fds_.clear();
+    return sent;
+  }
+  // A reply that the device's completion is to send.
+  std::function<void(absl::Status)> AnswerLater() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = true;
+    }
+    return [this](absl::Status s) {
+      pb::Reply reply;
+      (void)Answer(s, &reply);
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = false;
+      answered_.notify_all();
+    };
+  }
+  void WaitAnswered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    answered_.wait(lock, [this] { return !pending_; });
+  }
+
   absl::Status CheckStaging(int64_t bytes) const {
     if (bytes < 0 || bytes > staging_bytes_) {
       return absl::InternalError("transfer larger than the staging buffer");
@@ -118,7 +161,8 @@ class Connection {
     return absl::OkStatus();
   }
 
-  absl::Status Handle(const pb::Request& request, pb::Reply* reply) {
+  // The request's outcome, or nothing where the reply is to come from the device's completion.
+  std::optional<absl::Status> Handle(const pb::Request& request, pb::Reply* reply) {
     switch (request.body_case()) {
       case pb::Request::kAllocate: {
         auto s = device_.Allocate(request.allocate().bytes(), request.allocate().zero(),
@@ -164,14 +208,45 @@ class Connection {
       }
       case pb::Request::kSync:
         return device_.Sync(*lane_);
+      case pb::Request::kShare: {
+        const auto& sh = request.share();
+        if (sh.bytes() < 0 && sh.pool()) {  // The pool alone.
+          auto fd = device_.ExportMemoryPool();
+          if (!fd.ok()) return fd.status();
+          reply_fds_.push_back(*fd);
+          return absl::OkStatus();
+        }
+        auto at = allocations_.Find(sh.data(), sh.bytes());
+        if (!at.ok()) return at.status();
+        auto shared = device_.ExportAllocation(at->first->data());
+        if (!shared.ok()) return shared.status();
+        if (sh.pool()) {
+          auto fd = device_.ExportMemoryPool();
+          if (!fd.ok()) return fd.status();
+          reply_fds_.push_back(*fd);
+        }
+        reply->set_shared(*std::move(shared));
+        reply->set_data(static_cast<uint64_t>(at->second));
+        return absl::OkStatus();
+      }
+      case pb::Request::kCopyShared: {
+        const auto& c = request.copy_shared();
+        auto dst = allocations_.Find(c.data() + static_cast<uint64_t>(c.offset()), c.bytes());
+        if (!dst.ok()) return dst.status();
+        return device_.CopyFromExported(*lane_, *dst->first, dst->second, c.pool_key(),
+                                        fds_.empty() ? -1 : fds_[0], c.shared(), c.src_offset(),
+                                        c.bytes());
+      }
       case pb::Request::kRun:
         return Run(request.run());
+      case pb::Request::BODY_NOT_SET:
+        return absl::OkStatus();  // Frees only.
       default:
         return absl::InternalError("unknown worker request");
     }
   }
 
-  absl::Status Run(const pb::Request::Run& run) {
+  std::optional<absl::Status> Run(const pb::Request::Run& run) {
     std::vector<TensorView> views;
     views.reserve(static_cast<size_t>(run.inputs_size()));
     for (const pb::View& w : run.inputs()) {
@@ -229,30 +304,42 @@ class Connection {
     runtime::ReadBack rb;
     const bool device_reads_back = read_back > 0 && read_back <= device_.max_read_back();
     if (device_reads_back) rb = {staging_, read_back, pin_ != nullptr};
+    if (read_back == 0 || device_reads_back) {
+      device_.Run(*lane_, *prepared, std::move(views), reinterpret_cast<std::byte*>(run.out()),
+                  AnswerLater(), rb);
+      return std::nullopt;
+    }
     std::promise<absl::Status> finished;
     std::future<absl::Status> result = finished.get_future();
     device_.Run(*lane_, *prepared, std::move(views),
                 reinterpret_cast<std::byte*>(run.out()),
                 [&finished](absl::Status s) { finished.set_value(std::move(s)); }, rb);
     absl::Status s = result.get();
-    if (!s.ok() || read_back == 0 || device_reads_back) return s;
+    if (!s.ok()) return s;
     return device_.Read(*lane_, *out->first, out->second, staging_, read_back);
   }
 
   // A small request whose inputs are in the staging buffer and whose output goes there.
-  absl::Status RunSmall(const PreparedOp& op, std::vector<TensorView> views, std::byte* host_out) {
+  std::optional<absl::Status> RunSmall(const PreparedOp& op, std::vector<TensorView> views,
+                                       std::byte* host_out) {
     const Plan& plan = op.plan;
     if (plan.out_has_gaps) std::memset(host_out, 0, static_cast<size_t>(plan.out_storage_bytes));
+    if (device_.host_memory()) {
+      device_.Run(*lane_, op, std::move(views), host_out, AnswerLater());
+      return std::nullopt;
+    }
+    std::function<void(absl::Status)> later = AnswerLater();
+    if (device_.TryRunSmall(*lane_, op, views, host_out, later)) return std::nullopt;
+    // Not taken: nothing will answer through `later`.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = false;
+    }
     std::promise<absl::Status> finished;
     std::future<absl::Status> result = finished.get_future();
     std::function<void(absl::Status)> done = [&finished](absl::Status s) {
       finished.set_value(std::move(s));
     };
-    if (device_.host_memory()) {
-      device_.Run(*lane_, op, std::move(views), host_out, done);
-      return result.get();
-    }
-    if (device_.TryRunSmall(*lane_, op, views, host_out, done)) return result.get();
     // The device's small path is busy: the ordinary way, within this process.
     const absl::Time deadline = absl::Now() + absl::Seconds(5);
     std::vector<runtime::StoragePtr> held;
@@ -280,6 +367,12 @@ class Connection {
   int64_t staging_bytes_;
   std::unique_ptr<runtime::Lane> lane_;
   std::shared_ptr<void> pin_;
+  // Descriptors that came with the request in hand, and those its reply carries.
+  std::vector<int> fds_;
+  std::vector<int> reply_fds_;
+  std::mutex mu_;
+  std::condition_variable answered_;
+  bool pending_ = false;  // A completion is yet to send its reply.
 };
 
 }  // namespace
@@ -305,6 +398,7 @@ int WorkerMain(int control_fd, std::unique_ptr<runtime::Device> device) {
   if (!control.Send(hello).ok()) return 1;
 
   Allocations allocations;
+  PollGate gate(kMaxPolling);
   pb::Request request;
   std::vector<int> fds;
   while (control.Receive(&request, &fds).ok()) {
@@ -325,7 +419,7 @@ int WorkerMain(int control_fd, std::unique_ptr<runtime::Device> device) {
     }
     auto c = std::make_shared<Connection>(*device, allocations, fds[0],
                                           static_cast<std::byte*>(staging), st.st_size);
-    std::thread([c] { c->Serve(); }).detach();
+    std::thread([c, &gate] { c->Serve(&gate); }).detach();
   }
   // The front door has gone: nothing of this process is needed any more, and connections
   // still open may be blocked in the device. Leave without unwinding them.
