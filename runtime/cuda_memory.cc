@@ -164,7 +164,7 @@ absl::Status CudaDevice::CopyFromExported(Lane& lane, Storage& dst, int64_t offs
       cudaMemAccessDesc access{};
       access.location.type = cudaMemLocationTypeDevice;
       access.location.id = impl_->index;
-      access.flags = cudaMemAccessFlagsProtRead;
+      access.flags = cudaMemAccessFlagsProtReadWrite;
       if (cudaError_t e = cudaMemPoolSetAccess(pool, &access, 1); e != cudaSuccess) {
         (void)cudaMemPoolDestroy(pool);
         return refused(e, "reaching an imported memory pool");

@@ -5,6 +5,8 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -70,7 +72,14 @@ struct RemoteDevice::Connection {
   std::byte* staging = nullptr;
   int64_t staging_bytes = 0;
   int64_t generation = 0;
+  // One exchange at a time: a call waits while a run's reply is awaited.
   std::mutex mu;
+  std::condition_variable idle;
+  bool running = false;
+  // The run in flight: what its reply leaves in the staging buffer is taken out by `reply`
+  // before the connection serves another exchange; then `done`.
+  std::function<absl::Status(const absl::Status& io, const pb::Reply& reply)> reply;
+  std::function<void(absl::Status)> done;
   ~Connection() {
     if (staging != nullptr) munmap(staging, static_cast<size_t>(staging_bytes));
   }
@@ -154,6 +163,18 @@ absl::StatusOr<std::unique_ptr<RemoteDevice>> RemoteDevice::Start(
   d->info_.streams = hello.streams();
   d->info_.uuid = hello.uuid();
   d->tile_rule_ = static_cast<TileRule>(hello.tile_rule());
+  d->epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  d->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (d->epoll_fd_ < 0 || d->wake_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("epoll: ", strerror(errno)));
+  }
+  epoll_event wake{};
+  wake.events = EPOLLIN;
+  wake.data.fd = d->wake_fd_;
+  if (epoll_ctl(d->epoll_fd_, EPOLL_CTL_ADD, d->wake_fd_, &wake) != 0) {
+    return absl::InternalError(absl::StrCat("epoll_ctl: ", strerror(errno)));
+  }
+  d->completer_ = std::thread([p = d.get()] { p->Complete(); });
   d->supervisor_ = std::thread([p = d.get()] { p->Supervise(); });
   return d;
 }
@@ -173,9 +194,16 @@ RemoteDevice::~RemoteDevice() {
   }
   wake_.notify_all();
   if (supervisor_.joinable()) supervisor_.join();
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+  if (completer_.joinable()) completer_.join();
   idle_.clear();
   worker_.reset();
   if (pool_fd_ >= 0) close(pool_fd_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 int RemoteDevice::worker_pid() const {
@@ -252,10 +280,18 @@ absl::Status RemoteDevice::Call(Connection& c, pb::Request& request, pb::Reply* 
   }
   absl::Status s;
   {
-    std::lock_guard<std::mutex> lock(c.mu);
+    std::unique_lock<std::mutex> lock(c.mu);
+    c.idle.wait(lock, [&c] { return !c.running; });
     s = c.channel->Send(request, send_fds);
     if (s.ok()) s = c.channel->Receive(reply, reply_fds);
   }
+  return Outcome(c, s, *reply);
+}
+
+absl::Status RemoteDevice::Outcome(const Connection& c, const absl::Status& io,
+                                   const pb::Reply& reply_message) const {
+  const pb::Reply* reply = &reply_message;
+  const absl::Status& s = io;
   if (!s.ok()) {
     Lost(c.generation, absl::UnavailableError(absl::StrCat("its worker process stopped (",
                                                            s.message(), ")")));
@@ -545,12 +581,100 @@ void RemoteDevice::Run(runtime::Lane& lane, const PreparedOp& op, std::vector<Te
   auto* run = request.mutable_run();
   run->set_out(Address(out));
   run->set_read_back(read_back.bytes);
-  pb::Reply reply;
-  absl::Status s = Call(**c, request, &reply);
-  if (s.ok() && read_back.bytes > 0) {
-    std::memcpy(read_back.host, (*c)->staging, static_cast<size_t>(read_back.bytes));
+  // The reply comes to Complete(): the caller's thread goes on at once, as with a device of
+  // this process.
+  std::shared_ptr<Connection> connection = static_cast<RemoteLane&>(lane).connection;
+  Connection& cn = *connection;
+  {
+    std::unique_lock<std::mutex> lock(cn.mu);
+    cn.idle.wait(lock, [&cn] { return !cn.running; });
+    {
+      std::lock_guard<std::mutex> frees(frees_mu_);
+      if (!frees_.empty() && frees_generation_ == cn.generation) {
+        for (uint64_t address : frees_) request.add_frees(address);
+        frees_.clear();
+      }
+    }
+    if (absl::Status sent = cn.channel->Send(request); !sent.ok()) {
+      lock.unlock();
+      done(Outcome(cn, sent, pb::Reply()));
+      return;
+    }
+    cn.running = true;
+    cn.reply = [this, &cn, read_back](const absl::Status& io, const pb::Reply& reply) {
+      absl::Status s = Outcome(cn, io, reply);
+      if (s.ok() && read_back.bytes > 0) {
+        std::memcpy(read_back.host, cn.staging, static_cast<size_t>(read_back.bytes));
+      }
+      return s;
+    };
+    cn.done = std::move(done);
   }
-  done(s);
+  const int fd = cn.channel->fd();
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watched_[fd] = std::move(connection);
+  }
+  epoll_event e{};
+  e.events = EPOLLIN | EPOLLONESHOT;
+  e.data.fd = fd;
+  // Level-triggered: a reply already there is reported at once.
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0 &&
+      !(errno == EEXIST && epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &e) == 0)) {
+    Log(absl::StrCat("device ", info_.index, ": epoll_ctl: ", strerror(errno)));
+  }
+}
+
+void RemoteDevice::Complete() {
+  epoll_event events[64];
+  while (true) {
+    const int n = epoll_wait(epoll_fd_, events, 64, -1);
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == wake_fd_) {
+        // Stopping: the runs still awaited end here.
+        std::map<int, std::shared_ptr<Connection>> left;
+        {
+          std::lock_guard<std::mutex> lock(watch_mu_);
+          left.swap(watched_);
+        }
+        for (auto& [f, c] : left) {
+          std::function<void(absl::Status)> done;
+          {
+            std::lock_guard<std::mutex> lock(c->mu);
+            done = std::move(c->done);
+            c->reply = nullptr;
+            c->running = false;
+          }
+          c->idle.notify_all();
+          if (done) done(absl::UnavailableError("the server is stopping"));
+        }
+        return;
+      }
+      std::shared_ptr<Connection> c;
+      {
+        std::lock_guard<std::mutex> lock(watch_mu_);
+        auto it = watched_.find(fd);
+        if (it == watched_.end()) continue;
+        c = std::move(it->second);
+        watched_.erase(it);
+      }
+      pb::Reply reply;
+      const absl::Status io = c->channel->Receive(&reply);
+      std::function<void(absl::Status)> done;
+      absl::Status s;
+      {
+        std::lock_guard<std::mutex> lock(c->mu);
+        s = c->reply(io, reply);
+        done = std::move(c->done);
+        c->reply = nullptr;
+        c->running = false;
+      }
+      c->idle.notify_all();
+      done(std::move(s));
+    }
+  }
 }
 
 void RemoteDevice::Describe(const PreparedOp& op, const std::vector<TensorView>& inputs,

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -111,6 +112,11 @@ class RemoteDevice final : public runtime::Device {
   // The Run message of `op` over `inputs` into `out`.
   static void Describe(const PreparedOp& op, const std::vector<TensorView>& inputs,
                        ::tensorcompute::worker::Request* request);
+  // What a reply on `c` means, `io` being how receiving it went.
+  absl::Status Outcome(const Connection& c, const absl::Status& io,
+                       const ::tensorcompute::worker::Reply& reply) const;
+  // Receives the replies of runs in flight (Run does not wait for its own) and finishes them.
+  void Complete();
   // Restarts the worker after a failure, with a backoff.
   void Supervise();
 
@@ -134,6 +140,12 @@ class RemoteDevice final : public runtime::Device {
   mutable std::vector<uint64_t> frees_;
   mutable int64_t frees_generation_ = 0;
   std::thread supervisor_;
+  // Connections whose run's reply is awaited, by descriptor; Complete() watches them.
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // An eventfd that stops Complete().
+  std::mutex watch_mu_;
+  std::map<int, std::shared_ptr<Connection>> watched_;
+  std::thread completer_;
 };
 
 }  // namespace tc::server::worker
