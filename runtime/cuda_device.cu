@@ -34,7 +34,50 @@ __global__ void InjectedFault() { __trap(); }
 
 constexpr int64_t Align256(int64_t n) { return (n + 255) & ~int64_t{255}; }
 
+// Device memory that this device reads through a mapping (another process's pool): a kernel
+// reads it over the link, where the copy engines would stage it through the host.
+__global__ void CopyWide(int4* __restrict__ dst, const int4* __restrict__ src, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Two loads in flight per thread before the stores.
+  for (; i + stride < n; i += 2 * stride) {
+    const int4 a = src[i];
+    const int4 b = src[i + stride];
+    dst[i] = a;
+    dst[i + stride] = b;
+  }
+  if (i < n) dst[i] = src[i];
+}
+
+__global__ void CopyNarrow(unsigned char* __restrict__ dst, const unsigned char* __restrict__ src,
+                           int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    dst[i] = src[i];
+  }
+}
+
 }  // namespace
+
+cudaError_t gpu::CopyMapped(void* dst, const void* src, int64_t n, int multiprocessors,
+                            cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  constexpr int kThreads = 512;
+  const bool wide = reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(src) % 16 == 0 && n % 16 == 0;
+  const int64_t items = wide ? n / 16 : n;
+  const int64_t wanted = (items + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(std::min<int64_t>(wanted, int64_t{8} * multiprocessors));
+  if (wide) {
+    CopyWide<<<blocks, kThreads, 0, stream>>>(static_cast<int4*>(dst),
+                                              static_cast<const int4*>(src), items);
+  } else {
+    CopyNarrow<<<blocks, kThreads, 0, stream>>>(static_cast<unsigned char*>(dst),
+                                                static_cast<const unsigned char*>(src), items);
+  }
+  return cudaGetLastError();
+}
 
 CudaDevice::Impl::~Impl() {
   (void)cudaSetDevice(index);

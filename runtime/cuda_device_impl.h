@@ -37,6 +37,13 @@ struct CudaDevice::Impl {
   ~Impl();
 };
 
+namespace gpu {
+// Copies `n` bytes on `stream` with a kernel of the current device: for memory the device
+// reaches only through a mapping (another process's pool).
+cudaError_t CopyMapped(void* dst, const void* src, int64_t n, int multiprocessors,
+                       cudaStream_t stream);
+}  // namespace gpu
+
 // Creates the device's memory pool, keeping up to `budget` bytes of freed memory; one other
 // processes can import where `shareable` and the driver allows.
 absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget, bool shareable);

@@ -181,8 +181,8 @@ absl::Status CudaDevice::CopyFromExported(Lane& lane, Storage& dst, int64_t offs
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (n > 0) {
-      cudaError_t e = cudaMemcpyAsync(dst.data() + offset, static_cast<std::byte*>(p) + src_offset,
-                                      static_cast<size_t>(n), cudaMemcpyDeviceToDevice, s.stream);
+      cudaError_t e = gpu::CopyMapped(dst.data() + offset, static_cast<std::byte*>(p) + src_offset,
+                                      n, impl_->multiprocessors, s.stream);
       if (e == cudaSuccess) e = cudaStreamSynchronize(s.stream);
       if (e != cudaSuccess) st = CudaFailure(e, "copying from another worker's device");
     }

@@ -115,6 +115,11 @@ class RemoteDevice final : public runtime::Device {
   // What a reply on `c` means, `io` being how receiving it went.
   absl::Status Outcome(const Connection& c, const absl::Status& io,
                        const ::tensorcompute::worker::Reply& reply) const;
+  // Sends `request` on `connection` without waiting: its reply is received by Complete(),
+  // which copies `bytes` from the staging buffer at `staging_at` to `host`, then calls `done`.
+  void Send(std::shared_ptr<Connection> connection, ::tensorcompute::worker::Request& request,
+            std::byte* host, int64_t staging_at, int64_t bytes,
+            std::function<void(absl::Status)> done);
   // Receives the replies of runs in flight (Run does not wait for its own) and finishes them.
   void Complete();
   // Restarts the worker after a failure, with a backoff.
