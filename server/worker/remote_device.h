@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -150,6 +151,7 @@ class RemoteDevice final : public runtime::Device {
   int wake_fd_ = -1;  // An eventfd that stops Complete().
   std::mutex watch_mu_;
   std::map<int, std::shared_ptr<Connection>> watched_;
+  std::atomic<int> in_flight_{0};  // Runs sent whose reply Complete() has yet to finish.
   std::thread completer_;
 };
 
