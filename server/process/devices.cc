@@ -4,10 +4,12 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "runtime/cpu_device.h"
 #include "server/process/flags.h"
 #include "server/process/log.h"
@@ -105,7 +107,16 @@ std::unique_ptr<runtime::Device> MakeWorkerDevice() {
 
 std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevices(
     const std::string& choice, const std::vector<std::string>& server_args) {
-  const bool workers = absl::GetFlag(FLAGS_device_workers);
+  // Unless told, a server of several GPUs gives each its own worker process (a GPU fault
+  // would otherwise end every GPU's work); one GPU and the CPU compute in this process.
+  bool workers_told = false;
+  for (const std::string& arg : server_args) {
+    absl::string_view a = arg;
+    if (!absl::ConsumePrefix(&a, "--")) absl::ConsumePrefix(&a, "-");
+    absl::ConsumePrefix(&a, "no");
+    workers_told = workers_told || a == "device_workers" || absl::StartsWith(a, "device_workers=");
+  }
+  bool workers = absl::GetFlag(FLAGS_device_workers);
   if (choice != "auto" && choice != "cpu" && choice != "cuda") {
     Fail(absl::StrCat("--backend must be auto, cpu or cuda, not '", choice, "'"));
   }
@@ -125,6 +136,7 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
         wanted.push_back(i);
       }
     }
+    if (!workers_told) workers = wanted.size() >= 2 && !absl::GetFlag(FLAGS_test_shared_gpu);
     std::string failure = count == 0 ? "no CUDA device visible" : "";
     std::vector<runtime::CudaDevice*> gpus;
     for (int i : wanted) {
@@ -162,10 +174,10 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
       devices.push_back(*std::move(d));
     }
     if (!devices.empty()) {
-      // (Workers' GPUs reach each other through the host.)
+      // (A worker's GPU reads another's storage by importing that worker's memory pool.)
       runtime::CudaDevice::ConnectPeers(gpus);
       for (const auto& d : devices) {
-        if (devices.size() < 2) break;
+        if (devices.size() < 2 || workers) break;
         Log(absl::StrCat("device ", d->info().index, " reaches ",
                          d->info().peers.empty() ? "no other device directly (copies go "
                                                    "through the host)"
