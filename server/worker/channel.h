@@ -12,7 +12,9 @@
 namespace tc::server::worker {
 
 // The largest message (a Run with an expression's text and its views fits many times over).
-inline constexpr int kMaxPacketBytes = 256 << 10;
+// Below the socket's default send buffer (212,992 bytes on Linux), past which a packet fails
+// to send as if the other end had gone.
+inline constexpr int kMaxPacketBytes = 192 << 10;
 
 // How many channels of a process may poll at once: each one polling keeps a core busy.
 struct PollGate {

@@ -45,6 +45,8 @@ constexpr absl::Duration kCompletionPoll = absl::Microseconds(500);
 // With this many runs awaited by the completion thread, a small request's caller waits for its
 // own reply instead: one thread finishing every reply would become the bottleneck.
 constexpr int kAwaitedAtMost = 4;
+// Frees one request carries at most (up to 10 bytes each in a message of at most 192 KiB).
+constexpr size_t kFreesPerRequest = 4096;
 
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
@@ -83,9 +85,9 @@ struct RemoteDevice::Connection {
   std::mutex mu;
   std::condition_variable idle;
   bool running = false;
-  // The run in flight: what its reply leaves in the staging buffer is taken out by `reply`
-  // before the connection serves another exchange; then `done`.
-  std::function<absl::Status(const absl::Status& io, const pb::Reply& reply)> reply;
+  // The run in flight: what its reply leaves in the staging buffer is taken out by
+  // `take_out` before the connection serves another exchange; then `done`.
+  std::function<void(const absl::Status& io, const pb::Reply& reply)> take_out;
   std::function<void(absl::Status)> done;
   ~Connection() {
     if (staging != nullptr) munmap(staging, static_cast<size_t>(staging_bytes));
@@ -264,6 +266,12 @@ absl::StatusOr<std::shared_ptr<RemoteDevice::Connection>> RemoteDevice::Take() c
 
 void RemoteDevice::Give(std::shared_ptr<Connection> c) const {
   if (c == nullptr) return;
+  {
+    // One whose run is still in flight is not handed out again (its staging buffer is not
+    // free yet): it closes once the reply is in.
+    std::lock_guard<std::mutex> running(c->mu);
+    if (c->running) return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   // Connections of a worker since replaced close here.
   if (c->generation == generation() && !failed() && !stopping_) idle_.push_back(std::move(c));
@@ -275,21 +283,26 @@ void RemoteDevice::Lost(int64_t generation, const absl::Status& why) const {
   wake_.notify_all();
 }
 
+void RemoteDevice::TakeFrees(const Connection& c, pb::Request& request) const {
+  std::lock_guard<std::mutex> lock(frees_mu_);
+  if (frees_.empty() || frees_generation_ != c.generation) return;
+  // Some at a time: a message has a size limit, and the rest go with the next request.
+  const size_t n = std::min(frees_.size(), kFreesPerRequest);
+  for (size_t i = frees_.size() - n; i < frees_.size(); ++i) request.add_frees(frees_[i]);
+  frees_.resize(frees_.size() - n);
+}
+
 absl::Status RemoteDevice::Call(Connection& c, pb::Request& request, pb::Reply* reply,
                                 const std::vector<int>& send_fds,
                                 std::vector<int>* reply_fds) const {
-  {
-    std::lock_guard<std::mutex> lock(frees_mu_);
-    if (!frees_.empty() && frees_generation_ == c.generation) {
-      for (uint64_t address : frees_) request.add_frees(address);
-      frees_.clear();
-    }
-  }
+  TakeFrees(c, request);
   absl::Status s;
   {
     std::unique_lock<std::mutex> lock(c.mu);
     c.idle.wait(lock, [&c] { return !c.running; });
     s = c.channel->Send(request, send_fds);
+    // A message that could not be sent at all (too large) leaves the connection as it was.
+    if (!s.ok() && s.code() != absl::StatusCode::kUnavailable) return s;
     if (s.ok()) s = c.channel->Receive(reply, reply_fds);
   }
   return Outcome(c, s, *reply);
@@ -376,12 +389,20 @@ void RemoteDevice::FlushFrees() {
     std::lock_guard<std::mutex> lock(frees_mu_);
     if (frees_.empty()) return;
   }
+  if (flushing_.exchange(true)) return;  // The last one is still on its way.
   auto c = Take();
-  if (!c.ok()) return;
+  if (!c.ok()) {
+    flushing_ = false;
+    return;
+  }
   pb::Request request;  // No body: the frees alone.
-  pb::Reply reply;
-  (void)Call(**c, request, &reply);
-  Give(*std::move(c));
+  // Answered through the completion thread: a worker that does not answer never holds up the
+  // supervisor.
+  std::shared_ptr<Connection> connection = *std::move(c);
+  Send(connection, request, nullptr, 0, 0, [this, connection](absl::Status) {
+    Give(connection);
+    flushing_ = false;
+  });
 }
 
 absl::Status RemoteDevice::Write(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
@@ -601,43 +622,55 @@ void RemoteDevice::Send(std::shared_ptr<Connection> connection, pb::Request& req
   {
     std::unique_lock<std::mutex> lock(cn.mu);
     cn.idle.wait(lock, [&cn] { return !cn.running; });
-    {
-      std::lock_guard<std::mutex> frees(frees_mu_);
-      if (!frees_.empty() && frees_generation_ == cn.generation) {
-        for (uint64_t address : frees_) request.add_frees(address);
-        frees_.clear();
-      }
-    }
+    TakeFrees(cn, request);
     if (absl::Status sent = cn.channel->Send(request); !sent.ok()) {
       lock.unlock();
-      done(Outcome(cn, sent, pb::Reply()));
+      done(sent.code() == absl::StatusCode::kUnavailable ? Outcome(cn, sent, pb::Reply())
+                                                         : sent);
       return;
     }
     cn.running = true;
-    cn.reply = [this, &cn, host, staging_at, bytes](const absl::Status& io,
-                                                    const pb::Reply& reply) {
-      absl::Status s = Outcome(cn, io, reply);
-      if (s.ok() && bytes > 0) {
+    cn.take_out = [&cn, host, staging_at, bytes](const absl::Status& io,
+                                                  const pb::Reply& reply) {
+      if (io.ok() && reply.code() == 0 && bytes > 0) {
         std::memcpy(host, cn.staging + staging_at, static_cast<size_t>(bytes));
       }
-      return s;
     };
     cn.done = std::move(done);
   }
   in_flight_.fetch_add(1, std::memory_order_relaxed);
   const int fd = cn.channel->fd();
+  absl::Status watching;
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
-    watched_[fd] = std::move(connection);
+    if (completer_stopped_) {
+      watching = absl::UnavailableError("the server is stopping");
+    } else {
+      watched_[fd] = connection;
+      epoll_event e{};
+      e.events = EPOLLIN | EPOLLONESHOT;
+      e.data.fd = fd;
+      // Level-triggered: a reply already there is reported at once.
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0 &&
+          !(errno == EEXIST && epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &e) == 0)) {
+        watching = absl::InternalError(absl::StrCat("epoll_ctl: ", strerror(errno)));
+        watched_.erase(fd);
+      }
+    }
   }
-  epoll_event e{};
-  e.events = EPOLLIN | EPOLLONESHOT;
-  e.data.fd = fd;
-  // Level-triggered: a reply already there is reported at once.
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0 &&
-      !(errno == EEXIST && epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &e) == 0)) {
-    Log(absl::StrCat("device ", info_.index, ": epoll_ctl: ", strerror(errno)));
+  if (watching.ok()) return;
+  // Nobody will receive the reply: the run ends here, and the connection is not used again.
+  std::function<void(absl::Status)> finish;
+  {
+    std::lock_guard<std::mutex> lock(cn.mu);
+    finish = std::move(cn.done);
+    cn.take_out = nullptr;
+    cn.generation = -1;  // Give() drops it.
+    cn.running = false;
   }
+  cn.idle.notify_all();
+  in_flight_.fetch_sub(1, std::memory_order_relaxed);
+  finish(watching);
 }
 
 void RemoteDevice::Complete() {
@@ -648,7 +681,11 @@ void RemoteDevice::Complete() {
     // microseconds away, and a wake-up costs tens of them.
     const bool poll = absl::Now() < poll_until;
     const int n = epoll_wait(epoll_fd_, events, 64, poll ? 0 : -1);
-    if (n < 0 && errno != EINTR) break;
+    if (n < 0 && errno != EINTR) {
+      Log(absl::StrCat("device ", info_.index, ": epoll_wait: ", strerror(errno)));
+      absl::SleepFor(absl::Milliseconds(1));
+      continue;
+    }
     if (n > 0 && info_.kind != "cpu") poll_until = absl::Now() + kCompletionPoll;
     if (n == 0 && poll) sched_yield();
     for (int i = 0; i < n; ++i) {
@@ -658,6 +695,7 @@ void RemoteDevice::Complete() {
         std::map<int, std::shared_ptr<Connection>> left;
         {
           std::lock_guard<std::mutex> lock(watch_mu_);
+          completer_stopped_ = true;
           left.swap(watched_);
         }
         for (auto& [f, c] : left) {
@@ -665,10 +703,11 @@ void RemoteDevice::Complete() {
           {
             std::lock_guard<std::mutex> lock(c->mu);
             done = std::move(c->done);
-            c->reply = nullptr;
+            c->take_out = nullptr;
             c->running = false;
           }
           c->idle.notify_all();
+          in_flight_.fetch_sub(1, std::memory_order_relaxed);
           if (done) done(absl::UnavailableError("the server is stopping"));
         }
         return;
@@ -684,17 +723,18 @@ void RemoteDevice::Complete() {
       pb::Reply reply;
       const absl::Status io = c->channel->Receive(&reply);
       std::function<void(absl::Status)> done;
-      absl::Status s;
       {
         std::lock_guard<std::mutex> lock(c->mu);
-        s = c->reply(io, reply);
+        c->take_out(io, reply);
         done = std::move(c->done);
-        c->reply = nullptr;
+        c->take_out = nullptr;
         c->running = false;
       }
       c->idle.notify_all();
       in_flight_.fetch_sub(1, std::memory_order_relaxed);
-      done(std::move(s));
+      // Outside the connection's lock: a failure marks the device failed, whose listeners
+      // are called with no lock held.
+      done(Outcome(*c, io, reply));
     }
   }
 }

@@ -107,6 +107,8 @@ class RemoteDevice final : public runtime::Device {
   absl::StatusOr<int> SharedPool(Connection& c, std::string* key) const;
   // Sends the frees waiting, where no request has taken them along for a while.
   void FlushFrees();
+  // Moves some of the frees waiting for `c`'s worker into `request`.
+  void TakeFrees(const Connection& c, ::tensorcompute::worker::Request& request) const;
   // The worker of generation `generation` stopped or its device failed: the device fails,
   // unless a newer worker has taken its place.
   void Lost(int64_t generation, const absl::Status& why) const;
@@ -151,6 +153,8 @@ class RemoteDevice final : public runtime::Device {
   int wake_fd_ = -1;  // An eventfd that stops Complete().
   std::mutex watch_mu_;
   std::map<int, std::shared_ptr<Connection>> watched_;
+  bool completer_stopped_ = false;  // Under watch_mu_: Send finishes its run itself.
+  std::atomic<bool> flushing_{false};  // A FlushFrees is in flight.
   std::atomic<int> in_flight_{0};  // Runs sent whose reply Complete() has yet to finish.
   std::thread completer_;
 };

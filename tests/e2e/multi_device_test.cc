@@ -434,5 +434,33 @@ TEST_F(MultiDeviceTest, AKilledWorkerFailsAloneAndIsReplaced) {
   FailOneWorker([](int pid) { ASSERT_EQ(kill(pid, SIGKILL), 0); });
 }
 
+// A worker is told of frees along with later requests, some at a time: tens of thousands let
+// go at once (more than one message holds) leave it serving, its tensors intact.
+TEST_F(MultiDeviceTest, ManyTensorsLetGoAtOnceLeaveTheWorkerServing) {
+  Start({"--resident_max_tensors=50000"});
+  SKIP_WITHOUT_WORKERS();
+  auto keep = first_->UploadWith(OnDevice(0), Floats({1, 2, 3}));
+  ASSERT_TRUE(keep.ok()) << keep.status();
+  constexpr int kTensors = 40000;
+  std::vector<std::string> handles;
+  for (int i = 0; i < kTensors; ++i) {
+    auto up = first_->UploadWith(OnDevice(0), Floats({static_cast<float>(i)}));
+    ASSERT_TRUE(up.ok()) << "tensor " << i << ": " << up.status();
+    handles.push_back(up->tensor().handle());
+  }
+  ASSERT_TRUE(first_->Release(handles).ok());
+  v1::Tensor t;
+  t.set_handle(keep->tensor().handle());
+  for (int round = 0; round < 20; ++round) {
+    auto r = first_->Compute("add", {t, t});
+    ASSERT_TRUE(r.ok()) << "round " << round << ": " << r.status();
+    EXPECT_EQ(Values(*r), (std::vector<float>{2, 4, 6}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto info = first_->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->devices(0).restarts(), 0);
+}
+
 }  // namespace
 }  // namespace tc
