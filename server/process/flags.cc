@@ -40,8 +40,8 @@ ABSL_FLAG(bool, device_workers, false,
           "Each device computes in a worker process of its own behind this one, which keeps "
           "the port, tensors, regions and admission: a GPU fault (which ends every CUDA "
           "context of its process) then fails only that device's requests and tensors, and a "
-          "new worker takes its place after a backoff. Unless given: on with two or more GPUs, "
-          "off with one GPU or the CPU.");
+          "new worker takes its place after a backoff. Unless given on the command line: "
+          "on with two or more GPUs, off with one GPU or the CPU.");
 ABSL_FLAG(int, worker_fd, -1, "Internal: run as the worker of one device on this descriptor.");
 ABSL_FLAG(int, worker_device, 0, "Internal: the device a worker computes for.");
 ABSL_FLAG(int64_t, worker_generation, 0, "Internal: how many workers of the device came before.");
