@@ -524,9 +524,7 @@ absl::StatusOr<int> RemoteDevice::SharedPool(Connection& c, std::string* key) co
   if (pool_fd_ >= 0 && pool_generation_ == c.generation) return copy();
   pb::Request request;
   auto* share = request.mutable_share();
-  share->set_data(0);
-  share->set_bytes(-1);  // The pool alone.
-  share->set_pool(true);
+  share->set_pool(true);  // The pool alone.
   pb::Reply reply;
   std::vector<int> fds;
   absl::Status s = Call(c, request, &reply, {}, &fds);

@@ -172,11 +172,6 @@ class Connection {
         allocations_.Add(*std::move(s));
         return absl::OkStatus();
       }
-      case pb::Request::kFree:
-        if (!allocations_.Remove(request.free().data())) {
-          return absl::FailedPreconditionError("freeing storage this device does not hold");
-        }
-        return absl::OkStatus();
       case pb::Request::kWrite: {
         const auto& w = request.write();
         if (auto s = CheckStaging(w.bytes()); !s.ok()) return s;
@@ -210,7 +205,7 @@ class Connection {
         return device_.Sync(*lane_);
       case pb::Request::kShare: {
         const auto& sh = request.share();
-        if (sh.bytes() < 0 && sh.pool()) {  // The pool alone.
+        if (sh.pool()) {
           auto fd = device_.ExportMemoryPool();
           if (!fd.ok()) return fd.status();
           reply_fds_.push_back(*fd);
@@ -220,11 +215,6 @@ class Connection {
         if (!at.ok()) return at.status();
         auto shared = device_.ExportAllocation(at->first->data());
         if (!shared.ok()) return shared.status();
-        if (sh.pool()) {
-          auto fd = device_.ExportMemoryPool();
-          if (!fd.ok()) return fd.status();
-          reply_fds_.push_back(*fd);
-        }
         reply->set_shared(*std::move(shared));
         reply->set_data(static_cast<uint64_t>(at->second));
         return absl::OkStatus();
