@@ -87,6 +87,7 @@ CudaDevice::Impl::~Impl() {
     (void)cudaStreamDestroy(alloc_stream);
   }
   if (pool != nullptr) (void)cudaMemPoolDestroy(pool);
+  imports.clear();  // Unmapped before the pools they came from go.
   for (auto& [key, p] : imported) (void)cudaMemPoolDestroy(p);
 }
 

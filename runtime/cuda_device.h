@@ -51,6 +51,8 @@ class CudaDevice final : public Device {
                                 const std::string& pool_key, int pool_fd,
                                 const std::string& allocation, int64_t src_offset,
                                 int64_t n) override;
+  void ForgetExported(const std::string& pool_key, const std::vector<std::string>& allocations,
+                      bool whole_pool) override;
   absl::Status WritePieces(Lane& lane, Storage& dst, int64_t offset,
                            const std::vector<HostPiece>& pieces) override;
   absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,

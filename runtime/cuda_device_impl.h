@@ -29,6 +29,18 @@ struct CudaDevice::Impl {
   // Pools of other processes' devices imported here, by the key their exporter gave.
   std::mutex imported_mu;
   std::map<std::string, cudaMemPool_t> imported;
+  // Allocations of those pools mapped here, kept across copies (mapping one costs
+  // milliseconds): by pool key, then by what names the allocation. The exporter frees an
+  // allocation only after this process let go of it (ForgetExported); a copy in progress
+  // holds its mapping. At most kMaxImports, the least recently used let go first.
+  struct Import {
+    std::shared_ptr<void> p;
+    uint64_t used = 0;
+  };
+  std::map<std::string, std::map<std::string, Import>> imports;
+  uint64_t import_clock = 0;
+  static constexpr size_t kMaxImports = 1024;
+  size_t import_count = 0;
   // Allocations and frees are ordered on this stream; each allocation is waited for before
   // its memory is handed out, and frees come only after the host saw every use complete.
   cudaStream_t alloc_stream = nullptr;

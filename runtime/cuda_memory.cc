@@ -146,9 +146,10 @@ absl::Status CudaDevice::CopyFromExported(Lane& lane, Storage& dst, int64_t offs
     (void)cudaGetLastError();
     return absl::FailedPreconditionError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
   };
-  cudaMemPool_t pool = nullptr;
+  std::shared_ptr<void> mapped;
   {
     std::lock_guard<std::mutex> lock(impl_->imported_mu);
+    cudaMemPool_t pool = nullptr;
     auto it = impl_->imported.find(pool_key);
     if (it != impl_->imported.end()) {
       pool = it->second;
@@ -171,26 +172,88 @@ absl::Status CudaDevice::CopyFromExported(Lane& lane, Storage& dst, int64_t offs
       }
       impl_->imported.emplace(pool_key, pool);
     }
-  }
-  void* p = nullptr;
-  if (cudaError_t e = cudaMemPoolImportPointer(&p, pool, &data); e != cudaSuccess) {
-    return refused(e, "importing an allocation");
+    auto& of_pool = impl_->imports[pool_key];
+    auto found = of_pool.find(allocation);
+    if (found == of_pool.end()) {
+      void* p = nullptr;
+      if (cudaError_t e = cudaMemPoolImportPointer(&p, pool, &data); e != cudaSuccess) {
+        return refused(e, "importing an allocation");
+      }
+      const int index = impl_->index;
+      std::shared_ptr<void> own(p, [index](void* q) {
+        (void)cudaSetDevice(index);
+        (void)cudaFree(q);
+      });
+      found = of_pool.emplace(allocation, Impl::Import{std::move(own), 0}).first;
+      if (++impl_->import_count > Impl::kMaxImports) {
+        // The least recently used goes (freeing early is always allowed; a copy from it
+        // still in progress holds it until done).
+        std::map<std::string, Impl::Import>* oldest_pool = nullptr;
+        std::map<std::string, Impl::Import>::iterator oldest;
+        for (auto& [k, imports] : impl_->imports) {
+          for (auto i = imports.begin(); i != imports.end(); ++i) {
+            if (i != found && (oldest_pool == nullptr || i->second.used < oldest->second.used)) {
+              oldest_pool = &imports;
+              oldest = i;
+            }
+          }
+        }
+        if (oldest_pool != nullptr) {
+          oldest_pool->erase(oldest);
+          --impl_->import_count;
+        }
+      }
+    }
+    found->second.used = ++impl_->import_clock;
+    mapped = found->second.p;
   }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
-  absl::Status st;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (n > 0) {
+    cudaError_t e = gpu::CopyMapped(dst.data() + offset,
+                                    static_cast<std::byte*>(mapped.get()) + src_offset, n,
+                                    impl_->multiprocessors, s.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s.stream);
+    if (e != cudaSuccess) return CudaFailure(e, "copying from another worker's device");
+  }
+  return absl::OkStatus();
+}
+
+void CudaDevice::ForgetExported(const std::string& pool_key,
+                                const std::vector<std::string>& allocations, bool whole_pool) {
+  (void)cudaSetDevice(impl_->index);
+  std::vector<std::shared_ptr<void>> gone;
+  cudaMemPool_t pool = nullptr;
   {
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (n > 0) {
-      cudaError_t e = gpu::CopyMapped(dst.data() + offset, static_cast<std::byte*>(p) + src_offset,
-                                      n, impl_->multiprocessors, s.stream);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(s.stream);
-      if (e != cudaSuccess) st = CudaFailure(e, "copying from another worker's device");
+    std::lock_guard<std::mutex> lock(impl_->imported_mu);
+    auto of_pool = impl_->imports.find(pool_key);
+    if (of_pool != impl_->imports.end()) {
+      if (whole_pool) {
+        for (auto& [k, i] : of_pool->second) gone.push_back(std::move(i.p));
+        impl_->import_count -= of_pool->second.size();
+        impl_->imports.erase(of_pool);
+      } else {
+        for (const std::string& a : allocations) {
+          auto i = of_pool->second.find(a);
+          if (i == of_pool->second.end()) continue;
+          gone.push_back(std::move(i->second.p));
+          of_pool->second.erase(i);
+          --impl_->import_count;
+        }
+      }
+    }
+    if (whole_pool) {
+      auto found = impl_->imported.find(pool_key);
+      if (found != impl_->imported.end()) {
+        pool = found->second;
+        impl_->imported.erase(found);
+      }
     }
   }
-  // Freed here before the exporter may free it: the caller holds the exporter's storage
-  // until this returns.
-  (void)cudaFree(p);
-  return st;
+  // Unmapped here, before this returns (the exporter frees only after that), and outside
+  // the lock: cudaFree waits for the device.
+  gone.clear();
+  if (pool != nullptr) (void)cudaMemPoolDestroy(pool);
 }
 
 }  // namespace tc::runtime

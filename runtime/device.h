@@ -205,6 +205,13 @@ class Device {
                                         int64_t /*src_offset*/, int64_t /*n*/) {
     return absl::UnimplementedError("this device does not import shared memory");
   }
+  // The importing side keeps an allocation mapped from one copy to the next: the exporter
+  // may free it only once this has returned here for it. Lets go of the allocations named
+  // in `allocations` of the pool `pool_key`, or, where `whole_pool`, of every one of them
+  // and of the pool itself (its exporter is gone).
+  virtual void ForgetExported(const std::string& /*pool_key*/,
+                              const std::vector<std::string>& /*allocations*/,
+                              bool /*whole_pool*/) {}
   // Write from memory pinned by PinHost: queued on the lane without staging (Sync waits for
   // it). `src` must stay valid until then.
   virtual absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/expr/program.h"
@@ -58,6 +59,21 @@ std::string DescribeExit(int status) {
 }
 
 uint64_t Address(const std::byte* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// The devices of this process not yet destroyed: one device asks another (an importer to let
+// go of an allocation, an exporter to free it after) only while it is here.
+std::mutex peers_mu;
+std::set<const RemoteDevice*>& Peers() {
+  static auto* peers = new std::set<const RemoteDevice*>;
+  return *peers;
+}
+template <typename F>
+bool WithPeer(const RemoteDevice* d, F f) {
+  std::lock_guard<std::mutex> lock(peers_mu);
+  if (Peers().count(d) == 0) return false;
+  f();
+  return true;
+}
 
 }  // namespace
 
@@ -185,6 +201,10 @@ absl::StatusOr<std::unique_ptr<RemoteDevice>> RemoteDevice::Start(
   }
   d->completer_ = std::thread([p = d.get()] { p->Complete(); });
   d->supervisor_ = std::thread([p = d.get()] { p->Supervise(); });
+  {
+    std::lock_guard<std::mutex> lock(peers_mu);
+    Peers().insert(d.get());
+  }
   return d;
 }
 
@@ -197,6 +217,10 @@ RemoteDevice::RemoteDevice(const WorkerLaunch& launch, std::unique_ptr<Worker> w
       worker_(std::move(worker)) {}
 
 RemoteDevice::~RemoteDevice() {
+  {
+    std::lock_guard<std::mutex> lock(peers_mu);
+    Peers().erase(this);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -376,12 +400,123 @@ absl::StatusOr<std::byte*> RemoteDevice::RawAllocate(int64_t bytes, bool zero,
 void RemoteDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* tag) {
   const auto g = static_cast<int64_t>(reinterpret_cast<uintptr_t>(tag));
   if (g != generation()) return;  // Gone with the worker it belonged to.
+  const uint64_t address = Address(p);
+  Importers importers;
+  std::string shared;
+  {
+    std::lock_guard<std::mutex> lock(share_mu_);
+    if (pool_generation_ == g) {
+      auto it = exported_.find(address);
+      if (it != exported_.end()) {
+        importers = std::move(it->second.importers);
+        shared = std::move(it->second.shared);
+        exported_.erase(it);
+      }
+    }
+  }
+  if (importers.empty()) {
+    QueueFree(address, g);
+    return;
+  }
+  // Other workers keep it mapped: freed once each of them let go of it.
+  auto left = std::make_shared<std::atomic<size_t>>(importers.size());
+  const std::function<void()> then = [this, left, address, g] {
+    if (left->fetch_sub(1) != 1) return;
+    WithPeer(this, [&] { QueueFree(address, g); });
+  };
+  const std::string key = PoolKey(g);
+  for (const auto& [d, dg] : importers) {
+    PendingUnshare u{dg, key, shared, false, then};
+    if (!WithPeer(d, [&] { d->QueueUnshare(std::move(u)); })) then();
+  }
+}
+
+void RemoteDevice::QueueFree(uint64_t address, int64_t g) {
   std::lock_guard<std::mutex> lock(frees_mu_);
   if (frees_generation_ != g) {
+    if (g < frees_generation_) return;  // A worker since replaced took it along.
     frees_.clear();
     frees_generation_ = g;
   }
-  frees_.push_back(Address(p));
+  frees_.push_back(address);
+}
+
+void RemoteDevice::QueueUnshare(PendingUnshare u) const {
+  {
+    std::lock_guard<std::mutex> lock(unshare_mu_);
+    unshares_.push_back(std::move(u));
+  }
+  wake_.notify_all();
+}
+
+void RemoteDevice::SendUnshares() {
+  std::vector<PendingUnshare> batch;
+  {
+    std::lock_guard<std::mutex> lock(unshare_mu_);
+    if (unshares_.empty()) return;
+    batch.swap(unshares_);
+  }
+  const auto run = [](std::vector<std::function<void()>>& thens) {
+    for (auto& t : thens) {
+      if (t) t();
+    }
+  };
+  // By pool and kind; at most this many allocations a message (up to 70 bytes each).
+  constexpr size_t kPerRequest = 1024;
+  std::map<std::pair<std::string, bool>, std::vector<PendingUnshare*>> groups;
+  std::vector<std::function<void()>> now;
+  const int64_t g = generation();
+  for (PendingUnshare& u : batch) {
+    // A worker since replaced had its mappings end with it.
+    if (u.generation != g || failed()) {
+      now.push_back(std::move(u.then));
+    } else {
+      groups[{u.pool_key, u.pool}].push_back(&u);
+    }
+  }
+  run(now);
+  for (auto& [what, us] : groups) {
+    for (size_t i = 0; i < us.size(); i += kPerRequest) {
+      std::vector<std::function<void()>> thens;
+      pb::Request request;
+      auto* unshare = request.mutable_unshare();
+      unshare->set_pool_key(what.first);
+      unshare->set_pool(what.second);
+      for (size_t j = i; j < std::min(us.size(), i + kPerRequest); ++j) {
+        if (!what.second) unshare->add_shared(us[j]->shared);
+        thens.push_back(std::move(us[j]->then));
+      }
+      auto c = Take();
+      if (!c.ok()) {  // No worker to ask: its mappings are gone, or go with it.
+        run(thens);
+        continue;
+      }
+      std::shared_ptr<Connection> connection = *std::move(c);
+      Send(connection, request, nullptr, 0, 0,
+           [this, connection, thens = std::move(thens), run](absl::Status) mutable {
+             Give(connection);
+             run(thens);
+           });
+    }
+  }
+}
+
+void RemoteDevice::ForgetExports(int64_t g) {
+  Importers importers;
+  {
+    std::lock_guard<std::mutex> lock(share_mu_);
+    if (pool_generation_ != g) return;
+    importers.swap(pool_importers_);
+    exported_.clear();
+    if (pool_fd_ >= 0) close(pool_fd_);
+    pool_fd_ = -1;
+    pool_generation_ = -1;
+  }
+  const std::string key = PoolKey(g);
+  for (const auto& [d, dg] : importers) {
+    PendingUnshare u{dg, key, "", true, nullptr};
+    WithPeer(d, [&] { d->QueueUnshare(std::move(u)); });
+  }
 }
 
 void RemoteDevice::FlushFrees() {
@@ -513,15 +648,22 @@ absl::Status RemoteDevice::CopyFromDevice(runtime::Lane& lane, runtime::Storage&
   return absl::OkStatus();
 }
 
+std::string RemoteDevice::PoolKey(int64_t g) const {
+  return absl::StrCat("device ", info_.index, " worker ", g);
+}
+
 absl::StatusOr<int> RemoteDevice::SharedPool(Connection& c, std::string* key) const {
-  std::lock_guard<std::mutex> lock(share_mu_);
-  *key = absl::StrCat("device ", info_.index, " worker ", c.generation);
+  *key = PoolKey(c.generation);
   const auto copy = [this]() -> absl::StatusOr<int> {
     const int fd = fcntl(pool_fd_, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("dup: ", strerror(errno)));
     return fd;
   };
-  if (pool_fd_ >= 0 && pool_generation_ == c.generation) return copy();
+  {
+    std::lock_guard<std::mutex> lock(share_mu_);
+    if (pool_fd_ >= 0 && pool_generation_ == c.generation) return copy();
+  }
+  // Asked without the lock held: a free (which takes it) never waits for a worker.
   pb::Request request;
   auto* share = request.mutable_share();
   share->set_pool(true);  // The pool alone.
@@ -536,10 +678,79 @@ absl::StatusOr<int> RemoteDevice::SharedPool(Connection& c, std::string* key) co
     for (int fd : fds) close(fd);
     return absl::FailedPreconditionError("the worker sent no memory pool");
   }
-  if (pool_fd_ >= 0) close(pool_fd_);
-  pool_fd_ = fds[0];
-  pool_generation_ = c.generation;
+  std::lock_guard<std::mutex> lock(share_mu_);
+  if (pool_generation_ == c.generation && pool_fd_ >= 0) {
+    close(fds[0]);  // Another caller got it first.
+  } else if (c.generation >= pool_generation_) {
+    if (pool_fd_ >= 0) close(pool_fd_);
+    pool_fd_ = fds[0];
+    pool_generation_ = c.generation;
+    exported_.clear();  // Of a worker since replaced.
+    pool_importers_.clear();
+  } else {
+    // Of a worker since replaced: handed out this once.
+    return fds[0];
+  }
   return copy();
+}
+
+absl::StatusOr<RemoteDevice::SharedRange> RemoteDevice::ShareWith(
+    const std::byte* src, int64_t n, const RemoteDevice* importer,
+    int64_t importer_generation) const {
+  const uint64_t at = Address(src);
+  const auto record = [&](Importers& to) {
+    const auto who = std::make_pair(importer, importer_generation);
+    if (std::find(to.begin(), to.end(), who) == to.end()) to.push_back(who);
+  };
+  {
+    std::lock_guard<std::mutex> lock(share_mu_);
+    auto it = exported_.upper_bound(at);
+    if (pool_fd_ >= 0 && pool_generation_ == generation() && it != exported_.begin()) {
+      --it;
+      const uint64_t into = at - it->first;
+      if (into <= static_cast<uint64_t>(it->second.bytes) &&
+          n <= it->second.bytes - static_cast<int64_t>(into)) {
+        const int fd = fcntl(pool_fd_, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("dup: ", strerror(errno)));
+        record(it->second.importers);
+        record(pool_importers_);
+        return SharedRange{PoolKey(pool_generation_), it->second.shared,
+                           static_cast<int64_t>(into), fd};
+      }
+    }
+  }
+  // Not shared yet: asked of the worker that holds the bytes.
+  auto theirs = Take();
+  if (!theirs.ok()) return theirs.status();
+  SharedRange range;
+  pb::Request share;
+  share.mutable_share()->set_data(at);
+  share.mutable_share()->set_bytes(n);
+  pb::Reply shared;
+  absl::StatusOr<int> pool = SharedPool(**theirs, &range.pool_key);
+  absl::Status s = pool.ok() ? Call(**theirs, share, &shared) : pool.status();
+  const int64_t g = (*theirs)->generation;
+  Give(*std::move(theirs));
+  if (s.ok() && (shared.data() > at || shared.bytes() < n ||
+                 static_cast<int64_t>(shared.data()) > shared.bytes() - n)) {
+    s = absl::InternalError("the worker shared an allocation that does not hold the bytes");
+  }
+  if (!s.ok()) {
+    if (pool.ok()) close(*pool);
+    return s;
+  }
+  range.pool_fd = *pool;
+  range.shared = shared.shared();
+  range.offset = static_cast<int64_t>(shared.data());
+  std::lock_guard<std::mutex> lock(share_mu_);
+  if (pool_generation_ == g) {
+    Exported& e = exported_[at - shared.data()];
+    e.bytes = shared.bytes();
+    e.shared = shared.shared();
+    record(e.importers);
+    record(pool_importers_);
+  }
+  return range;
 }
 
 absl::Status RemoteDevice::CopyShared(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
@@ -547,33 +758,20 @@ absl::Status RemoteDevice::CopyShared(runtime::Lane& lane, runtime::Storage& dst
                                       int64_t n) {
   auto c = LaneConnection(lane, *this);
   if (!c.ok()) return c.status();
-  // From the worker holding the bytes: what names their allocation, and its pool.
-  auto theirs = from.Take();
-  if (!theirs.ok()) return theirs.status();
-  std::string key;
-  pb::Request share;
-  share.mutable_share()->set_data(Address(src));
-  share.mutable_share()->set_bytes(n);
-  pb::Reply shared;
-  absl::StatusOr<int> pool = from.SharedPool(**theirs, &key);
-  absl::Status s = pool.ok() ? from.Call(**theirs, share, &shared) : pool.status();
-  from.Give(*std::move(theirs));
-  if (!s.ok()) {
-    if (pool.ok()) close(*pool);
-    return s;
-  }
   // The exporter's storage stays allocated until this returns: the caller holds it.
+  auto range = from.ShareWith(src, n, this, (*c)->generation);
+  if (!range.ok()) return range.status();
   pb::Request request;
   auto* copy = request.mutable_copy_shared();
   copy->set_data(Address(dst.data()));
   copy->set_offset(offset);
-  copy->set_pool_key(key);
-  copy->set_shared(shared.shared());
-  copy->set_src_offset(static_cast<int64_t>(shared.data()));
+  copy->set_pool_key(range->pool_key);
+  copy->set_shared(range->shared);
+  copy->set_src_offset(range->offset);
   copy->set_bytes(n);
   pb::Reply reply;
-  s = Call(**c, request, &reply, {*pool});
-  close(*pool);
+  absl::Status s = Call(**c, request, &reply, {range->pool_fd});
+  close(range->pool_fd);
   return s;
 }
 
@@ -827,6 +1025,10 @@ void RemoteDevice::Supervise() {
   while (!stopping_) {
     wake_.wait_for(lock, std::chrono::milliseconds(100));
     if (stopping_) break;
+    lock.unlock();
+    SendUnshares();
+    lock.lock();
+    if (stopping_) break;
     if (!failed()) {
       // A worker that stops while nothing is asked of it: its control connection closes.
       if (worker_ == nullptr) continue;
@@ -857,6 +1059,8 @@ void RemoteDevice::Supervise() {
       const bool reaped = waitpid(pid, &status, 0) == pid;
       old->pid = 0;
       old.reset();
+      // What other workers mapped of it goes too (they are told to let go of its pool).
+      ForgetExports(generation());
       Log(absl::StrCat("device ", info_.index, ": worker pid ", pid, " ",
                        reaped ? DescribeExit(status) : "gone", "; a new one starts in ",
                        absl::FormatDuration(backoff)));

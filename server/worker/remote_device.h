@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -105,6 +106,38 @@ class RemoteDevice final : public runtime::Device {
   // This device's memory pool as a descriptor (the caller's to close; exported once per
   // worker, asked through `c`), and the key that names it.
   absl::StatusOr<int> SharedPool(Connection& c, std::string* key) const;
+  // What names the pool of this device's worker of generation `g` to an importer.
+  std::string PoolKey(int64_t g) const;
+  // The exporting side of CopyShared: the allocation holding `n` bytes at `src` (asked of
+  // the worker once per allocation), the key and a descriptor of its pool, and where in it
+  // the bytes start. Records `importer` (its worker of generation `importer_generation`) as
+  // keeping it mapped: the allocation is freed only once every importer let go of it.
+  struct SharedRange {
+    std::string pool_key;
+    std::string shared;
+    int64_t offset = 0;
+    int pool_fd = -1;  // The caller's to close.
+  };
+  absl::StatusOr<SharedRange> ShareWith(const std::byte* src, int64_t n,
+                                        const RemoteDevice* importer,
+                                        int64_t importer_generation) const;
+  // The importing side: tells this device's worker of generation `generation` to let go of an
+  // allocation (`shared`) of the pool `pool_key`, or of the whole pool; `then` (may be empty)
+  // runs once it has, or once no worker of that generation is left.
+  struct PendingUnshare {
+    int64_t generation = 0;
+    std::string pool_key;
+    std::string shared;
+    bool pool = false;
+    std::function<void()> then;
+  };
+  void QueueUnshare(PendingUnshare u) const;
+  // Sends the Unshare requests queued (from the supervisor).
+  void SendUnshares();
+  // After the worker of generation `g` is gone: its importers let go of its pool.
+  void ForgetExports(int64_t g);
+  // Storage of generation `g` let go of: freed with the next request.
+  void QueueFree(uint64_t address, int64_t g);
   // Sends the frees waiting, where no request has taken them along for a while.
   void FlushFrees();
   // Moves some of the frees waiting for `c`'s worker into `request`.
@@ -144,6 +177,19 @@ class RemoteDevice final : public runtime::Device {
   mutable int pool_fd_ = -1;
   mutable int64_t pool_generation_ = -1;
   std::vector<const RemoteDevice*> unshared_;
+  // Allocations of the worker of pool_generation_ that other workers keep mapped, by
+  // address, and every importer of its pool (device, that device's worker generation).
+  using Importers = std::vector<std::pair<const RemoteDevice*, int64_t>>;
+  struct Exported {
+    int64_t bytes = 0;
+    std::string shared;
+    Importers importers;
+  };
+  mutable std::map<uint64_t, Exported> exported_;
+  mutable Importers pool_importers_;
+  // Unshare requests for this device's worker, sent by the supervisor.
+  mutable std::mutex unshare_mu_;
+  mutable std::vector<PendingUnshare> unshares_;
   mutable std::mutex frees_mu_;
   mutable std::vector<uint64_t> frees_;
   mutable int64_t frees_generation_ = 0;

@@ -217,6 +217,7 @@ class Connection {
         if (!shared.ok()) return shared.status();
         reply->set_shared(*std::move(shared));
         reply->set_data(static_cast<uint64_t>(at->second));
+        reply->set_bytes(at->first->bytes());
         return absl::OkStatus();
       }
       case pb::Request::kCopyShared: {
@@ -226,6 +227,11 @@ class Connection {
         return device_.CopyFromExported(*lane_, *dst->first, dst->second, c.pool_key(),
                                         fds_.empty() ? -1 : fds_[0], c.shared(), c.src_offset(),
                                         c.bytes());
+      }
+      case pb::Request::kUnshare: {
+        const auto& u = request.unshare();
+        device_.ForgetExported(u.pool_key(), {u.shared().begin(), u.shared().end()}, u.pool());
+        return absl::OkStatus();
       }
       case pb::Request::kRun:
         return Run(request.run());

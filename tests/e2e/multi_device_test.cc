@@ -462,5 +462,66 @@ TEST_F(MultiDeviceTest, ManyTensorsLetGoAtOnceLeaveTheWorkerServing) {
   EXPECT_EQ(info->devices(0).restarts(), 0);
 }
 
+// Bytes copied from one worker's device to another's stay mapped in the importer from one
+// request to the next; a tensor let go of must still be freed (after the importer let go of
+// it) and a new tensor at the same place read fresh. Each round makes a new tensor on
+// device 0 and adds it to one kept on device 1, where the request runs (it holds more of the
+// bytes): a stale mapping would give the last round's values, a free never done would run
+// device 0 out of its budget within a few rounds.
+TEST_F(MultiDeviceTest, CopiesBetweenWorkersFreeWhatTheyCopiedFrom) {
+  constexpr int64_t kN = int64_t{1} << 22;  // 16 MiB of float32.
+  Start({"--memory_budget=" + std::to_string(int64_t{160} << 20)});
+  SKIP_WITH_ONE_DEVICE();
+  SKIP_WITHOUT_WORKERS();
+  std::mt19937 rng(std::random_device{}());
+  const std::vector<float> x = Random(kN, rng), y = Random(2 * kN, rng);
+  auto base = first_->UploadWith(OnDevice(0), Floats(x));
+  auto kept = first_->UploadWith(OnDevice(1), Floats(y, {2, kN}));
+  ASSERT_TRUE(base.ok() && kept.ok()) << base.status() << " " << kept.status();
+  v1::Tensor on1;
+  on1.set_handle(kept->tensor().handle());
+  constexpr int kRounds = 24;  // 384 MiB made on device 0 in all, its budget 160.
+  for (int round = 0; round < kRounds; ++round) {
+    SCOPED_TRACE(round);
+    // x + round, made on device 0 and kept there.
+    auto scalar = first_->UploadWith(OnDevice(0), Floats({static_cast<float>(round)}));
+    ASSERT_TRUE(scalar.ok()) << scalar.status();
+    v1::ComputeRequest make;
+    make.set_op("add");
+    make.add_inputs()->set_handle(base->tensor().handle());
+    v1::Tensor* s = make.add_inputs();
+    s->set_handle(scalar->tensor().handle());
+    s->set_dtype(v1::float32);
+    s->add_shape(kN);
+    s->add_strides(0);
+    make.set_keep_output_resident(true);
+    auto made = first_->Compute(make);
+    ASSERT_TRUE(made.ok()) << made.status();
+    // Used twice from device 1, as a row broadcast over its two rows.
+    v1::Tensor row;
+    row.set_handle(made->handle());
+    row.set_dtype(v1::float32);
+    row.add_shape(2);
+    row.add_shape(kN);
+    row.add_strides(0);
+    row.add_strides(1);
+    for (int use = 0; use < 2; ++use) {
+      auto sum = first_->Compute("add", {row, on1});
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      const std::vector<float> got = Values(*sum);
+      ASSERT_EQ(got.size(), static_cast<size_t>(2 * kN));
+      for (int64_t i = 0; i < 2 * kN; i += 4099) {
+        ASSERT_EQ(got[i], (x[i % kN] + static_cast<float>(round)) + y[i]) << "element " << i;
+      }
+      ASSERT_EQ(got.back(), (x.back() + static_cast<float>(round)) + y.back());
+    }
+    ASSERT_TRUE(first_->Release({made->handle(), scalar->tensor().handle()}).ok());
+  }
+  auto info = first_->ServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->devices(0).restarts(), 0);
+  EXPECT_EQ(info->devices(1).restarts(), 0);
+}
+
 }  // namespace
 }  // namespace tc
