@@ -60,6 +60,9 @@ std::string DescribeExit(int status) {
 
 uint64_t Address(const std::byte* p) { return reinterpret_cast<uintptr_t>(p); }
 
+// Half a connection's staging buffer (4 KiB aligned): transfers alternate between the two.
+int64_t Half(const RemoteDevice::Connection& c);
+
 // The devices of this process not yet destroyed: one device asks another (an importer to let
 // go of an allocation, an exporter to free it after) only while it is here.
 std::mutex peers_mu;
@@ -96,6 +99,10 @@ struct RemoteDevice::Connection {
   std::unique_ptr<Channel> channel;
   std::byte* staging = nullptr;
   int64_t staging_bytes = 0;
+  // Requests sent whose reply is yet to be received (writes and reads in a pipeline: the
+  // lane's owner alone), and the half of the staging buffer the next one uses.
+  int pending = 0;
+  int next_half = 0;
   int64_t generation = 0;
   // One exchange at a time: a call waits while a run's reply is awaited.
   std::mutex mu;
@@ -111,6 +118,11 @@ struct RemoteDevice::Connection {
 };
 
 namespace {
+
+int64_t Half(const RemoteDevice::Connection& c) {
+  const int64_t half = c.staging_bytes / 2 / 4096 * 4096;
+  return half > 0 ? half : c.staging_bytes;
+}
 
 class RemoteLane final : public runtime::Lane {
  public:
@@ -290,6 +302,9 @@ absl::StatusOr<std::shared_ptr<RemoteDevice::Connection>> RemoteDevice::Take() c
 
 void RemoteDevice::Give(std::shared_ptr<Connection> c) const {
   if (c == nullptr) return;
+  // A write still unanswered: its outcome would have been the next exchange's (a run, a
+  // sync); with none, the reply is taken in before another lane gets the connection.
+  (void)Settle(*c);
   {
     // One whose run is still in flight is not handed out again (its staging buffer is not
     // free yet): it closes once the reply is in.
@@ -316,9 +331,48 @@ void RemoteDevice::TakeFrees(const Connection& c, pb::Request& request) const {
   frees_.resize(frees_.size() - n);
 }
 
+absl::Status RemoteDevice::Settle(Connection& c) const {
+  absl::Status first;
+  while (c.pending > 0) {
+    absl::Status s = ReceiveOne(c);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::Status RemoteDevice::ReceiveOne(Connection& c) const {
+  pb::Reply reply;
+  absl::Status io;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    io = c.channel->Receive(&reply);
+  }
+  --c.pending;
+  // The connection is lost with the worker: nothing more comes on it.
+  if (!io.ok()) c.pending = 0;
+  return Outcome(c, io, reply);
+}
+
+absl::Status RemoteDevice::Post(Connection& c, pb::Request& request) const {
+  TakeFrees(c, request);
+  absl::Status s;
+  {
+    std::unique_lock<std::mutex> lock(c.mu);
+    c.idle.wait(lock, [&c] { return !c.running; });
+    s = c.channel->Send(request);
+  }
+  if (s.ok()) {
+    ++c.pending;
+    return s;
+  }
+  if (s.code() != absl::StatusCode::kUnavailable) return s;
+  return Outcome(c, s, pb::Reply());
+}
+
 absl::Status RemoteDevice::Call(Connection& c, pb::Request& request, pb::Reply* reply,
                                 const std::vector<int>& send_fds,
                                 std::vector<int>* reply_fds) const {
+  if (absl::Status s = Settle(c); !s.ok()) return s;
   TakeFrees(c, request);
   absl::Status s;
   {
@@ -547,17 +601,24 @@ absl::Status RemoteDevice::Write(runtime::Lane& lane, runtime::Storage& dst, int
   }
   auto c = LaneConnection(lane, *this);
   if (!c.ok()) return c.status();
+  Connection& cn = **c;
   const auto* from = static_cast<const std::byte*>(src);
+  // Through the two halves of the staging buffer in turn: one is filled while the worker
+  // copies the other to the device. Each write's outcome is the next exchange's on the lane.
+  const int64_t half = Half(cn);
   for (int64_t done = 0; done < n;) {
-    const int64_t m = std::min(n - done, (*c)->staging_bytes);
-    std::memcpy((*c)->staging, from + done, static_cast<size_t>(m));
+    const int64_t m = std::min(n - done, half);
+    const int64_t at = cn.next_half * half;
+    std::memcpy(cn.staging + at, from + done, static_cast<size_t>(m));
+    if (absl::Status s = Settle(cn); !s.ok()) return s;
     pb::Request request;
     auto* w = request.mutable_write();
     w->set_data(Address(dst.data()));
     w->set_offset(offset + done);
     w->set_bytes(m);
-    pb::Reply reply;
-    if (absl::Status s = Call(**c, request, &reply); !s.ok()) return s;
+    w->set_staging_at(at);
+    if (absl::Status s = Post(cn, request); !s.ok()) return s;
+    cn.next_half ^= 1;
     done += m;
   }
   return absl::OkStatus();
@@ -575,19 +636,31 @@ absl::Status RemoteDevice::Read(runtime::Lane& lane, const runtime::Storage& src
 
 absl::Status RemoteDevice::ReadVia(Connection& c, const std::byte* src, int64_t n,
                                    std::byte* dst) const {
-  for (int64_t done = 0; done < n;) {
-    const int64_t m = std::min(n - done, c.staging_bytes);
+  if (absl::Status s = Settle(c); !s.ok()) return s;
+  // Two reads in flight, each into its half of the staging buffer: one half is copied out
+  // here while the worker fills the other.
+  const int64_t half = Half(c);
+  const int64_t chunks = (n + half - 1) / half;
+  const auto post = [&](int64_t k) {
     pb::Request request;
     auto* r = request.mutable_read();
     r->set_data(Address(src));
-    r->set_offset(done);
-    r->set_bytes(m);
-    pb::Reply reply;
-    if (absl::Status s = Call(c, request, &reply); !s.ok()) return s;
-    std::memcpy(dst + done, c.staging, static_cast<size_t>(m));
-    done += m;
+    r->set_offset(k * half);
+    r->set_bytes(std::min(half, n - k * half));
+    r->set_staging_at((k % 2) * half);
+    return Post(c, request);
+  };
+  absl::Status s;
+  for (int64_t k = 0; k < std::min<int64_t>(chunks, 2) && s.ok(); ++k) s = post(k);
+  for (int64_t k = 0; k < chunks && s.ok(); ++k) {
+    s = ReceiveOne(c);
+    if (!s.ok()) break;
+    std::memcpy(dst + k * half, c.staging + (k % 2) * half,
+                static_cast<size_t>(std::min(half, n - k * half)));
+    if (k + 2 < chunks) s = post(k + 2);
   }
-  return absl::OkStatus();
+  if (!s.ok()) (void)Settle(c);
+  return s;
 }
 
 absl::Status RemoteDevice::ReadAddress(const std::byte* src, int64_t n, std::byte* dst) const {
@@ -815,6 +888,10 @@ void RemoteDevice::Send(std::shared_ptr<Connection> connection, pb::Request& req
   // The reply comes to Complete(): the caller's thread goes on at once, as with a device of
   // this process.
   Connection& cn = *connection;
+  if (absl::Status s = Settle(cn); !s.ok()) {
+    done(s);
+    return;
+  }
   {
     std::unique_lock<std::mutex> lock(cn.mu);
     cn.idle.wait(lock, [&cn] { return !cn.running; });
@@ -984,6 +1061,11 @@ bool RemoteDevice::TryRunSmall(runtime::Lane& lane, const PreparedOp& op,
                                std::function<void(absl::Status)>& done) {
   auto c = LaneConnection(lane, *this);
   if (!c.ok() || failed()) return false;
+  // The staging buffer is free once the writes before have been answered.
+  if (absl::Status s = Settle(**c); !s.ok()) {
+    done(s);
+    return true;
+  }
   std::vector<int64_t> at;
   int64_t total = 0;
   for (const TensorView& v : host_inputs) {

@@ -148,6 +148,12 @@ class RemoteDevice final : public runtime::Device {
   // The Run message of `op` over `inputs` into `out`.
   static void Describe(const PreparedOp& op, const std::vector<TensorView>& inputs,
                        ::tensorcompute::worker::Request* request);
+  // Sends `request` on `c` without waiting for its reply (a write or read of a pipeline).
+  absl::Status Post(Connection& c, ::tensorcompute::worker::Request& request) const;
+  // Receives the reply of the oldest request posted on `c`, and what it means.
+  absl::Status ReceiveOne(Connection& c) const;
+  // Receives every reply still due on `c`: the first failure among them, if any.
+  absl::Status Settle(Connection& c) const;
   // What a reply on `c` means, `io` being how receiving it went.
   absl::Status Outcome(const Connection& c, const absl::Status& io,
                        const ::tensorcompute::worker::Reply& reply) const;

@@ -154,8 +154,8 @@ class Connection {
     answered_.wait(lock, [this] { return !pending_; });
   }
 
-  absl::Status CheckStaging(int64_t bytes) const {
-    if (bytes < 0 || bytes > staging_bytes_) {
+  absl::Status CheckStaging(int64_t bytes, int64_t at = 0) const {
+    if (bytes < 0 || at < 0 || at > staging_bytes_ || bytes > staging_bytes_ - at) {
       return absl::InternalError("transfer larger than the staging buffer");
     }
     return absl::OkStatus();
@@ -174,12 +174,13 @@ class Connection {
       }
       case pb::Request::kWrite: {
         const auto& w = request.write();
-        if (auto s = CheckStaging(w.bytes()); !s.ok()) return s;
+        if (auto s = CheckStaging(w.bytes(), w.staging_at()); !s.ok()) return s;
         auto at = allocations_.Find(w.data() + static_cast<uint64_t>(w.offset()), w.bytes());
         if (!at.ok()) return at.status();
-        if (pin_ == nullptr) return device_.Write(*lane_, *at->first, at->second, staging_, w.bytes());
+        const std::byte* from = staging_ + w.staging_at();
+        if (pin_ == nullptr) return device_.Write(*lane_, *at->first, at->second, from, w.bytes());
         // Queued from the staging buffer itself: done before the front door fills it again.
-        if (auto s = device_.WritePinned(*lane_, *at->first, at->second, staging_, w.bytes());
+        if (auto s = device_.WritePinned(*lane_, *at->first, at->second, from, w.bytes());
             !s.ok()) {
           return s;
         }
@@ -187,10 +188,11 @@ class Connection {
       }
       case pb::Request::kRead: {
         const auto& r = request.read();
-        if (auto s = CheckStaging(r.bytes()); !s.ok()) return s;
+        if (auto s = CheckStaging(r.bytes(), r.staging_at()); !s.ok()) return s;
         auto at = allocations_.Find(r.data() + static_cast<uint64_t>(r.offset()), r.bytes());
         if (!at.ok()) return at.status();
-        return device_.Read(*lane_, *at->first, at->second, staging_, r.bytes());
+        return device_.Read(*lane_, *at->first, at->second, staging_ + r.staging_at(),
+                            r.bytes());
       }
       case pb::Request::kCopy: {
         const auto& c = request.copy();
