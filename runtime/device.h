@@ -180,6 +180,16 @@ class Device {
   virtual std::shared_ptr<void> PinHost(void* /*p*/, int64_t /*n*/, bool /*read_only*/) {
     return nullptr;
   }
+  // The same for such memory that is a file (`fd`, a memfd, valid for the call): a device of
+  // another process maps the file there too. Whether a device needs its own (`PinHost` of one
+  // device of this process serves them all): maps_shared_memory_itself().
+  virtual std::shared_ptr<void> MapShared(void* p, int64_t n, bool read_only, int /*fd*/) {
+    return PinHost(p, n, read_only);
+  }
+  virtual bool maps_shared_memory_itself() const { return false; }
+  // Whether the device reaches `n` bytes at `host` directly (WritePinned from there, a pinned
+  // ReadBack into it): true for memory PinHost or MapShared pinned for it.
+  virtual bool Reaches(const void* /*host*/, int64_t /*n*/) const { return true; }
   // Opens memory another process shares through CUDA IPC (`handle`: a cudaIpcMemHandle_t's
   // bytes); UNIMPLEMENTED where the device has no such thing.
   virtual absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view /*handle*/) {

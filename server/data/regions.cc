@@ -192,10 +192,26 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& ow
   auto made = Materialize(p);
   if (!made.ok()) return made.status();
   std::shared_ptr<Region> region = *std::move(made);
-  for (int i = 0; options_.pin && region->device == nullptr && i < devices_->size() &&
-                  region->pin == nullptr;
-       ++i) {
-    region->pin = devices_->at(i).PinHost(region->base, region->bytes, !region->writable);
+  // One pin serves every device of this process; a device computed for by another process
+  // (a worker) maps the file there itself.
+  if (options_.pin && region->device == nullptr && region->base != nullptr) {
+    std::vector<std::shared_ptr<void>> pins;
+    bool pinned_here = false;
+    for (int i = 0; i < devices_->size(); ++i) {
+      runtime::Device& d = devices_->at(i);
+      if (!d.maps_shared_memory_itself() && pinned_here) continue;
+      const int fd = p.fd != nullptr ? *p.fd : -1;
+      auto pin = d.MapShared(region->base, region->bytes, !region->writable, fd);
+      if (pin == nullptr) continue;
+      pinned_here = pinned_here || !d.maps_shared_memory_itself();
+      pins.push_back(std::move(pin));
+    }
+    if (pins.size() == 1) {
+      region->pin = std::move(pins[0]);
+    } else if (!pins.empty()) {
+      auto all = std::make_shared<std::vector<std::shared_ptr<void>>>(std::move(pins));
+      region->pin = std::shared_ptr<void>(all, all.get());
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!open_.contains(region->connection)) {

@@ -258,8 +258,9 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     if (!s.ok()) return s.status();
     if (copy) {
       // A pinned region copies straight from its mapping; anything else through staging.
-      const bool pinned = job->regions_[i] != nullptr && job->regions_[i]->pin != nullptr;
       runtime::Device& d = *job->device_;
+      const bool pinned = job->regions_[i] != nullptr && job->regions_[i]->pin != nullptr &&
+                          d.Reaches(v.data, v.storage_bytes);
       absl::Status w = pinned ? d.WritePinned(*job->lane_, **s, 0, v.data, v.storage_bytes)
                               : d.Write(*job->lane_, **s, 0, v.data, v.storage_bytes);
       if (!w.ok()) return w;

@@ -42,7 +42,7 @@ void RunIntoRegion(const ServiceEnv& env, const ComputeSpec& spec, absl::Time de
     return;
   }
   runtime::StoragePtr storage = *out;
-  if (region->pin != nullptr) {
+  if (region->pin != nullptr && job->device().Reaches(dst, job->plan().out_storage_bytes)) {
     job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
              {dst, job->plan().out_storage_bytes, /*pinned=*/true});
     return;

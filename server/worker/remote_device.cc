@@ -247,6 +247,7 @@ RemoteDevice::~RemoteDevice() {
   idle_.clear();
   worker_.reset();
   if (pool_fd_ >= 0) close(pool_fd_);
+  for (auto& [key, m] : host_maps_) close(m.fd);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
 }
@@ -324,6 +325,10 @@ void RemoteDevice::Lost(int64_t generation, const absl::Status& why) const {
 
 void RemoteDevice::TakeFrees(const Connection& c, pb::Request& request) const {
   std::lock_guard<std::mutex> lock(frees_mu_);
+  if (!unmaps_.empty() && unmaps_generation_ == c.generation) {
+    for (uint64_t key : unmaps_) request.add_unmaps(key);
+    unmaps_.clear();
+  }
   if (frees_.empty() || frees_generation_ != c.generation) return;
   // Some at a time: a message has a size limit, and the rest go with the next request.
   const size_t n = std::min(frees_.size(), kFreesPerRequest);
@@ -576,7 +581,7 @@ void RemoteDevice::ForgetExports(int64_t g) {
 void RemoteDevice::FlushFrees() {
   {
     std::lock_guard<std::mutex> lock(frees_mu_);
-    if (frees_.empty()) return;
+    if (frees_.empty() && unmaps_.empty()) return;
   }
   if (flushing_.exchange(true)) return;  // The last one is still on its way.
   auto c = Take();
@@ -869,7 +874,17 @@ void RemoteDevice::Run(runtime::Lane& lane, const PreparedOp& op, std::vector<Te
     done(c.status());
     return;
   }
-  if (read_back.bytes < 0 || read_back.bytes > (*c)->staging_bytes) {
+  // Pinned memory of a caller's that the worker maps too: the read-back goes there.
+  absl::StatusOr<std::pair<uint64_t, int64_t>> into;
+  if (read_back.pinned && read_back.bytes > 0) {
+    into = FindHost(read_back.host, read_back.bytes);
+    if (into.ok()) {
+      if (absl::Status s = MapHost(**c, into->first); !s.ok()) into = s;
+    }
+  } else {
+    into = absl::NotFoundError("");
+  }
+  if (!into.ok() && (read_back.bytes < 0 || read_back.bytes > (*c)->staging_bytes)) {
     done(absl::InternalError("read-back larger than the staging buffer"));
     return;
   }
@@ -878,8 +893,129 @@ void RemoteDevice::Run(runtime::Lane& lane, const PreparedOp& op, std::vector<Te
   auto* run = request.mutable_run();
   run->set_out(Address(out));
   run->set_read_back(read_back.bytes);
+  if (into.ok()) {
+    run->mutable_read_back_host()->set_key(into->first);
+    run->mutable_read_back_host()->set_at(into->second);
+    Send(static_cast<RemoteLane&>(lane).connection, request, nullptr, 0, 0, std::move(done));
+    return;
+  }
   Send(static_cast<RemoteLane&>(lane).connection, request,
        static_cast<std::byte*>(read_back.host), 0, read_back.bytes, std::move(done));
+}
+
+std::shared_ptr<void> RemoteDevice::MapShared(void* p, int64_t n, bool read_only, int fd) {
+  if (fd < 0 || n <= 0) return nullptr;
+  const int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (mine < 0) return nullptr;
+  const uint64_t key = Address(static_cast<std::byte*>(p));
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    if (host_maps_.count(key) != 0) {
+      close(mine);
+      return nullptr;
+    }
+    host_maps_[key] = HostMap{n, read_only, mine, -1};
+  }
+  // Mapped by the worker now (pinning takes milliseconds: not in a request's way later).
+  absl::Status s;
+  if (auto c = Take(); c.ok()) {
+    s = MapHost(**c, key);
+    Give(*std::move(c));
+  } else {
+    s = c.status();
+  }
+  if (!s.ok()) {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    close(host_maps_[key].fd);
+    host_maps_.erase(key);
+    return nullptr;
+  }
+  return std::shared_ptr<void>(p, [this, key](void*) {
+    WithPeer(this, [&] { const_cast<RemoteDevice*>(this)->UnmapHost(key); });
+  });
+}
+
+void RemoteDevice::UnmapHost(uint64_t key) {
+  int64_t g = -1;
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    auto it = host_maps_.find(key);
+    if (it == host_maps_.end()) return;
+    close(it->second.fd);
+    g = it->second.generation;
+    host_maps_.erase(it);
+  }
+  if (g != generation()) return;  // Gone with the worker that mapped it.
+  std::lock_guard<std::mutex> lock(frees_mu_);
+  if (unmaps_generation_ != g) {
+    unmaps_.clear();
+    unmaps_generation_ = g;
+  }
+  unmaps_.push_back(key);
+}
+
+absl::StatusOr<std::pair<uint64_t, int64_t>> RemoteDevice::FindHost(const void* p,
+                                                                     int64_t n) const {
+  const uint64_t at = Address(static_cast<const std::byte*>(p));
+  std::lock_guard<std::mutex> lock(host_mu_);
+  auto it = host_maps_.upper_bound(at);
+  if (it != host_maps_.begin() && n >= 0) {
+    --it;
+    const uint64_t into = at - it->first;
+    if (into <= static_cast<uint64_t>(it->second.bytes) &&
+        static_cast<uint64_t>(n) <= static_cast<uint64_t>(it->second.bytes) - into) {
+      return std::make_pair(it->first, static_cast<int64_t>(into));
+    }
+  }
+  return absl::NotFoundError("not in shared memory this device maps");
+}
+
+bool RemoteDevice::Reaches(const void* host, int64_t n) const { return FindHost(host, n).ok(); }
+
+absl::Status RemoteDevice::MapHost(Connection& c, uint64_t key) const {
+  pb::Request request;
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    auto it = host_maps_.find(key);
+    if (it == host_maps_.end()) return absl::NotFoundError("shared memory no longer mapped");
+    if (it->second.generation == c.generation) return absl::OkStatus();
+    fd = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
+    auto* m = request.mutable_map_host();
+    m->set_key(key);
+    m->set_bytes(it->second.bytes);
+    m->set_read_only(it->second.read_only);
+  }
+  if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("dup: ", strerror(errno)));
+  pb::Reply reply;
+  absl::Status s = Call(c, request, &reply, {fd});
+  close(fd);
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(host_mu_);
+  auto it = host_maps_.find(key);
+  if (it != host_maps_.end()) it->second.generation = c.generation;
+  return absl::OkStatus();
+}
+
+absl::Status RemoteDevice::WritePinned(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                                       const void* src, int64_t n) {
+  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
+    return absl::OutOfRangeError("write past the end of the storage");
+  }
+  auto c = LaneConnection(lane, *this);
+  if (!c.ok()) return c.status();
+  auto from = FindHost(src, n);
+  if (!from.ok() || !MapHost(**c, from->first).ok()) return Write(lane, dst, offset, src, n);
+  // Straight from the worker's own mapping; the outcome is the next exchange's on the lane.
+  if (absl::Status s = Settle(**c); !s.ok()) return s;
+  pb::Request request;
+  auto* w = request.mutable_write();
+  w->set_data(Address(dst.data()));
+  w->set_offset(offset);
+  w->set_bytes(n);
+  w->mutable_host()->set_key(from->first);
+  w->mutable_host()->set_at(from->second);
+  return Post(**c, request);
 }
 
 void RemoteDevice::Send(std::shared_ptr<Connection> connection, pb::Request& request,

@@ -65,6 +65,13 @@ class RemoteDevice final : public runtime::Device {
                     int64_t n) override;
   absl::Status Sync(runtime::Lane& lane) override;
   int64_t max_read_back() const override { return staging_bytes_; }
+  // A caller's shared memory is mapped by the worker as well (`fd` passed to it): writes
+  // from it and read-backs into it need no staging buffer.
+  std::shared_ptr<void> MapShared(void* p, int64_t n, bool read_only, int fd) override;
+  bool maps_shared_memory_itself() const override { return true; }
+  bool Reaches(const void* host, int64_t n) const override;
+  absl::Status WritePinned(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                           const void* src, int64_t n) override;
   // Inputs and output through the staging buffer, in one round trip.
   bool TryRunSmall(runtime::Lane& lane, const PreparedOp& op,
                    const std::vector<TensorView>& host_inputs, std::byte* host_out,
@@ -136,6 +143,12 @@ class RemoteDevice final : public runtime::Device {
   void SendUnshares();
   // After the worker of generation `g` is gone: its importers let go of its pool.
   void ForgetExports(int64_t g);
+  // The mapping (key, where in it) of shared memory holding `n` bytes at `p`.
+  absl::StatusOr<std::pair<uint64_t, int64_t>> FindHost(const void* p, int64_t n) const;
+  // Has the worker behind `c` map the shared memory at `key` (once per worker).
+  absl::Status MapHost(Connection& c, uint64_t key) const;
+  // The caller's shared memory at `key` let go of: unmapped with the next request.
+  void UnmapHost(uint64_t key);
   // Storage of generation `g` let go of: freed with the next request.
   void QueueFree(uint64_t address, int64_t g);
   // Sends the frees waiting, where no request has taken them along for a while.
@@ -199,6 +212,19 @@ class RemoteDevice final : public runtime::Device {
   mutable std::mutex frees_mu_;
   mutable std::vector<uint64_t> frees_;
   mutable int64_t frees_generation_ = 0;
+  // Shared memory let go of, to be unmapped by the worker of generation unmaps_generation_.
+  mutable std::vector<uint64_t> unmaps_;
+  mutable int64_t unmaps_generation_ = 0;
+  // Callers' shared memory the worker maps too, by the front door's address of it: its size,
+  // a descriptor of it (for a new worker), and the worker generation that has it mapped.
+  struct HostMap {
+    int64_t bytes = 0;
+    bool read_only = true;
+    int fd = -1;
+    int64_t generation = -1;
+  };
+  mutable std::mutex host_mu_;
+  mutable std::map<uint64_t, HostMap> host_maps_;
   std::thread supervisor_;
   // Connections whose run's reply is awaited, by descriptor; Complete() watches them.
   int epoll_fd_ = -1;

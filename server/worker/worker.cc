@@ -70,6 +70,67 @@ class Allocations {
   std::map<uint64_t, runtime::StoragePtr> by_address_;
 };
 
+// Callers' shared memory the front door maps, mapped here too (MapHost), by the front door's
+// address of it: bytes to and from it need no staging buffer.
+class HostMaps {
+ public:
+  struct Mapping {
+    std::byte* base = nullptr;
+    int64_t bytes = 0;
+    bool read_only = true;
+    std::shared_ptr<void> pin;  // Null where the device did not pin it (the CPU).
+    ~Mapping() {
+      pin.reset();  // Unpinned before it is unmapped.
+      if (base != nullptr) munmap(base, static_cast<size_t>(bytes));
+    }
+  };
+  // Whether the device pinned it.
+  absl::StatusOr<bool> Add(runtime::Device& device, uint64_t key, int fd, int64_t bytes,
+                           bool read_only) {
+    struct stat st {};
+    if (bytes <= 0 || fstat(fd, &st) != 0 || st.st_size < bytes) {
+      return absl::InvalidArgumentError("shared memory to map is not of the size given");
+    }
+    void* m = mmap(nullptr, static_cast<size_t>(bytes),
+                   read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat("mapping shared memory: ", strerror(errno)));
+    }
+    auto mapping = std::make_shared<Mapping>();
+    mapping->base = static_cast<std::byte*>(m);
+    mapping->bytes = bytes;
+    mapping->read_only = read_only;
+    mapping->pin = device.PinHost(m, bytes, read_only);
+    const bool pinned = mapping->pin != nullptr;
+    std::shared_ptr<Mapping> before;  // Unmapped outside the lock.
+    std::lock_guard<std::mutex> lock(mu_);
+    before = std::exchange(by_key_[key], std::move(mapping));
+    return pinned;
+  }
+  void Remove(uint64_t key) {
+    std::shared_ptr<Mapping> gone;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) return;
+    gone = std::move(it->second);
+    by_key_.erase(it);
+  }
+  // The mapping holding `bytes` at `at` of the one at `key` (kept while the caller holds it).
+  absl::StatusOr<std::shared_ptr<Mapping>> Find(uint64_t key, int64_t at, int64_t bytes) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) return absl::InternalError("no such mapped shared memory");
+    if (at < 0 || bytes < 0 || at > it->second->bytes || bytes > it->second->bytes - at) {
+      return absl::InternalError("outside the mapped shared memory");
+    }
+    return it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint64_t, std::shared_ptr<Mapping>> by_key_;
+};
+
 AttrValue FromWire(const pb::Attr& a) {
   switch (a.value_case()) {
     case pb::Attr::kF: return a.f();
@@ -95,10 +156,11 @@ constexpr int kMaxPolling = 2;
 // request at a time per connection).
 class Connection {
  public:
-  Connection(runtime::Device& device, Allocations& allocations, int fd, std::byte* staging,
-             int64_t staging_bytes)
+  Connection(runtime::Device& device, Allocations& allocations, HostMaps& host_maps, int fd,
+             std::byte* staging, int64_t staging_bytes)
       : device_(device),
         allocations_(allocations),
+        host_maps_(host_maps),
         channel_(fd),
         staging_(staging),
         staging_bytes_(staging_bytes) {}
@@ -113,6 +175,7 @@ class Connection {
     while (channel_.Receive(&request, &fds_).ok()) {
       WaitAnswered();
       for (uint64_t address : request.frees()) allocations_.Remove(address);
+      for (uint64_t key : request.unmaps()) host_maps_.Remove(key);
       pb::Reply reply;
       std::optional<absl::Status> s = Handle(request, &reply);
       for (int fd : fds_) close(fd);
@@ -174,9 +237,23 @@ class Connection {
       }
       case pb::Request::kWrite: {
         const auto& w = request.write();
-        if (auto s = CheckStaging(w.bytes(), w.staging_at()); !s.ok()) return s;
         auto at = allocations_.Find(w.data() + static_cast<uint64_t>(w.offset()), w.bytes());
         if (!at.ok()) return at.status();
+        if (w.has_host()) {
+          auto m = host_maps_.Find(w.host().key(), w.host().at(), w.bytes());
+          if (!m.ok()) return m.status();
+          const std::byte* from = (*m)->base + w.host().at();
+          if ((*m)->pin == nullptr) {
+            return device_.Write(*lane_, *at->first, at->second, from, w.bytes());
+          }
+          // Done before the reply: the mapping may go once the front door has it.
+          if (auto s = device_.WritePinned(*lane_, *at->first, at->second, from, w.bytes());
+              !s.ok()) {
+            return s;
+          }
+          return device_.Sync(*lane_);
+        }
+        if (auto s = CheckStaging(w.bytes(), w.staging_at()); !s.ok()) return s;
         const std::byte* from = staging_ + w.staging_at();
         if (pin_ == nullptr) return device_.Write(*lane_, *at->first, at->second, from, w.bytes());
         // Queued from the staging buffer itself: done before the front door fills it again.
@@ -229,6 +306,14 @@ class Connection {
         return device_.CopyFromExported(*lane_, *dst->first, dst->second, c.pool_key(),
                                         fds_.empty() ? -1 : fds_[0], c.shared(), c.src_offset(),
                                         c.bytes());
+      }
+      case pb::Request::kMapHost: {
+        const auto& m = request.map_host();
+        if (fds_.size() != 1) return absl::InternalError("shared memory to map came without it");
+        auto pinned = host_maps_.Add(device_, m.key(), fds_[0], m.bytes(), m.read_only());
+        if (!pinned.ok()) return pinned.status();
+        reply->set_data(*pinned ? 1 : 0);
+        return absl::OkStatus();
       }
       case pb::Request::kUnshare: {
         const auto& u = request.unshare();
@@ -298,6 +383,26 @@ class Connection {
     if (!out.ok()) return out.status();
     const int64_t read_back = run.read_back();
     if (read_back < 0 || read_back > out_bytes) return absl::InternalError("bad read-back size");
+    if (run.has_read_back_host()) {
+      // Into a caller's shared memory mapped here: pinned, by the device with the run.
+      auto m = host_maps_.Find(run.read_back_host().key(), run.read_back_host().at(), read_back);
+      if (!m.ok()) return m.status();
+      if ((*m)->read_only) return absl::InternalError("read-back into read-only shared memory");
+      std::byte* host = (*m)->base + run.read_back_host().at();
+      std::byte* out_at = reinterpret_cast<std::byte*>(run.out());
+      if ((*m)->pin != nullptr) {
+        device_.Run(*lane_, *prepared, std::move(views), out_at,
+                    [later = AnswerLater(), keep = *m](absl::Status s) { later(std::move(s)); },
+                    {host, read_back, /*pinned=*/true});
+        return std::nullopt;
+      }
+      std::promise<absl::Status> finished;
+      std::future<absl::Status> result = finished.get_future();
+      device_.Run(*lane_, *prepared, std::move(views), out_at,
+                  [&finished](absl::Status s) { finished.set_value(std::move(s)); });
+      if (absl::Status s = result.get(); !s.ok()) return s;
+      return device_.Read(*lane_, *out->first, out->second, host, read_back);
+    }
     if (auto s = CheckStaging(read_back); !s.ok()) return s;
     runtime::ReadBack rb;
     const bool device_reads_back = read_back > 0 && read_back <= device_.max_read_back();
@@ -360,6 +465,7 @@ class Connection {
 
   runtime::Device& device_;
   Allocations& allocations_;
+  HostMaps& host_maps_;
   Channel channel_;
   std::byte* staging_;
   int64_t staging_bytes_;
@@ -396,6 +502,7 @@ int WorkerMain(int control_fd, std::unique_ptr<runtime::Device> device) {
   if (!control.Send(hello).ok()) return 1;
 
   Allocations allocations;
+  HostMaps host_maps;
   PollGate gate(kMaxPolling);
   pb::Request request;
   std::vector<int> fds;
@@ -415,7 +522,7 @@ int WorkerMain(int control_fd, std::unique_ptr<runtime::Device> device) {
       close(fds[0]);
       continue;
     }
-    auto c = std::make_shared<Connection>(*device, allocations, fds[0],
+    auto c = std::make_shared<Connection>(*device, allocations, host_maps, fds[0],
                                           static_cast<std::byte*>(staging), st.st_size);
     std::thread([c, &gate] { c->Serve(&gate); }).detach();
   }

@@ -9,8 +9,11 @@ import time
 def start_server(binary, *extra):
     """Returns (process, "127.0.0.1:PORT") once the server has written its port."""
     port_file = os.path.join(tempfile.mkdtemp(prefix="tc-py-"), "port")
+    # More from the environment, as for the C++ suites ("--device_workers,--test_cpu_devices=2").
+    more = [f for f in os.environ.get("TC_TEST_SERVER_FLAGS", "").split(",") if f]
     proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0",
-                             f"--port_file={port_file}", "--metrics_port=0", "--backend=cpu", *extra])
+                             f"--port_file={port_file}", "--metrics_port=0", "--backend=cpu", *extra,
+                             *more])
     deadline = time.time() + 30
     while not os.path.exists(port_file):
         if proc.poll() is not None:
