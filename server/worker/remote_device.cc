@@ -484,8 +484,9 @@ void RemoteDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* tag) {
     WithPeer(this, [&] { QueueFree(address, g); });
   };
   const std::string key = PoolKey(g);
-  for (const auto& [d, dg] : importers) {
-    PendingUnshare u{dg, key, shared, false, then};
+  for (const auto& importer : importers) {
+    const RemoteDevice* d = importer.first;
+    PendingUnshare u{importer.second, key, shared, false, then};
     if (!WithPeer(d, [&] { d->QueueUnshare(std::move(u)); })) then();
   }
 }
@@ -572,8 +573,9 @@ void RemoteDevice::ForgetExports(int64_t g) {
     pool_generation_ = -1;
   }
   const std::string key = PoolKey(g);
-  for (const auto& [d, dg] : importers) {
-    PendingUnshare u{dg, key, "", true, nullptr};
+  for (const auto& importer : importers) {
+    const RemoteDevice* d = importer.first;
+    PendingUnshare u{importer.second, key, "", true, nullptr};
     WithPeer(d, [&] { d->QueueUnshare(std::move(u)); });
   }
 }
@@ -908,18 +910,20 @@ std::shared_ptr<void> RemoteDevice::MapShared(void* p, int64_t n, bool read_only
   const int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (mine < 0) return nullptr;
   const uint64_t key = Address(static_cast<std::byte*>(p));
+  uint64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(host_mu_);
     if (host_maps_.count(key) != 0) {
       close(mine);
       return nullptr;
     }
-    host_maps_[key] = HostMap{n, read_only, mine, -1};
+    id = ++host_ids_;
+    host_maps_[key] = HostMap{n, read_only, mine, -1, id};
   }
   // Mapped by the worker now (pinning takes milliseconds: not in a request's way later).
   absl::Status s;
   if (auto c = Take(); c.ok()) {
-    s = MapHost(**c, key);
+    s = MapHost(**c, id);
     Give(*std::move(c));
   } else {
     s = c.status();
@@ -937,12 +941,14 @@ std::shared_ptr<void> RemoteDevice::MapShared(void* p, int64_t n, bool read_only
 
 void RemoteDevice::UnmapHost(uint64_t key) {
   int64_t g = -1;
+  uint64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(host_mu_);
     auto it = host_maps_.find(key);
     if (it == host_maps_.end()) return;
     close(it->second.fd);
     g = it->second.generation;
+    id = it->second.id;
     host_maps_.erase(it);
   }
   if (g != generation()) return;  // Gone with the worker that mapped it.
@@ -951,7 +957,7 @@ void RemoteDevice::UnmapHost(uint64_t key) {
     unmaps_.clear();
     unmaps_generation_ = g;
   }
-  unmaps_.push_back(key);
+  unmaps_.push_back(id);
 }
 
 absl::StatusOr<std::pair<uint64_t, int64_t>> RemoteDevice::FindHost(const void* p,
@@ -964,7 +970,7 @@ absl::StatusOr<std::pair<uint64_t, int64_t>> RemoteDevice::FindHost(const void* 
     const uint64_t into = at - it->first;
     if (into <= static_cast<uint64_t>(it->second.bytes) &&
         static_cast<uint64_t>(n) <= static_cast<uint64_t>(it->second.bytes) - into) {
-      return std::make_pair(it->first, static_cast<int64_t>(into));
+      return std::make_pair(it->second.id, static_cast<int64_t>(into));
     }
   }
   return absl::NotFoundError("not in shared memory this device maps");
@@ -972,17 +978,21 @@ absl::StatusOr<std::pair<uint64_t, int64_t>> RemoteDevice::FindHost(const void* 
 
 bool RemoteDevice::Reaches(const void* host, int64_t n) const { return FindHost(host, n).ok(); }
 
-absl::Status RemoteDevice::MapHost(Connection& c, uint64_t key) const {
+absl::Status RemoteDevice::MapHost(Connection& c, uint64_t id) const {
   pb::Request request;
   int fd = -1;
+  const auto find = [this, id] {
+    return std::find_if(host_maps_.begin(), host_maps_.end(),
+                        [id](const auto& e) { return e.second.id == id; });
+  };
   {
     std::lock_guard<std::mutex> lock(host_mu_);
-    auto it = host_maps_.find(key);
+    auto it = find();
     if (it == host_maps_.end()) return absl::NotFoundError("shared memory no longer mapped");
     if (it->second.generation == c.generation) return absl::OkStatus();
     fd = fcntl(it->second.fd, F_DUPFD_CLOEXEC, 0);
     auto* m = request.mutable_map_host();
-    m->set_key(key);
+    m->set_key(id);
     m->set_bytes(it->second.bytes);
     m->set_read_only(it->second.read_only);
   }
@@ -992,7 +1002,7 @@ absl::Status RemoteDevice::MapHost(Connection& c, uint64_t key) const {
   close(fd);
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(host_mu_);
-  auto it = host_maps_.find(key);
+  auto it = find();
   if (it != host_maps_.end()) it->second.generation = c.generation;
   return absl::OkStatus();
 }

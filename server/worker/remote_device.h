@@ -143,10 +143,10 @@ class RemoteDevice final : public runtime::Device {
   void SendUnshares();
   // After the worker of generation `g` is gone: its importers let go of its pool.
   void ForgetExports(int64_t g);
-  // The mapping (key, where in it) of shared memory holding `n` bytes at `p`.
+  // The mapping (its id, where in it) of shared memory holding `n` bytes at `p`.
   absl::StatusOr<std::pair<uint64_t, int64_t>> FindHost(const void* p, int64_t n) const;
-  // Has the worker behind `c` map the shared memory at `key` (once per worker).
-  absl::Status MapHost(Connection& c, uint64_t key) const;
+  // Has the worker behind `c` map the shared memory of id `id` (once per worker).
+  absl::Status MapHost(Connection& c, uint64_t id) const;
   // The caller's shared memory at `key` let go of: unmapped with the next request.
   void UnmapHost(uint64_t key);
   // Storage of generation `g` let go of: freed with the next request.
@@ -222,9 +222,12 @@ class RemoteDevice final : public runtime::Device {
     bool read_only = true;
     int fd = -1;
     int64_t generation = -1;
+    // What names it to the worker: never reused (an address may be, by a later region).
+    uint64_t id = 0;
   };
   mutable std::mutex host_mu_;
   mutable std::map<uint64_t, HostMap> host_maps_;
+  mutable uint64_t host_ids_ = 0;
   std::thread supervisor_;
   // Connections whose run's reply is awaited, by descriptor; Complete() watches them.
   int epoll_fd_ = -1;
