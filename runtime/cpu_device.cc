@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/launch_env.h"
+#include "kernels/cpu/store_path.h"
 
 namespace tc::runtime {
 
@@ -22,8 +23,13 @@ DeviceInfo CpuInfo(int threads, int index) {
   info.kind = "cpu";
   info.index = index;
   const unsigned hw = std::thread::hardware_concurrency();
+  // How large outputs are written is the machine's (kernels/cpu/store_path.h): said here so
+  // that a device listing tells which path a server's figures came from.
+  const cpu::StorePath& stores = cpu::LargeOutputStores();
   info.name = absl::StrCat("host CPU, ", threads > 0 ? threads : static_cast<int>(hw),
-                           " compute threads");
+                           " compute threads, large outputs in ",
+                           stores.streaming ? "streaming" : "plain", " stores (",
+                           stores.decided_by, ")");
   info.total_memory = PhysicalMemoryBytes();
   info.multiprocessors = static_cast<int>(hw);
   return info;

@@ -169,11 +169,11 @@ absl::Status RunExpression(const Program& program, std::byte* out,
   std::mutex mu;
   absl::Status status;
   // Nested launches run on the calling thread: a block is far below the pool's grain. A large
-  // output is streamed past the caches, as a single op's is.
+  // output is streamed past the caches where the machine gains by it, as a single op's is.
   LaunchEnv inner{env.pool};
   LaunchEnv root_env{env.pool};
-  root_env.stream_output =
-      !short_rows && it.numel * ItemSize(program.out_dtype) >= kStreamBytes;
+  root_env.stream_output = !short_rows && it.numel * ItemSize(program.out_dtype) >= kStreamBytes &&
+                           LargeOutputStores().streaming;
 
   env.pool->ParallelFor(items, std::max<int64_t>(1, kGrain / kExprBlock), [&](int64_t begin,
                                                                              int64_t end) {

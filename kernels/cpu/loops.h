@@ -22,6 +22,7 @@
 #endif
 
 #include "kernels/cpu/half_rows.h"
+#include "kernels/cpu/store_path.h"
 #include "util/thread_pool.h"
 #include "kernels/ops/op_spec.h"
 #include "kernels/planner.h"
@@ -168,8 +169,9 @@ inline void StageTile(const char* src, int64_t s0, int64_t s1, int64_t item, int
   }
 }
 
-// Outputs larger than this are written with non-temporal stores: they would not stay in
-// cache anyway, and streaming them saves reading every output line before writing it.
+// Outputs larger than this are written with non-temporal stores where the machine gains by it
+// (LargeOutputStores): they would not stay in cache anyway, and streaming them saves reading
+// every output line before writing it.
 inline constexpr int64_t kStreamBytes = int64_t{8} << 20;
 
 // Copies n bytes from an L1 buffer to `dst` bypassing the caches where both are 16-byte
@@ -206,6 +208,21 @@ void Row(const F& f, char* const* ptrs, const int64_t* strides, const DType* dty
   constexpr bool kInPlace = std::is_same_v<S, C>;
   constexpr DType kS = DTypeOf<S>(), kR = DTypeOf<R>();
   constexpr bool kOutInPlace = std::is_same_v<R, bool> || kInPlace;
+  if constexpr (kInPlace && !kHasHostFloatRow<F>) {
+    const bool dense_out =
+        kOutInPlace && dtypes[0] == kR && strides[0] == static_cast<int64_t>(sizeof(R));
+    bool direct = dense_out && !stream;
+    bool repeated[N];
+    for (int k = 0; k < N && direct; ++k) {
+      repeated[k] = strides[k + 1] == 0;
+      direct = dtypes[k + 1] == kS &&
+               (repeated[k] || strides[k + 1] == static_cast<int64_t>(sizeof(C)));
+    }
+    if (direct && DirectRow<F, R, C>(f, reinterpret_cast<R*>(ptrs[0]), ptrs + 1, repeated, n,
+                                     std::integral_constant<int, N>{})) {
+      return;
+    }
+  }
   alignas(64) C buf[N][kBlock];
   alignas(64) R obuf[kBlock];
   const C* in[N] = {};
@@ -243,7 +260,8 @@ Kernel Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& 
   if (plan.numel == 0) return tiles ? Kernel::kTiles : Kernel::kRows;
   const int nops = N + 1;
   const bool stream =
-      !tiles && (stream_output || plan.numel * ItemSize(plan.out_dtype) >= kStreamBytes);
+      !tiles && (stream_output || (plan.numel * ItemSize(plan.out_dtype) >= kStreamBytes &&
+                                   LargeOutputStores().streaming));
   int64_t row_strides[kMaxOperands];
   for (int k = 0; k < nops; ++k) row_strides[k] = plan.strides[k][0];
 

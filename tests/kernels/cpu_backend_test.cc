@@ -6,6 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/vector_math.h"
+#include "kernels/expr/program.h"
 #include "tests/support/cpu_backend.h"
 #include "kernels/cpu/launch_env.h"
 #include "tests/support/kernel_cases.h"
@@ -63,6 +64,62 @@ TEST(CpuBackend, ThreadedRowBroadcast) {
     for (int64_t j = 0; j < n; ++j) {
       ASSERT_EQ(out[i * n + j], a[i * n + j] + b[j]) << i << "," << j;
     }
+  }
+}
+
+// Outputs past the streaming threshold (8 MiB), dense and broadcast, same and mixed dtypes,
+// against plain loops. Whether they are written with streaming or plain stores is the
+// machine's (kernels/cpu/store_path.h); ctest runs this again with TC_CPU_STREAMING_STORES
+// set either way (cpu_backend_test_streaming_on / _off), so both paths are tested anywhere.
+TEST(CpuBackend, LargeOutputsMatchTheReference) {
+  CpuBackend backend(2);
+  std::mt19937 rng(static_cast<uint32_t>(testing::TestSeed()));
+  std::uniform_real_distribution<float> uni(-100.0f, 100.0f);
+  const int64_t m = 1501, n = 2053;  // 12 MiB of float32, rows not a multiple of a vector
+  std::vector<float> a(m * n), b(m * n), col(m);
+  for (float& x : a) x = uni(rng);
+  for (float& x : b) x = uni(rng);
+  for (float& x : col) x = uni(rng);
+  auto f32 = [](const std::vector<float>& v, DimVector shape) {
+    return TensorView{DType::kFloat32, shape, ContiguousStrides(shape), 0,
+                      reinterpret_cast<const std::byte*>(v.data()),
+                      static_cast<int64_t>(v.size() * sizeof(float))};
+  };
+  {
+    const TensorView inputs[] = {f32(a, {m, n}), f32(b, {m, n})};
+    auto op = PrepareOp("mul", inputs, {});
+    ASSERT_TRUE(op.ok()) << op.status();
+    std::vector<float> out(m * n);
+    ASSERT_TRUE(backend.Run(*op, inputs, reinterpret_cast<std::byte*>(out.data())).ok());
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(out[i], a[i] * b[i]) << i;
+  }
+  {
+    const TensorView inputs[] = {f32(a, {m, n}), f32(col, {m, 1})};
+    auto op = PrepareOp("sub", inputs, {});
+    ASSERT_TRUE(op.ok()) << op.status();
+    std::vector<float> out(m * n);
+    ASSERT_TRUE(backend.Run(*op, inputs, reinterpret_cast<std::byte*>(out.data())).ok());
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(out[i], a[i] - col[i / n]) << i;
+  }
+  {
+    // float32 computed, stored as float64: converted while storing. 24 MiB out.
+    const TensorView inputs[] = {f32(a, {m, n}), f32(b, {m, n})};
+    OutputOptions options;
+    options.dtype = DType::kFloat64;
+    auto op = PrepareOp("add", inputs, {}, options);
+    ASSERT_TRUE(op.ok()) << op.status();
+    std::vector<double> out(m * n);
+    ASSERT_TRUE(backend.Run(*op, inputs, reinterpret_cast<std::byte*>(out.data())).ok());
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(out[i], static_cast<double>(a[i] + b[i])) << i;
+  }
+  {
+    // A fused expression: its output is written block by block, streamed where large ones are.
+    const TensorView inputs[] = {f32(a, {m, n}), f32(b, {m, n})};
+    auto op = expr::PrepareExpression("a * 2 - b", {}, inputs, {});
+    ASSERT_TRUE(op.ok()) << op.status();
+    std::vector<float> out(m * n);
+    ASSERT_TRUE(backend.Run(*op, inputs, reinterpret_cast<std::byte*>(out.data())).ok());
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(out[i], a[i] * 2.0f - b[i]) << i;
   }
 }
 
