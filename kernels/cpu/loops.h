@@ -148,6 +148,51 @@ void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::in
   for (int64_t i = 0; i < m; ++i) out[i] = f(a[i], b[i], c[i]);
 }
 
+// A row that needs no staging: every input dense in the compute type or one value repeated
+// (stride 0), the output dense and written in place. One pass, a repeated value held in a
+// register, instead of blocks through L1 buffers: the blocks' bookkeeping cost memory-bound
+// rows about a sixth of their rate on the 2-core AMD machine. Returns false where the operand
+// shapes are not covered (three inputs with one repeated), for the blocked loop to run.
+template <typename F, typename R, typename C>
+bool DirectRow(const F& f, R* __restrict out, const char* const* in, const bool* repeated,
+               int64_t n, std::integral_constant<int, 1>) {
+  const C* __restrict a = reinterpret_cast<const C*>(in[0]);
+  if (repeated[0]) {
+    std::fill(out, out + n, f(*a));
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i]);
+  }
+  return true;
+}
+template <typename F, typename R, typename C>
+bool DirectRow(const F& f, R* __restrict out, const char* const* in, const bool* repeated,
+               int64_t n, std::integral_constant<int, 2>) {
+  const C* __restrict a = reinterpret_cast<const C*>(in[0]);
+  const C* __restrict b = reinterpret_cast<const C*>(in[1]);
+  if (!repeated[0] && !repeated[1]) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+  } else if (!repeated[0]) {
+    const C y = *b;
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], y);
+  } else if (!repeated[1]) {
+    const C x = *a;
+    for (int64_t i = 0; i < n; ++i) out[i] = f(x, b[i]);
+  } else {
+    std::fill(out, out + n, f(*a, *b));
+  }
+  return true;
+}
+template <typename F, typename R, typename C>
+bool DirectRow(const F& f, R* __restrict out, const char* const* in, const bool* repeated,
+               int64_t n, std::integral_constant<int, 3>) {
+  if (repeated[0] || repeated[1] || repeated[2]) return false;
+  const C* __restrict a = reinterpret_cast<const C*>(in[0]);
+  const C* __restrict b = reinterpret_cast<const C*>(in[1]);
+  const C* __restrict c = reinterpret_cast<const C*>(in[2]);
+  for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i], c[i]);
+  return true;
+}
+
 // Copies an n0 x n1 tile (byte strides s0, s1; s1 the smaller) into `dst` laid out with dim 0
 // fastest: dst[i1][i0]. Reads walk dim 1, the source's fast dim.
 template <typename T>
