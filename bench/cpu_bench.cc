@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/store_path.h"
 #include "kernels/engine.h"
 #include "kernels/expr/program.h"
 #include "tests/support/cpu_backend.h"
@@ -114,9 +115,14 @@ std::string MachineLine() {
     const long bytes = sysconf(which);
     if (bytes > 0) caches += " " + std::string(level) + " " + std::to_string(bytes >> 10) + " KiB";
   }
+  const cpu::StorePath& stores = cpu::LargeOutputStores();
+  const std::string store_line = std::string("; large outputs: ") +
+                                 (stores.streaming ? "streaming" : "plain") + " stores (by " +
+                                 stores.decided_by + ")";
   return name + " (family " + family + " model " + model + "), " +
          std::to_string(std::thread::hardware_concurrency()) + " hardware threads; " +
-         (features.empty() ? "no vector extensions past SSE2" : features) + ";" + caches;
+         (features.empty() ? "no vector extensions past SSE2" : features) + ";" + caches +
+         store_line;
 }
 
 }  // namespace
@@ -267,12 +273,18 @@ int main(int argc, char** argv) {
       std::snprintf(ne_ms, sizeof ne_ms, "%.3f", ne->second);
       std::snprintf(ne_ratio, sizeof ne_ratio, "%.2fx", ne->second / us);
     }
+    // Microsecond cases keep their digits: 0.001 ms says nothing.
+    const char* f = us < 0.1 ? "%.4f" : "%.3f";
+    char us_ms[32], np_s[32], th_s[32];
+    std::snprintf(us_ms, sizeof us_ms, f, us);
     if (it == refs.end()) {
-      std::snprintf(buf, sizeof buf, "| %s | %.3f | - | - | - | - | - | - |\n", c.name.c_str(), us);
+      std::snprintf(buf, sizeof buf, "| %s | %s | - | - | - | - | - | - |\n", c.name.c_str(), us_ms);
     } else {
       const auto [np_ms, th_ms] = it->second;
-      std::snprintf(buf, sizeof buf, "| %s | %.3f | %.3f | %.3f | %s | %.2fx | %.2fx | %s |\n",
-                    c.name.c_str(), us, np_ms, th_ms, ne_ms, np_ms / us, th_ms / us, ne_ratio);
+      std::snprintf(np_s, sizeof np_s, f, np_ms);
+      std::snprintf(th_s, sizeof th_s, f, th_ms);
+      std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %s | %.2fx | %.2fx | %s |\n",
+                    c.name.c_str(), us_ms, np_s, th_s, ne_ms, np_ms / us, th_ms / us, ne_ratio);
     }
     table << buf;
   }

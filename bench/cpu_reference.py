@@ -120,8 +120,8 @@ print(f"# numpy {np.__version__} torch {torch.__version__} numexpr {ne.__version
 for name, fnp, fth in cases:
     if only and name not in only:
         continue
-    print(f"{name} {bench(fnp):.4f} {bench(fth):.4f}", flush=True)
+    print(f"{name} {bench(fnp):.6f} {bench(fth):.6f}", flush=True)
 for name, fnp, fth, fne in expr_cases:
     if only and name not in only:
         continue
-    print(f"{name} {bench(fnp):.4f} {bench(fth):.4f} {bench(fne):.4f}", flush=True)
+    print(f"{name} {bench(fnp):.6f} {bench(fth):.6f} {bench(fne):.6f}", flush=True)
