@@ -9,6 +9,9 @@
 // GCC only: clang builds (the sanitizer build) got wrong results through these declarations,
 // and take the scalar loop instead.
 #if defined(__x86_64__) && defined(__GLIBC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsics leave placeholder vectors self-initialized (`__m512d __Y = __Y`),
+// which -Wmaybe-uninitialized reports wherever they are inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 // libmvec's single-precision functions (x86-64 vector ABI): 4 lanes with SSE, 8 with AVX2, 16
 // with AVX-512; the widest the CPU has is used. pow has its own AVX-512 path (below), and
