@@ -2,7 +2,8 @@
 // tensorcompute's CPU backend and, in the same invocation, on NumPy and PyTorch.
 //
 //   tensorcompute-cpu-bench [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE]
-//                           [--only=CASE] [--rounds=K]
+//                           [--only=CASE] [--rounds=K] [--isa=baseline|avx2|avx512]
+//                           [--compare_isas]
 //
 // The whole matrix runs --rounds times (3) and each column shows the median over rounds.
 // Each figure is a median of timed calls after 3 warm-ups (ours: the mean of the medians of two
@@ -27,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/store_path.h"
 #include "kernels/engine.h"
 #include "kernels/expr/program.h"
@@ -132,7 +134,10 @@ int main(int argc, char** argv) {
   using namespace tc;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   int reps = 15, rounds = 3;
-  std::string reference = "bench/cpu_reference.py", markdown, only;
+  std::string reference = "bench/cpu_reference.py", markdown, only, isa;
+  // --compare_isas: a second table, our time under each vector extension level the machine
+  // has (kernels/cpu/isa.h), the levels interleaved per case.
+  bool compare_isas = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -145,8 +150,10 @@ int main(int argc, char** argv) {
     else if (const char* v = value("--markdown=")) markdown = v;
     else if (const char* v = value("--only=")) only = v;
     else if (const char* v = value("--rounds=")) rounds = std::max(1, std::atoi(v));
+    else if (const char* v = value("--isa=")) isa = v;
+    else if (a == "--compare_isas") compare_isas = true;
     else {
-      std::fprintf(stderr, "usage: %s [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE] [--only=CASE] [--rounds=K]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE] [--only=CASE] [--rounds=K] [--isa=baseline|avx2|avx512] [--compare_isas]\n", argv[0]);
       return 2;
     }
   }
@@ -191,6 +198,18 @@ int main(int argc, char** argv) {
                 cases.end());
   }
   CpuBackend backend(threads);
+  int isa_index = static_cast<int>(cpu::ProcessIsa());
+  if (!isa.empty()) {
+    isa_index = -1;
+    for (int i = 0; i < cpu::kNumIsas; ++i) {
+      if (isa == cpu::IsaName(static_cast<cpu::Isa>(i))) isa_index = i;
+    }
+    if (isa_index < 0 || !cpu::IsaAvailable(static_cast<cpu::Isa>(isa_index))) {
+      std::fprintf(stderr, "--isa=%s: not a level this machine and build have\n", isa.c_str());
+      return 2;
+    }
+  }
+  backend.set_isa(isa_index);
   std::vector<char> out(static_cast<size_t>(N) * 4);
   auto time_ours = [&](const Case& c, int n, absl::Status& status) {
     return MedianMs([&] {
@@ -288,14 +307,52 @@ int main(int argc, char** argv) {
     }
     table << buf;
   }
+  std::ostringstream isa_table;
+  if (compare_isas) {
+    std::vector<int> levels;
+    for (int i = 0; i < cpu::kNumIsas; ++i) {
+      if (cpu::IsaAvailable(static_cast<cpu::Isa>(i))) levels.push_back(i);
+    }
+    isa_table << "\n| case |";
+    for (int i : levels) isa_table << " " << cpu::IsaName(static_cast<cpu::Isa>(i)) << " ms |";
+    isa_table << " fastest |\n|---|";
+    for (size_t i = 0; i < levels.size(); ++i) isa_table << "---:|";
+    isa_table << "---|\n";
+    for (const Case& c : cases) {
+      std::map<int, std::vector<double>> runs;
+      for (int round = 0; round < rounds; ++round) {
+        for (int i : levels) {
+          absl::Status status;
+          backend.set_isa(i);
+          runs[i].push_back(time_ours(c, reps, status));
+        }
+      }
+      isa_table << "| " << c.name << " |";
+      int best = levels.front();
+      for (int i : levels) {
+        std::snprintf(buf, sizeof buf, median(runs[i]) < 0.1 ? " %.4f |" : " %.3f |", median(runs[i]));
+        isa_table << buf;
+        if (median(runs[i]) < median(runs[best])) best = i;
+      }
+      isa_table << " " << cpu::IsaName(static_cast<cpu::Isa>(best)) << " |\n";
+    }
+    backend.set_isa(isa_index);
+  }
   const std::string machine = MachineLine();
-  std::printf("cpu: %s\nthreads=%d reps=%d rounds=%d (%s)\n%s", machine.c_str(), threads, reps,
-              rounds, versions.c_str(), table.str().c_str());
+  const std::string loops = std::string("CPU loops: ") + cpu::IsaName(static_cast<cpu::Isa>(isa_index)) +
+                            (isa.empty() ? " (the highest level available)" : " (--isa)");
+  std::printf("cpu: %s\n%s\nthreads=%d reps=%d rounds=%d (%s)\n%s%s", machine.c_str(), loops.c_str(),
+              threads, reps, rounds, versions.c_str(), table.str().c_str(), isa_table.str().c_str());
   if (!markdown.empty()) {
     std::ofstream md(markdown);
-    md << "CPU: " << machine << ".\n\nCPU backend, " << threads << " threads; per case the median over " << rounds
+    md << "CPU: " << machine << ".\n" << loops << ".\n\nCPU backend, " << threads << " threads; per case the median over " << rounds
        << " rounds of the median of " << reps << " calls; " << versions
        << ". Ratios above 1 mean tensorcompute is faster.\n\n" << table.str();
+    if (compare_isas) {
+      md << "\nThe CPU backend under each vector extension level (--compare_isas), per case the median "
+            "over " << rounds << " rounds of the median of " << reps << " calls, levels interleaved:\n"
+         << isa_table.str();
+    }
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/launch_env.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/store_path.h"
 
 namespace tc::runtime {
@@ -23,13 +24,14 @@ DeviceInfo CpuInfo(int threads, int index) {
   info.kind = "cpu";
   info.index = index;
   const unsigned hw = std::thread::hardware_concurrency();
-  // How large outputs are written is the machine's (kernels/cpu/store_path.h): said here so
-  // that a device listing tells which path a server's figures came from.
+  // The loops' vector level and how large outputs are written are the machine's
+  // (kernels/cpu/isa.h, store_path.h): said here so that a device listing tells which paths a
+  // server's figures came from.
   const cpu::StorePath& stores = cpu::LargeOutputStores();
   info.name = absl::StrCat("host CPU, ", threads > 0 ? threads : static_cast<int>(hw),
-                           " compute threads, large outputs in ",
-                           stores.streaming ? "streaming" : "plain", " stores (",
-                           stores.decided_by, ")");
+                           " compute threads, ", cpu::IsaName(cpu::ProcessIsa()),
+                           " loops, large outputs in ", stores.streaming ? "streaming" : "plain",
+                           " stores (", stores.decided_by, ")");
   info.total_memory = PhysicalMemoryBytes();
   info.multiprocessors = static_cast<int>(hw);
   return info;

@@ -3,28 +3,59 @@
 #include <iterator>
 
 #include "kernels/cpu/expr_eval.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/ops/op_list.h"
 
 namespace tc::cpu {
 
-// Defined in launch.h, instantiated in ops_*.cc.
-template <typename F>
-absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env);
+// Defined in launch.h, instantiated in ops_*.cc once per vector extension level (isa.h).
+#define TC_DECLARE_LAUNCH(ns)                                                    \
+  namespace ns {                                                                 \
+  template <typename F>                                                          \
+  absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env); \
+  }
+TC_DECLARE_LAUNCH(isa_baseline)
+#if TC_CPU_ISA_VARIANTS
+TC_DECLARE_LAUNCH(isa_avx2)
+TC_DECLARE_LAUNCH(isa_avx512)
+#endif
+#undef TC_DECLARE_LAUNCH
 
 namespace {
 
 using Launcher = absl::Status (*)(const PreparedOp&, char* const*, const LaunchEnv&);
 
-constexpr Launcher kLaunchers[] = {
-#define TC_LAUNCHER(F) &Launch<F>,
-    TC_FOR_EACH_OP(TC_LAUNCHER)
-#undef TC_LAUNCHER
+#define TC_LAUNCHER_TABLE(ns)                           \
+  {                                                     \
+    TC_FOR_EACH_OP(TC_LAUNCHER_##ns)                    \
+  }
+#define TC_LAUNCHER_isa_baseline(F) &isa_baseline::Launch<F>,
+#define TC_LAUNCHER_isa_avx2(F) &isa_avx2::Launch<F>,
+#define TC_LAUNCHER_isa_avx512(F) &isa_avx512::Launch<F>,
+
+#define TC_COUNT_OP(F) +1
+constexpr int kNumOps = 0 TC_FOR_EACH_OP(TC_COUNT_OP);
+#undef TC_COUNT_OP
+
+// One row per level; a level not compiled in runs the baseline.
+constexpr Launcher kLaunchers[kNumIsas][kNumOps] = {
+    TC_LAUNCHER_TABLE(isa_baseline),
+#if TC_CPU_ISA_VARIANTS
+    TC_LAUNCHER_TABLE(isa_avx2),
+    TC_LAUNCHER_TABLE(isa_avx512),
+#else
+    TC_LAUNCHER_TABLE(isa_baseline),
+    TC_LAUNCHER_TABLE(isa_baseline),
+#endif
 };
 
 }  // namespace
 
 absl::Status LaunchOp(const PreparedOp& op, char* const* base, const LaunchEnv& env) {
-  return kLaunchers[op.op->index](op, base, env);
+  static const int process_isa = static_cast<int>(ProcessIsa());
+  int isa = env.isa < 0 ? process_isa : env.isa;
+  if (isa >= kNumIsas || !IsaAvailable(static_cast<Isa>(isa))) isa = 0;
+  return kLaunchers[isa][op.op->index](op, base, env);
 }
 
 absl::Status Run(const PreparedOp& op, std::byte* out, absl::Span<const std::byte* const> inputs,

@@ -171,7 +171,8 @@ absl::Status RunExpression(const Program& program, std::byte* out,
   // Nested launches run on the calling thread: a block is far below the pool's grain. A large
   // output is streamed past the caches where the machine gains by it, as a single op's is.
   LaunchEnv inner{env.pool};
-  LaunchEnv root_env{env.pool};
+  inner.isa = env.isa;
+  LaunchEnv root_env = inner;
   root_env.stream_output = !short_rows && it.numel * ItemSize(program.out_dtype) >= kStreamBytes &&
                            LargeOutputStores().streaming;
 

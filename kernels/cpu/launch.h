@@ -1,5 +1,6 @@
 // The CPU launcher of one op: picks the compute type, runs the loops, reports division by
-// zero. Instantiated per op group in ops_*.cc so that the groups compile in parallel.
+// zero. Instantiated per op group in ops_*.cc so that the groups compile in parallel, and
+// per vector extension level (kernels/cpu/isa.h).
 #pragma once
 
 #include <type_traits>
@@ -10,7 +11,10 @@
 #include "kernels/engine.h"
 #include "kernels/ops/op_list.h"
 
+#include "kernels/cpu/isa_begin.inc"
+
 namespace tc::cpu {
+inline namespace TC_CPU_ISA_NS {
 
 template <typename F>
 absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env) {
@@ -37,7 +41,11 @@ absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& en
   return absl::OkStatus();
 }
 
+}  // namespace TC_CPU_ISA_NS
 }  // namespace tc::cpu
 
-#define TC_CPU_INSTANTIATE(F) \
-  template absl::Status tc::cpu::Launch<tc::F>(const PreparedOp&, char* const*, const LaunchEnv&);
+#include "kernels/cpu/isa_end.inc"
+
+#define TC_CPU_INSTANTIATE(F)                                                          \
+  template absl::Status tc::cpu::TC_CPU_ISA_NS::Launch<tc::F>(const PreparedOp&, char* const*, \
+                                                             const LaunchEnv&);

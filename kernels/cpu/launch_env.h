@@ -20,6 +20,9 @@ struct LaunchEnv {
   // The output is one piece of a larger one that will not stay in cache (a block of an
   // expression's output): written with non-temporal stores whatever its own size.
   bool stream_output = false;
+  // Which compiled copy of the loops runs (an Isa, kernels/cpu/isa.h); -1: the process's
+  // (ProcessIsa). Tests compare the copies; a level that is not available runs the baseline.
+  int isa = -1;
 };
 
 // Runs `op` and returns when the result is in place. base[0] is the output, base[1..] the

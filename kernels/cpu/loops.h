@@ -8,6 +8,7 @@
 // kTile0 x kTile1 tiles, the staged operands copied into a buffer along their own dense dim,
 // so that both the operand read across its rows and the one read along them stay in cache.
 // Every other kernel family (kRows, kCastRows, kGeneral) runs as rows.
+// Compiled once per vector extension level (kernels/cpu/isa.h), each in its own namespace.
 #pragma once
 
 #include <algorithm>
@@ -27,8 +28,12 @@
 #include "kernels/ops/op_spec.h"
 #include "kernels/planner.h"
 #include "kernels/scalar_types.h"
+#include "kernels/cpu/isa.h"
+
+#include "kernels/cpu/isa_begin.inc"
 
 namespace tc::cpu {
+inline namespace TC_CPU_ISA_NS {
 
 // Elements per chunk handed to one thread: below this, threading costs more than it saves.
 inline constexpr int64_t kGrain = 32768;
@@ -392,4 +397,7 @@ Kernel Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& 
   return Kernel::kRows;
 }
 
+}  // namespace TC_CPU_ISA_NS
 }  // namespace tc::cpu
+
+#include "kernels/cpu/isa_end.inc"

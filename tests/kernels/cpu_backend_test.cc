@@ -1,10 +1,13 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/expr/program.h"
 #include "tests/support/cpu_backend.h"
@@ -65,6 +68,65 @@ TEST(CpuBackend, ThreadedRowBroadcast) {
       ASSERT_EQ(out[i * n + j], a[i * n + j] + b[j]) << i << "," << j;
     }
   }
+}
+
+// Runs every op under the baseline copy of the CPU loops and under a wider one (AVX2,
+// AVX-512: kernels/cpu/isa.h) and requires the same bytes from both, so that the conformance
+// cases (every op, dtype, broadcast, layout, NaN and infinities) hold the wider copies to the
+// baseline bit for bit, not only to the reference's tolerance.
+class IsaAgreementBackend : public Backend {
+ public:
+  explicit IsaAgreementBackend(cpu::Isa isa) : isa_(isa), pool_(ThreadPool::WorkersFor(2)) {}
+  absl::string_view name() const override { return "cpu"; }
+  TileRule tile_rule() const override { return TileRule::kAnyPermuted; }
+  absl::Status Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
+                   std::byte* out) override {
+    const size_t bytes = static_cast<size_t>(op.plan.out_storage_bytes);
+    std::vector<std::byte> baseline(out, out + bytes);  // bytes the op does not write agree
+    cpu::LaunchEnv env{&pool_};
+    env.isa = static_cast<int>(cpu::Isa::kBaseline);
+    const absl::Status expected = cpu::Run(op, baseline.data(), inputs, env);
+    env.isa = static_cast<int>(isa_);
+    absl::Status status = cpu::Run(op, out, inputs, env);
+    const std::string what = op.op != nullptr ? std::string(op.op->spec.name) : "an expression";
+    EXPECT_EQ(status.code(), expected.code()) << what << ": " << status << " / " << expected;
+    ++runs;
+    if (status.ok() && expected.ok() && std::memcmp(out, baseline.data(), bytes) != 0) {
+      size_t i = 0;
+      while (out[i] == baseline[i]) ++i;
+      ADD_FAILURE() << what << " under " << cpu::IsaName(isa_) << " differs from the baseline at byte "
+                    << i << " of " << bytes;
+    }
+    return status;
+  }
+  int runs = 0;
+
+ private:
+  cpu::Isa isa_;
+  ThreadPool pool_;
+};
+
+TEST(CpuBackend, EveryVectorLevelGivesTheBaselineBytes) {
+  const uint64_t seed = testing::TestSeed() ^ 0x27d4eb2full;
+  std::printf("TC_TEST_SEED=%llu (xor 0x27d4eb2f); this process runs %s\n",
+              static_cast<unsigned long long>(seed), cpu::IsaName(cpu::ProcessIsa()));
+  int levels = 0;
+  for (cpu::Isa isa : {cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (!cpu::IsaAvailable(isa)) {
+      std::printf("%s: not available on this machine or build\n", cpu::IsaName(isa));
+      continue;
+    }
+    ++levels;
+    IsaAgreementBackend backend(isa);
+    testing::CheckConformance(backend, seed, {});
+    testing::ConformanceOptions combinations;
+    combinations.every_dtype_combination = true;
+    combinations.max_numel = 2048;
+    testing::CheckConformance(backend, seed, combinations);
+    std::printf("%s: %d runs, each equal to the baseline's\n", cpu::IsaName(isa), backend.runs);
+    EXPECT_GT(backend.runs, 1000);
+  }
+  if (levels == 0) GTEST_SKIP() << "no vector level past the baseline on this machine";
 }
 
 // Outputs past the streaming threshold (8 MiB), dense and broadcast, same and mixed dtypes,

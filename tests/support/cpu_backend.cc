@@ -6,7 +6,9 @@ namespace tc {
 
 absl::Status CpuBackend::Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
                              std::byte* out) {
-  return cpu::Run(op, out, inputs, cpu::LaunchEnv{&pool_});
+  cpu::LaunchEnv env{&pool_};
+  env.isa = isa_;
+  return cpu::Run(op, out, inputs, env);
 }
 
 }  // namespace tc

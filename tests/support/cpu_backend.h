@@ -16,9 +16,13 @@ class CpuBackend : public Backend {
   TileRule tile_rule() const override { return TileRule::kAnyPermuted; }
   absl::Status Run(const PreparedOp& op, absl::Span<const TensorView> inputs,
                    std::byte* out) override;
+  // Which compiled copy of the loops runs (cpu::Isa as an int; -1, the default: the
+  // process's). For benchmarks that compare the vector extension levels.
+  void set_isa(int isa) { isa_ = isa; }
 
  private:
   ThreadPool pool_;
+  int isa_ = -1;
 };
 
 }  // namespace tc
