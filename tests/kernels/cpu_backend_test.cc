@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <tuple>
@@ -10,6 +11,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vector_math.h"
 #include "kernels/expr/program.h"
+#include "kernels/ops/unary.h"
 #include "tests/support/cpu_backend.h"
 #include "kernels/cpu/launch_env.h"
 #include "tests/support/kernel_cases.h"
@@ -127,6 +129,30 @@ TEST(CpuBackend, EveryVectorLevelGivesTheBaselineBytes) {
     EXPECT_GT(backend.runs, 1000);
   }
   if (levels == 0) GTEST_SKIP() << "no vector level past the baseline on this machine";
+}
+
+// sigmoid's float row (one pass of 16 lanes where the CPU has AVX-512) gives the bits of its
+// three steps: negate, the vector exponential, 1 / (1 + e); at every length and start, for
+// NaN, infinities, zeros of both signs and values where exp overflows.
+TEST(CpuBackend, SigmoidRowIsItsThreeSteps) {
+  std::mt19937 rng(static_cast<uint32_t>(testing::TestSeed()));
+  std::uniform_real_distribution<float> uni(-100.0f, 100.0f);
+  std::vector<float> a(1000);
+  for (float& x : a) x = uni(rng);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 88.7f, -88.8f, -104.0f,
+                            1e-40f};
+  for (size_t i = 0; i < std::size(specials); ++i) a[i * 37] = specials[i];
+  for (int64_t start : {0, 1, 5, 16}) {
+    for (int64_t n : {1, 15, 16, 17, 33, 64, 333, 900}) {
+      std::vector<float> out(static_cast<size_t>(n)), expected(static_cast<size_t>(n));
+      SigmoidOp::HostFloatRow(a.data() + start, out.data(), n);
+      for (int64_t i = 0; i < n; ++i) expected[i] = -a[start + i];
+      cpu::UnaryRow(cpu::VectorFn::kExp, expected.data(), expected.data(), n);
+      for (int64_t i = 0; i < n; ++i) expected[i] = 1.0f / (1.0f + expected[i]);
+      ASSERT_EQ(std::memcmp(out.data(), expected.data(), static_cast<size_t>(n) * 4), 0)
+          << "start " << start << " n " << n;
+    }
+  }
 }
 
 // Outputs past the streaming threshold (8 MiB), dense and broadcast, same and mixed dtypes,
