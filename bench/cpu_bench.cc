@@ -3,16 +3,17 @@
 //
 //   tensorcompute-cpu-bench [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE]
 //                           [--only=CASE] [--rounds=K] [--isa=baseline|avx2|avx512]
-//                           [--compare_isas] [--settle_ms=MS]
+//                           [--compare_isas]
 //
 // The whole matrix runs --rounds times (3) and each column shows the median over rounds.
 // Each figure is a median of timed calls after 3 warm-ups (ours: the mean of the medians of two
-// halves of R calls, taken before and after NumPy's and PyTorch's R calls of the same case,
-// the second after a pause of --settle_ms (1000) once the reference's process has exited);
+// halves of R calls, taken before and after NumPy's and PyTorch's R calls of the same case, in
+// one Python process kept for the whole run);
 // a call is PrepareOp (checks and planning) plus the backend run into a preallocated output,
 // as NumPy's and PyTorch's out=. The expression cases (expr_*) are one PrepareExpression
 // (parse, type, plan) and one fused run, against NumPy's and PyTorch's ops one by one (with
 // out= temporaries) and numexpr's evaluate() of the same expression.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include "kernels/engine.h"
 #include "kernels/expr/program.h"
 #include "tests/support/cpu_backend.h"
+#include "util/thread_pool.h"
 
 namespace tc {
 namespace {
@@ -69,6 +71,16 @@ double MedianMs(const std::function<void()>& fn, int reps) {
   return ts[ts.size() / 2];
 }
 
+// The memory-bound anchor: a float32 add as plain as it gets, compiled for the widest vectors
+// the CPU has (GCC's target_clones), split over the same number of threads. Where our time
+// matches it, what a reference does faster is not in the loop.
+constexpr int64_t kGrainForPlainAdd = 32768;
+__attribute__((target_clones("avx512f", "avx2", "default"))) void PlainAdd(
+    const float* __restrict a, const float* __restrict b, float* __restrict out, int64_t begin,
+    int64_t end) {
+  for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+}
+
 struct Case {
   std::string name;
   std::string op;
@@ -76,6 +88,48 @@ struct Case {
   OutputOptions output;
   // Instead of `op`: an expression over the inputs.
   std::string expr;
+};
+
+// A child process with a pipe to its stdin and one from its stdout.
+struct ReferenceProcess {
+  pid_t pid = -1;
+  FILE* to = nullptr;
+  FILE* from = nullptr;
+  static std::unique_ptr<ReferenceProcess> Start(const std::vector<std::string>& argv) {
+    int in[2], out[2];
+    if (pipe(in) != 0) return nullptr;
+    if (pipe(out) != 0) {
+      close(in[0]);
+      close(in[1]);
+      return nullptr;
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      close(in[0]);
+      close(in[1]);
+      close(out[0]);
+      close(out[1]);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    auto p = std::make_unique<ReferenceProcess>();
+    p->pid = pid;
+    p->to = fdopen(in[1], "w");
+    p->from = fdopen(out[0], "r");
+    return p;
+  }
+  ~ReferenceProcess() {
+    if (to != nullptr) std::fclose(to);  // end of stdin: the script exits
+    if (from != nullptr) std::fclose(from);
+    if (pid > 0) waitpid(pid, nullptr, 0);
+  }
 };
 
 // What the figures ran on: the CPU's model (with its family and model numbers, which tell
@@ -139,7 +193,6 @@ int main(int argc, char** argv) {
   // --compare_isas: a second table, our time under each vector extension level the machine
   // has (kernels/cpu/isa.h), the levels interleaved per case.
   bool compare_isas = false;
-  int settle_ms = 1000;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -154,9 +207,8 @@ int main(int argc, char** argv) {
     else if (const char* v = value("--rounds=")) rounds = std::max(1, std::atoi(v));
     else if (const char* v = value("--isa=")) isa = v;
     else if (a == "--compare_isas") compare_isas = true;
-    else if (const char* v = value("--settle_ms=")) settle_ms = std::atoi(v);
     else {
-      std::fprintf(stderr, "usage: %s [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE] [--only=CASE] [--rounds=K] [--isa=baseline|avx2|avx512] [--compare_isas] [--settle_ms=MS]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE] [--only=CASE] [--rounds=K] [--isa=baseline|avx2|avx512] [--compare_isas]\n", argv[0]);
       return 2;
     }
   }
@@ -229,9 +281,26 @@ int main(int argc, char** argv) {
     absl::Status status;
     time_ours(c, 1, status);
   }
+  // NumPy and PyTorch in one Python process for the whole run (cpu_reference.py --serve),
+  // asked for one case at a time: a process starting or exiting between our timings and
+  // theirs disturbed ours (on the 2-core AMD VM the calls after the script's exit, which frees
+  // a gigabyte, ran 15-60% slower).
+  std::unique_ptr<ReferenceProcess> python;
+  std::string versions = "reference not run";
+  if (reference != "none") {
+    python = ReferenceProcess::Start({"/usr/bin/python3", reference, std::to_string(threads),
+                                      std::to_string(reps), "--serve"});
+    char line[512];
+    if (!python || std::fgets(line, sizeof line, python->from) == nullptr || line[0] != '#') {
+      std::fprintf(stderr, "reference script did not start: %s\n", reference.c_str());
+      python.reset();
+    } else {
+      versions = std::string(line + 2);
+      versions.erase(versions.find_last_not_of("\n") + 1);
+    }
+  }
   // Per case, one figure per round; the table shows each column's median over the rounds.
   std::map<std::string, std::vector<double>> ours_runs, np_runs, th_runs, ne_runs;
-  std::string versions = "reference not run";
   for (int round = 0; round < rounds; ++round)
   for (const Case& c : cases) {
     std::map<std::string, std::pair<double, double>> refs;
@@ -242,31 +311,19 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: %s\n", c.name.c_str(), status.ToString().c_str());
       return 1;
     }
-    if (reference != "none") {
-      const std::string cmd = "/usr/bin/python3 " + reference + " " + std::to_string(threads) + " " +
-                              std::to_string(reps) + " " + c.name;
-      if (FILE* p = popen(cmd.c_str(), "r")) {
-        char line[512];
-        while (std::fgets(line, sizeof line, p)) {
-          std::istringstream in(line);
-          if (line[0] == '#') {
-            versions = std::string(line + 2);
-            versions.erase(versions.find_last_not_of("\n") + 1);
-            continue;
-          }
-          std::string name;
-          double np_ms, th_ms, ne_ms;
-          if (in >> name >> np_ms >> th_ms) refs[name] = {np_ms, th_ms};
-          if (in >> ne_ms) numexpr[name] = ne_ms;
-        }
-        if (pclose(p) != 0) std::fprintf(stderr, "reference script failed: %s\n", cmd.c_str());
+    if (python) {
+      std::fprintf(python->to, "%s\n", c.name.c_str());
+      std::fflush(python->to);
+      char line[512];
+      if (std::fgets(line, sizeof line, python->from) != nullptr) {
+        std::istringstream in(line);
+        std::string name;
+        double np_ms, th_ms, ne_ms;
+        if (in >> name >> np_ms >> th_ms) refs[name] = {np_ms, th_ms};
+        if (in >> ne_ms) numexpr[name] = ne_ms;
       }
+      if (refs.empty()) std::fprintf(stderr, "reference script gave nothing for %s\n", c.name.c_str());
     }
-    // The reference's process has just exited, freeing a gigabyte: on the 2-core AMD VM the
-    // calls of the next few hundred milliseconds ran 15-60% slower (float32 add: 3.2-3.7 ms
-    // against 2.7-2.85 in the half before it). Whatever the machine does then is not ours to
-    // time.
-    if (reference != "none") std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
     const double second = time_ours(c, (reps + 1) / 2, status);
     ours_runs[c.name].push_back((first + second) / 2);
     if (auto it = refs.find(c.name); it != refs.end()) {
@@ -315,6 +372,29 @@ int main(int argc, char** argv) {
     }
     table << buf;
   }
+  // Ours against PlainAdd over the same buffers, interleaved.
+  std::string anchor;
+  if (only.empty() || only == "add_f32_contig") {
+    const Case& c = cases.front();
+    ThreadPool loop_pool(ThreadPool::WorkersFor(threads));
+    const float* fa = reinterpret_cast<const float*>(a.bytes.data());
+    const float* fb = reinterpret_cast<const float*>(b.bytes.data());
+    float* fo = reinterpret_cast<float*>(out.data());
+    std::vector<double> mine, plain;
+    for (int round = 0; round < rounds; ++round) {
+      absl::Status status;
+      mine.push_back(time_ours(c, reps, status));
+      plain.push_back(MedianMs([&] {
+        loop_pool.ParallelFor(N, kGrainForPlainAdd, [&](int64_t s0, int64_t e0) { PlainAdd(fa, fb, fo, s0, e0); });
+      }, reps));
+    }
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "add_f32_contig against a plain loop over the same buffers (widest vectors, %d "
+                  "threads), interleaved: ours %.3f ms, plain loop %.3f ms",
+                  threads, median(mine), median(plain));
+    anchor = line;
+  }
   std::ostringstream isa_table;
   if (compare_isas) {
     std::vector<int> levels;
@@ -349,13 +429,15 @@ int main(int argc, char** argv) {
   const std::string machine = MachineLine();
   const std::string loops = std::string("CPU loops: ") + cpu::IsaName(static_cast<cpu::Isa>(isa_index)) +
                             (isa.empty() ? " (the highest level available)" : " (--isa)");
-  std::printf("cpu: %s\n%s\nthreads=%d reps=%d rounds=%d (%s)\n%s%s", machine.c_str(), loops.c_str(),
-              threads, reps, rounds, versions.c_str(), table.str().c_str(), isa_table.str().c_str());
+  std::printf("cpu: %s\n%s\nthreads=%d reps=%d rounds=%d (%s)\n%s%s%s%s", machine.c_str(), loops.c_str(),
+              threads, reps, rounds, versions.c_str(), table.str().c_str(),
+              anchor.empty() ? "" : "\n", anchor.c_str(), isa_table.str().c_str());
   if (!markdown.empty()) {
     std::ofstream md(markdown);
     md << "CPU: " << machine << ".\n" << loops << ".\n\nCPU backend, " << threads << " threads; per case the median over " << rounds
        << " rounds of the median of " << reps << " calls; " << versions
        << ". Ratios above 1 mean tensorcompute is faster.\n\n" << table.str();
+    if (!anchor.empty()) md << "\n" << anchor << ".\n";
     if (compare_isas) {
       md << "\nThe CPU backend under each vector extension level (--compare_isas), per case the median "
             "over " << rounds << " rounds of the median of " << reps << " calls, levels interleaved:\n"

@@ -4,7 +4,8 @@
 Run by tensorcompute-cpu-bench in the same invocation (Debian's /usr/bin/python3 with
 python3-numpy, python3-torch and python3-numexpr); prints one line per case: name numpy_ms
 torch_ms, and numexpr_ms for the expression cases.
-Arguments: PyTorch thread count, repetitions, then optionally the case names to run.
+Arguments: PyTorch thread count, repetitions, then optionally the case names to run, or
+--serve: case names read from stdin one per line, a result line printed for each.
 """
 import statistics
 import sys
@@ -114,14 +115,31 @@ expr_cases = [
      lambda: ne.evaluate("tanh(A * row + bias)", local_dict={"A": A, "row": row, "bias": bias},
                          out=O)),
 ]
-only = set(sys.argv[3:])
+by_name = {name: (fnp, fth, None) for name, fnp, fth in cases}
+by_name.update({name: (fnp, fth, fne) for name, fnp, fth, fne in expr_cases})
+
+
+def run(name):
+    fnp, fth, fne = by_name[name]
+    line = f"{name} {bench(fnp):.6f} {bench(fth):.6f}"
+    if fne is not None:
+        line += f" {bench(fne):.6f}"
+    print(line, flush=True)
+
+
 print(f"# numpy {np.__version__} torch {torch.__version__} numexpr {ne.__version__} "
-      f"threads {torch.get_num_threads()}")
-for name, fnp, fth in cases:
-    if only and name not in only:
-        continue
-    print(f"{name} {bench(fnp):.6f} {bench(fth):.6f}", flush=True)
-for name, fnp, fth, fne in expr_cases:
-    if only and name not in only:
-        continue
-    print(f"{name} {bench(fnp):.6f} {bench(fth):.6f} {bench(fne):.6f}", flush=True)
+      f"threads {torch.get_num_threads()}", flush=True)
+if sys.argv[3:4] == ["--serve"]:
+    # One case per line read from stdin, one result line each, until stdin closes: the
+    # benchmark keeps this process for the whole run, so that no process starts or exits
+    # between its own timings and these.
+    for request in sys.stdin:
+        if request.strip() in by_name:
+            run(request.strip())
+        else:
+            print(f"{request.strip()} unknown", flush=True)
+else:
+    only = set(sys.argv[3:])
+    for name in by_name:
+        if not only or name in only:
+            run(name)
