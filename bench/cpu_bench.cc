@@ -431,7 +431,8 @@ int main(int argc, char** argv) {
                             (isa.empty() ? " (the highest level available)" : " (--isa)");
   std::printf("cpu: %s\n%s\nthreads=%d reps=%d rounds=%d (%s)\n%s%s%s%s", machine.c_str(), loops.c_str(),
               threads, reps, rounds, versions.c_str(), table.str().c_str(),
-              anchor.empty() ? "" : "\n", anchor.c_str(), isa_table.str().c_str());
+              anchor.empty() ? "" : "\n", anchor.empty() ? "" : (anchor + "\n").c_str(),
+              isa_table.str().c_str());
   if (!markdown.empty()) {
     std::ofstream md(markdown);
     md << "CPU: " << machine << ".\n" << loops << ".\n\nCPU backend, " << threads << " threads; per case the median over " << rounds
