@@ -1,8 +1,16 @@
 #include "server/process/metrics.h"
 
+#include <arpa/inet.h>
 #include <civetweb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -148,11 +156,52 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
                          const_cast<Metrics*>(metrics));
   mg_server_port ports[4] = {};
   if (mg_get_server_ports(server->ctx_, 4, ports) > 0) server->port_ = ports[0].port;
+  server->address_ = address.empty() || address == "0.0.0.0" ? "127.0.0.1" : address;
   return server;
 }
 
+namespace {
+
+// A connection to the listener that is closed at once (IPv4 or IPv6 literal addresses).
+void Knock(const std::string& address, int port) {
+  sockaddr_storage at{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&at);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&at);
+  if (inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v6);
+  } else {
+    return;
+  }
+  const int fd = socket(at.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  (void)!connect(fd, reinterpret_cast<sockaddr*>(&at), len);
+  close(fd);
+}
+
+}  // namespace
+
 MetricsHttpServer::~MetricsHttpServer() {
-  if (ctx_ != nullptr) mg_stop(ctx_);
+  if (ctx_ == nullptr) return;
+  // civetweb's listener notices mg_stop only when its poll times out (up to two seconds) or a
+  // connection arrives: a connection is made for it, and again until it has gone, so a stop
+  // takes milliseconds.
+  std::atomic<bool> stopped{false};
+  std::thread stopper([this, &stopped] {
+    mg_stop(ctx_);
+    stopped.store(true);
+  });
+  while (!stopped.load() && port_ > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!stopped.load()) Knock(address_, port_);
+  }
+  stopper.join();
 }
 
 }  // namespace tc::server

@@ -74,6 +74,7 @@ class MetricsHttpServer {
  private:
   MetricsHttpServer() = default;
   ::mg_context* ctx_ = nullptr;
+  std::string address_;  // Where the listener is reached from this process.
   int port_ = 0;
 };
 
