@@ -196,7 +196,10 @@ Value ConvertTo(DType t, const Value& v) {
   if (t == D::kBool) {
     r.i = v.is_int ? v.i != 0 : (v.f != 0 || std::isnan(v.f));
   } else if (IsFloating(t)) {
-    r.f = RoundToFloat(t, v.AsDouble());
+    // Integers reach float16 and bfloat16 through float32 (PyTorch's conversion, and ours):
+    // two roundings, which differ from one where a value lies within a float32 step of a tie.
+    const bool via_float = v.is_int && (t == D::kFloat16 || t == D::kBFloat16);
+    r.f = RoundToFloat(t, via_float ? static_cast<double>(static_cast<float>(v.i)) : v.AsDouble());
   } else if (v.is_int) {
     r.i = Wrap(t, v.i);
   } else {
