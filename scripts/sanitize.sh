@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the whole suite with clang under AddressSanitizer and UndefinedBehaviorSanitizer
 # (CPU only) into build-sanitize/ (or $BUILD_DIR), with the libFuzzer harnesses, and runs the
-# tests there. Then each fuzzer for $FUZZ_SECONDS (default 60) from its seed corpus.
+# tests there. Then each fuzzer for $FUZZ_SECONDS (default 60) from its seed corpus, as many at
+# once as there are cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
@@ -31,23 +32,40 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 seconds=${FUZZ_SECONDS:-60}
 seed=${FUZZ_SEED:-1}
 runs=${FUZZ_RUNS:--1}
-status=0
-for f in "$build_dir"/fuzz/*_fuzzer; do
+# Each fuzzer is one process on one core: as many run at once as there are cores.
+fuzz_one() {
+  local f=$1 name corpus log
   name=$(basename "$f")
   corpus=$(mktemp -d)
   log=$(mktemp)
   cp fuzz/corpus/"${name%_fuzzer}"/* "$corpus"/
-  echo "fuzz: $name for ${seconds}s"
   # A fixed seed and run count make CI's run repeatable: the same tree fuzzes the same inputs,
   # so a crash shows up before a change lands, not at random later. FUZZ_SEED=0 picks a seed
   # from the clock for exploratory runs.
-  if ! "$f" -seed="$seed" -runs="$runs" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 \
+  if "$f" -seed="$seed" -runs="$runs" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 \
        -artifact_prefix="$build_dir/$name-" "$corpus" >"$log" 2>&1; then
+    echo "fuzz: $name for up to ${seconds}s: passed"
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" || true
+    rm -rf "$corpus" "$log"
+  else
     tail -60 "$log"
     echo "fuzz: $name FAILED (reproducer in $build_dir/$name-*)"
-    status=1
+    rm -rf "$corpus" "$log"
+    return 1
   fi
-  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" || true
-  rm -rf "$corpus" "$log"
+}
+jobs_max=$(nproc)
+failed=$(mktemp)
+for f in "$build_dir"/fuzz/*_fuzzer; do
+  # Each fuzzer's output is printed whole when it ends (fuzz_one holds it in a log).
+  { fuzz_one "$f" || basename "$f" >>"$failed"; } &
+  while (( $(jobs -rp | wc -l) >= jobs_max )); do wait -n || true; done
 done
+wait
+status=0
+if [[ -s $failed ]]; then
+  echo "fuzz: failed: $(tr '\n' ' ' <"$failed")"
+  status=1
+fi
+rm -f "$failed"
 exit $status

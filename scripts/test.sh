@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/deps.sh
-./scripts/build.sh
+# More CMake arguments may come in $TC_CMAKE_ARGS (space-separated).
+read -r -a cmake_args <<<"${TC_CMAKE_ARGS:-}"
+./scripts/build.sh "${cmake_args[@]}"
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure -j"$(nproc)" --timeout 600
