@@ -441,7 +441,8 @@ TEST_F(MultiDeviceTest, ManyTensorsLetGoAtOnceLeaveTheWorkerServing) {
   SKIP_WITHOUT_WORKERS();
   auto keep = first_->UploadWith(OnDevice(0), Floats({1, 2, 3}));
   ASSERT_TRUE(keep.ok()) << keep.status();
-  constexpr int kTensors = 25000;  // Frees of more than one message (at most ~19,000).
+  // Frees of more than two requests' worth (a request carries at most 4096).
+  constexpr int kTensors = 10000;
   std::vector<std::string> handles;
   for (int i = 0; i < kTensors; ++i) {
     auto up = first_->UploadWith(OnDevice(0), Floats({static_cast<float>(i)}));
@@ -469,8 +470,8 @@ TEST_F(MultiDeviceTest, ManyTensorsLetGoAtOnceLeaveTheWorkerServing) {
 // bytes): a stale mapping would give the last round's values, a free never done would run
 // device 0 out of its budget within a few rounds.
 TEST_F(MultiDeviceTest, CopiesBetweenWorkersFreeWhatTheyCopiedFrom) {
-  constexpr int64_t kN = int64_t{1} << 22;  // 16 MiB of float32.
-  Start({"--memory_budget=" + std::to_string(int64_t{96} << 20)});
+  constexpr int64_t kN = int64_t{1} << 20;  // 4 MiB of float32.
+  Start({"--memory_budget=" + std::to_string(int64_t{24} << 20)});
   SKIP_WITH_ONE_DEVICE();
   SKIP_WITHOUT_WORKERS();
   std::mt19937 rng(std::random_device{}());
@@ -480,7 +481,7 @@ TEST_F(MultiDeviceTest, CopiesBetweenWorkersFreeWhatTheyCopiedFrom) {
   ASSERT_TRUE(base.ok() && kept.ok()) << base.status() << " " << kept.status();
   v1::Tensor on1;
   on1.set_handle(kept->tensor().handle());
-  constexpr int kRounds = 12;  // 192 MiB made on device 0 in all, its budget 96.
+  constexpr int kRounds = 12;  // 48 MiB made on device 0 in all, its budget 24.
   for (int round = 0; round < kRounds; ++round) {
     SCOPED_TRACE(round);
     // x + round, made on device 0 and kept there.
