@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <map>
@@ -28,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/gpu_common.h"
+#include "kernels/rtc/disk_cache.h"
 #include "kernels/cuda/expr_kernels.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
@@ -353,39 +355,95 @@ int main(int argc, char** argv) {
                           r.torch_compiled > 0 ? r.torch_compiled / r.fused : 0.0, r.check);
   }
 
-  // A new expression: generation, NVRTC and loading, as the first request for it waits;
-  // and what a cached one adds on the host (generation, lookup), averaged.
+  // A new expression: generation, NVRTC and loading, as the first request for it waits; the
+  // same after a restart, from the disk cache; the same with every disk entry damaged; and
+  // what a cached one adds on the host (generation, lookup), averaged.
   {
-    cuda::ExprKernelCache fresh(cuda::ExprKernelCache::Options{});
+    char tmpl[] = "/tmp/tc-bench-kernels-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return 1;
+    const std::string disk_dir = tmpl;
+    auto open_disk = [&] {
+      auto d = rtc::DiskCache::Open(disk_dir, int64_t{256} << 20);
+      if (!d.ok()) {
+        std::fprintf(stderr, "%s\n", d.status().ToString().c_str());
+        std::exit(1);
+      }
+      return std::shared_ptr<rtc::DiskCache>(*std::move(d));
+    };
     const DevBuf x = Random(F32, 1 << 20, 3), y = Random(F32, 1 << 20, 4), z = Alloc(4 << 20);
     const std::vector<TensorView> in = {View(x, F32, {1 << 20}), View(y, F32, {1 << 20})};
     const char* texts[] = {"sigmoid(a * b + 1) * a", "tanh(a) * b - 2", "exp(-a * a) + b",
                            "where(a > b, a, b * 0.5)", "clamp(a * b, min=0, max=6)",
                            "log1p(abs(a)) / (b * b + 1)", "gelu(a) + silu(b)",
-                           "cast(a * 100, int32) // 7 + cast(b, int32)"};
-    std::vector<double> first_ms;
-    for (const char* text : texts) {
-      auto p = expr::PrepareExpression(text, {}, in);
-      if (!p.ok()) {
-        std::fprintf(stderr, "%s: %s\n", text, p.status().ToString().c_str());
-        return 1;
+                           "cast(a * 100, int32) // 7 + cast(b, int32)", "a * 3 + b",
+                           "sqrt(abs(a - b)) * 0.5", "erf(a) - erf(b)", "maximum(a, b) - minimum(a, b)"};
+    // Each text's first request through `cache`, in ms.
+    auto first_requests = [&](cuda::ExprKernelCache& cache) {
+      std::vector<double> ms;
+      for (const char* text : texts) {
+        auto p = expr::PrepareExpression(text, {}, in);
+        if (!p.ok()) {
+          std::fprintf(stderr, "%s: %s\n", text, p.status().ToString().c_str());
+          std::exit(1);
+        }
+        char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};
+        const auto t0 = std::chrono::steady_clock::now();
+        const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env.multiprocessors, arch);
+        std::promise<void> done;
+        cache.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
+          if (!r.ok()) std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
+          done.set_value();
+        });
+        done.get_future().get();
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       }
-      char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};
-      const auto t0 = std::chrono::steady_clock::now();
-      const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env.multiprocessors, arch);
-      std::promise<void> done;
-      fresh.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
-        if (!r.ok()) std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
-        done.set_value();
-      });
-      done.get_future().get();
-      first_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      std::sort(ms.begin(), ms.end());
+      return ms;
+    };
+    auto row = [&](const char* what, const std::vector<double>& ms, const cuda::ExprCacheStats& st) {
+      md += absl::StrFormat("| %s | %.1f | %.1f | %.1f | %d | %d | %d |\n", what, ms[ms.size() / 2],
+                            ms.front(), ms.back(), static_cast<int>(st.compiles),
+                            static_cast<int>(st.disk_loads), static_cast<int>(st.disk.rejected));
+    };
+    md += absl::StrFormat(
+        "\nFirst request for a new expression (generate, then compile with NVRTC and load, or "
+        "load from the disk cache), %zu expressions, each cache fresh in memory (a new "
+        "process's):\n\n| path | median ms | min | max | compiled | from disk | refused |\n"
+        "|---|---|---|---|---|---|---|\n", std::size(texts));
+    {
+      cuda::ExprKernelCache cold(cuda::ExprKernelCache::Options{});
+      cold.UseDisk(open_disk());
+      const std::vector<double> ms = first_requests(cold);
+      row("cold: compiled, then stored on disk", ms, cold.stats());
     }
-    std::vector<double> sorted = first_ms;
-    std::sort(sorted.begin(), sorted.end());
-    md += absl::StrFormat("\nFirst request for a new expression (generate, NVRTC, load), %zu expressions: "
-                          "median %.1f ms, min %.1f, max %.1f.\n",
-                          sorted.size(), sorted[sorted.size() / 2], sorted.front(), sorted.back());
+    {
+      cuda::ExprKernelCache restarted(cuda::ExprKernelCache::Options{});
+      restarted.UseDisk(open_disk());
+      const std::vector<double> ms = first_requests(restarted);
+      row("after a restart: from disk", ms, restarted.stats());
+    }
+    {
+      // One byte of each entry's kernel changed: every one refused and compiled again.
+      for (const auto& e : std::filesystem::directory_iterator(disk_dir)) {
+        std::FILE* f = std::fopen(e.path().c_str(), "r+b");
+        if (f == nullptr) continue;
+        std::fseek(f, -64, SEEK_END);
+        const int c = std::fgetc(f);
+        std::fseek(f, -64, SEEK_END);
+        std::fputc(c ^ 0x40, f);
+        std::fclose(f);
+      }
+      cuda::ExprKernelCache damaged(cuda::ExprKernelCache::Options{});
+      damaged.UseDisk(open_disk());
+      const std::vector<double> ms = first_requests(damaged);
+      row("every disk entry damaged: refused, compiled again", ms, damaged.stats());
+    }
+    std::filesystem::remove_all(disk_dir);
+    // Memory only (as with --kernel_cache_dir=); then kept for the cached case below.
+    cuda::ExprKernelCache fresh(cuda::ExprKernelCache::Options{});
+    const std::vector<double> memory_ms = first_requests(fresh);
+    row("no disk cache: compiled", memory_ms, fresh.stats());
+    md += "\n";
     // Cached: the chain over 2^26 elements, its launch prepared and found, 20000 times.
     auto p = expr::PrepareExpression("sigmoid(a * b + 1) * a", {}, in);
     char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};

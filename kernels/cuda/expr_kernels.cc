@@ -6,6 +6,7 @@
 #include <deque>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -70,7 +71,35 @@ struct ExprKernelCache::State {
   bool stop = false;
   bool warmed = false;
   ExprCacheStats stats;
+  std::shared_ptr<rtc::DiskCache> disk;
 };
+
+namespace {
+
+// The kernel in `cubin`, loaded.
+absl::StatusOr<std::shared_ptr<const ExprKernel>> LoadKernel(const std::string& cubin) {
+  cudaLibrary_t library;
+  cudaKernel_t kernel;
+  cudaError_t e = cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr,
+                                      nullptr, 0);
+  if (e == cudaSuccess) {
+    e = cudaLibraryGetKernel(&kernel, library, "tc_expr");
+    if (e != cudaSuccess) (void)cudaLibraryUnload(library);
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::InternalError(
+        absl::StrCat("loading an expression kernel failed: ", cudaGetErrorString(e)));
+  }
+  return std::make_shared<const ExprKernel>(library, kernel);
+}
+
+}  // namespace
+
+void ExprKernelCache::UseDisk(std::shared_ptr<rtc::DiskCache> disk) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->disk = std::move(disk);
+}
 
 ExprKernelCache& ExprKernelCache::Shared() {
   // Never destroyed: its threads may be compiling when the process exits.
@@ -159,26 +188,32 @@ void ExprKernelCache::Work() {
       ++s.stats.compiling;
     }
     const std::string source = key.substr(key.find('\n') + 1);
+    std::shared_ptr<rtc::DiskCache> disk;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      disk = s.disk;
+    }
     absl::StatusOr<std::shared_ptr<const ExprKernel>> result;
     const auto start = std::chrono::steady_clock::now();
-    auto compiled = rtc::CompileToCubin(source, arch);
-    if (!compiled.ok()) {
-      result = compiled.status();
-    } else {
-      cudaLibrary_t library;
-      cudaKernel_t kernel;
-      cudaError_t e = cudaLibraryLoadData(&library, compiled->cubin.data(), nullptr, nullptr, 0,
-                                          nullptr, nullptr, 0);
-      if (e == cudaSuccess) {
-        e = cudaLibraryGetKernel(&kernel, library, "tc_expr");
-        if (e != cudaSuccess) (void)cudaLibraryUnload(library);
+    // From disk when it is there (verified by the disk cache); compiled otherwise, or when
+    // the driver will not load what the disk held.
+    const std::string disk_key =
+        disk == nullptr ? std::string()
+                        : absl::StrCat(rtc::CompilerIdentity(), "arch ", arch, "\n", source);
+    bool from_disk = false;
+    if (disk != nullptr) {
+      if (std::optional<std::string> cubin = disk->Load(disk_key)) {
+        result = LoadKernel(*cubin);
+        from_disk = result.ok();
       }
-      if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        result = absl::InternalError(
-            absl::StrCat("loading an expression kernel failed: ", cudaGetErrorString(e)));
+    }
+    if (!from_disk) {
+      auto compiled = rtc::CompileToCubin(source, arch);
+      if (!compiled.ok()) {
+        result = compiled.status();
       } else {
-        result = std::make_shared<const ExprKernel>(library, kernel);
+        result = LoadKernel(compiled->cubin);
+        if (result.ok() && disk != nullptr) (void)disk->Store(disk_key, compiled->cubin);
       }
     }
     const double seconds =
@@ -191,7 +226,7 @@ void ExprKernelCache::Work() {
       auto it = s.entries.find(key);
       waiting = std::move(it->second.waiting);
       if (result.ok()) {
-        ++s.stats.compiles;
+        ++(from_disk ? s.stats.disk_loads : s.stats.compiles);
         s.stats.compile_seconds += seconds;
         it->second.kernel = *result;
         s.lru.push_front(key);
@@ -217,6 +252,7 @@ ExprCacheStats ExprKernelCache::stats() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   ExprCacheStats st = state_->stats;
   st.entries = state_->lru.size();
+  if (state_->disk != nullptr) st.disk = state_->disk->stats();
   return st;
 }
 

@@ -19,6 +19,7 @@
 #include "kernels/cuda/launch_env.h"
 #include "kernels/expr/program.h"
 #include "kernels/rtc/codegen.h"
+#include "kernels/rtc/disk_cache.h"
 
 namespace tc::cuda {
 
@@ -66,6 +67,10 @@ struct ExprCacheStats {
   uint64_t evictions = 0;
   size_t entries = 0;
   int compiling = 0;
+  // Kernels read from the disk cache instead of compiled (counted apart from `compiles`;
+  // their time is in compile_seconds), and the disk cache's own counts.
+  uint64_t disk_loads = 0;
+  rtc::DiskCacheStats disk;
 };
 
 class ExprKernelCache {
@@ -91,6 +96,9 @@ class ExprKernelCache {
   // sources wait.
   void Get(const std::string& source, int arch, Ready ready);
 
+  // Keeps compiled kernels in `disk` too, and looks there before compiling: a restarted
+  // server (or another GPU's worker) loads what was compiled before. Null: memory only.
+  void UseDisk(std::shared_ptr<rtc::DiskCache> disk);
   // Has a compile thread load NVRTC and compile a kernel of no expression for `arch`, once,
   // so that the first request does not also pay for NVRTC's start.
   void Warm(int arch);

@@ -26,4 +26,9 @@ struct Compiled {
 // compile is the generator's fault: INTERNAL, with NVRTC's log.
 absl::StatusOr<Compiled> CompileToCubin(const std::string& source, int arch);
 
+// Everything besides the source and the architecture that decides what CompileToCubin makes:
+// NVRTC's version, the options, and a digest of the embedded headers. Part of the key of a
+// kernel kept on disk (kernels/rtc/disk_cache.h).
+const std::string& CompilerIdentity();
+
 }  // namespace tc::rtc

@@ -1,6 +1,8 @@
 #include "server/process/devices.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -15,6 +17,8 @@
 #include "server/process/log.h"
 #include "server/worker/remote_device.h"
 #if TC_WITH_CUDA
+#include "kernels/cuda/expr_kernels.h"
+#include "kernels/rtc/disk_cache.h"
 #include "runtime/cuda_device.h"
 #endif
 
@@ -86,6 +90,40 @@ absl::StatusOr<std::unique_ptr<runtime::Device>> StartWorker(
   return std::unique_ptr<runtime::Device>(*std::move(d));
 }
 
+#if TC_WITH_CUDA
+// Expression kernels kept on disk (--kernel_cache_dir), for this process's GPUs. A directory
+// named on the command line that cannot be used safely stops the server; the default one
+// only leaves kernels in memory, with a line in the log.
+void UseKernelDiskCache() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string dir = absl::GetFlag(FLAGS_kernel_cache_dir);
+    const bool told = dir != "auto";
+    if (!told) {
+      const char* xdg = std::getenv("XDG_CACHE_HOME");
+      const char* home = std::getenv("HOME");
+      dir = xdg != nullptr && xdg[0] == '/' ? absl::StrCat(xdg, "/tensorcompute/kernels")
+            : home != nullptr && home[0] == '/' ? absl::StrCat(home, "/.cache/tensorcompute/kernels")
+                                                 : "";
+    }
+    if (dir.empty()) {
+      Log("expression kernels: kept in memory only (no --kernel_cache_dir)");
+      return;
+    }
+    const int64_t mib = absl::GetFlag(FLAGS_kernel_cache_mib);
+    if (mib < 1 || mib > (int64_t{1} << 30)) Fail("--kernel_cache_mib must be at least 1");
+    auto cache = rtc::DiskCache::Open(dir, mib << 20);
+    if (!cache.ok()) {
+      if (told) Fail(absl::StrCat("--kernel_cache_dir: ", cache.status().message()));
+      Log(absl::StrCat("expression kernels: kept in memory only: ", cache.status().message()));
+      return;
+    }
+    Log(absl::StrCat("expression kernels: kept on disk in ", dir, " (up to ", mib, " MiB)"));
+    cuda::ExprKernelCache::Shared().UseDisk(std::shared_ptr<rtc::DiskCache>(*std::move(cache)));
+  });
+}
+#endif
+
 }  // namespace
 
 std::unique_ptr<runtime::Device> MakeWorkerDevice() {
@@ -96,6 +134,7 @@ std::unique_ptr<runtime::Device> MakeWorkerDevice() {
     runtime::DeviceOptions o = OptionsFor(index);
     // The other workers copy from this device's storage by importing its pool.
     o.shareable_memory = true;
+    UseKernelDiskCache();
     auto d = runtime::CudaDevice::Create(index, o);
     if (!d.ok()) Fail(absl::StrCat("device ", index, ": ", d.status().message()), 1);
     return *std::move(d);
@@ -153,6 +192,7 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
         devices.push_back(*std::move(w));
         continue;
       }
+      UseKernelDiskCache();
       auto d = runtime::CudaDevice::Create(i, o);
       if (!d.ok()) {
         failure = std::string(d.status().message());

@@ -107,6 +107,11 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
           "'authorization: Bearer <token>'. Also $TENSORCOMPUTE_AUTH_TOKENS, comma-separated.");
 ABSL_FLAG(int, shutdown_grace_seconds, 10,
           "On SIGTERM/SIGINT, how long in-flight requests get to finish.");
+ABSL_FLAG(std::string, kernel_cache_dir, "auto",
+          "Directory where compiled expression kernels (GPU) are kept across restarts, only "
+          "this server's user able to write it; 'auto': $XDG_CACHE_HOME/tensorcompute/kernels "
+          "or ~/.cache/tensorcompute/kernels; empty: kept in memory only.");
+ABSL_FLAG(int64_t, kernel_cache_mib, 1024, "Most MiB of kernels kept in --kernel_cache_dir.");
 
 namespace tc::server {
 
@@ -120,7 +125,8 @@ void ApplyEnvironment() {
         "unix_socket", "region_socket", "shared_memory_limit_bytes", "region_quota_bytes",
         "region_max_count", "region_max_connections", "region_connections_per_process",
         "region_connections_per_user", "region_idle_seconds", "region_pin", "metrics_port",
-        "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file", "shutdown_grace_seconds"}) {
+        "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file", "shutdown_grace_seconds",
+        "kernel_cache_dir", "kernel_cache_mib"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(var.c_str());
     if (value == nullptr) continue;

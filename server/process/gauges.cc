@@ -97,6 +97,12 @@ void AddGauges(Metrics& metrics, const runtime::DeviceSet& devices, const Reside
   metrics.AddGauge("tensorcompute_expression_compiles_refused_total",
                    "Expression requests refused because too many compilations were waiting.",
                    expr_stat([](const Stats& s) { return s.refused; }));
+  metrics.AddGauge("tensorcompute_expression_disk_loads_total",
+                   "Expression kernels loaded from --kernel_cache_dir instead of compiled.",
+                   expr_stat([](const Stats& s) { return s.disk_loads; }));
+  metrics.AddGauge("tensorcompute_expression_disk_rejected_total",
+                   "Entries of --kernel_cache_dir refused (corrupt, truncated, foreign) and removed.",
+                   expr_stat([](const Stats& s) { return s.disk.rejected; }));
   metrics.AddGauge("tensorcompute_expression_kernels", "Expression kernels cached.",
                    expr_stat([](const Stats& s) { return s.entries; }));
 #endif

@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <filesystem>
+#include <future>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -12,6 +14,8 @@
 #include "tests/support/cpu_backend.h"
 #include "kernels/cuda/expr_kernels.h"
 #include "kernels/cuda/launch_env.h"
+#include "kernels/rtc/compile.h"
+#include "kernels/rtc/disk_cache.h"
 #include "kernels/expr/program.h"
 #include "runtime/cuda_device.h"
 #include "tests/support/device_backend.h"
@@ -466,6 +470,74 @@ TEST_F(CudaBackendTest, ExpressionKernelsAreCompiledOnceAndShared) {
   EXPECT_LE(after.compiles - before.compiles, 1u);
   EXPECT_GE(after.hits - before.hits, 1u);
   EXPECT_EQ(after.compile_failures, before.compile_failures);
+}
+
+// Kernels kept on disk come back in another cache (a restarted server) without NVRTC; a
+// damaged entry is refused and compiled again.
+TEST_F(CudaBackendTest, ExpressionKernelsComeBackFromDisk) {
+  char tmpl[] = "/tmp/tc-cuda-kernels-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  const int arch = prop.major * 10 + prop.minor;
+  std::vector<float> x(1000);
+  TensorView v;
+  v.dtype = DType::kFloat32;
+  v.shape = {1000};
+  v.strides = {1};
+  v.storage_bytes = 4000;
+  v.data = reinterpret_cast<const std::byte*>(x.data());
+  auto p = expr::PrepareExpression("tanh(a * 3) + sqrt(abs(a)) * 0.25", {}, {v});
+  ASSERT_TRUE(p.ok()) << p.status();
+  char* base[2] = {nullptr, nullptr};
+  const std::string source = cuda::PrepareExprLaunch(*p->expression, base, 132, arch).source;
+  auto get = [&](cuda::ExprKernelCache& cache) {
+    std::promise<absl::Status> done;
+    cache.Get(source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> k) {
+      done.set_value(k.status());
+    });
+    return done.get_future().get();
+  };
+  auto open = [&] {
+    auto d = rtc::DiskCache::Open(dir, 64 << 20);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return std::shared_ptr<rtc::DiskCache>(*std::move(d));
+  };
+  {
+    cuda::ExprKernelCache first(cuda::ExprKernelCache::Options{});
+    first.UseDisk(open());
+    ASSERT_TRUE(get(first).ok());
+    EXPECT_EQ(first.stats().compiles, 1u);
+    EXPECT_EQ(first.stats().disk.stores, 1u);
+  }
+  std::string path;
+  {
+    cuda::ExprKernelCache restarted(cuda::ExprKernelCache::Options{});
+    auto disk = open();
+    restarted.UseDisk(disk);
+    ASSERT_TRUE(get(restarted).ok());
+    EXPECT_EQ(restarted.stats().compiles, 0u);
+    EXPECT_EQ(restarted.stats().disk_loads, 1u);
+    path = disk->PathFor(absl::StrCat(rtc::CompilerIdentity(), "arch ", arch, "\n", source));
+  }
+  {
+    // One byte of the kernel changed: refused, compiled again, stored again.
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, -100, SEEK_END);
+    const int c = std::fgetc(f);
+    std::fseek(f, -100, SEEK_END);
+    std::fputc(c ^ 1, f);
+    std::fclose(f);
+    cuda::ExprKernelCache damaged(cuda::ExprKernelCache::Options{});
+    damaged.UseDisk(open());
+    ASSERT_TRUE(get(damaged).ok());
+    EXPECT_EQ(damaged.stats().disk.rejected, 1u);
+    EXPECT_EQ(damaged.stats().compiles, 1u);
+    EXPECT_EQ(damaged.stats().disk.stores, 1u);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
