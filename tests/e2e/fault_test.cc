@@ -66,7 +66,17 @@ class FaultTest : public ::testing::Test {
     warm.Wait();
     const LoadMixReport r = warm.report();
     EXPECT_EQ(r.unexpected, 0) << r.Summary();
-    return Footprint(server_->target(), server_->pid());
+    // A call's reply reaches its client before the server has freed that call's buffers: the
+    // baseline waits (up to 10 s) for the device memory and resident tensors of the warm-up
+    // to be let go of, so it is not taken with the last calls' bytes still counted.
+    ServerFootprint idle = Footprint(server_->target(), server_->pid());
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((idle.device_bytes != 0 || idle.resident_tensors != 0) &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      idle = Footprint(server_->target(), server_->pid());
+    }
+    return idle;
   }
 
   LoadMixReport RunFor(const LoadMixOptions& m, absl::Duration d) {
