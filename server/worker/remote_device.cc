@@ -449,10 +449,12 @@ absl::StatusOr<std::byte*> RemoteDevice::RawAllocate(int64_t bytes, bool zero,
   request.mutable_allocate()->set_zero(zero);
   pb::Reply reply;
   absl::Status s = Call(*c, request, &reply);
+  // The tag is the generation the bytes belong to: a worker since replaced took them along.
+  // Read before the connection goes back: Give() drops one of a replaced worker.
+  const int64_t g = c->generation;
   Give(std::move(own));
   if (!s.ok()) return s;
-  // The tag is the generation the bytes belong to: a worker since replaced took them along.
-  *tag = reinterpret_cast<void*>(static_cast<uintptr_t>(c->generation));
+  *tag = reinterpret_cast<void*>(static_cast<uintptr_t>(g));
   return reinterpret_cast<std::byte*>(static_cast<uintptr_t>(reply.data()));
 }
 
