@@ -332,6 +332,56 @@ std::vector<Case> AllCases() {
   add("layout", "sigmoid_f32_flipped", "sigmoid", {Strided(F32, {N}, {-1}, N - 1)}, {}, 8);
   add("layout", "add_f32_small_4k", "add", {Dense(F32, {4096}), Dense(F32, {4096})});
   add("layout", "add_f32_odd_1000003", "add", {Dense(F32, {1000003}), Dense(F32, {1000003})});
+  // Row slices x[:, :cols] + y, y contiguous [M, cols], of each element size: cols keeping
+  // every row start 16-byte aligned, and M - 3 (no two rows aligned alike).
+  for (D t : {D::kInt8, F16, F32, D::kFloat64}) {
+    const int64_t aligned = M - 16 / ItemSize(t);
+    for (const auto& [cols, what] : {std::pair<int64_t, const char*>{aligned, "aligned"},
+                                     std::pair<int64_t, const char*>{M - 3, "unaligned"}}) {
+      const double lo = t == D::kInt8 ? -50 : -2, hi = t == D::kInt8 ? 50 : 2;
+      add("rowslice", absl::StrCat("add_", Short(t), "_rows_", what), "add",
+          {Strided(t, {M, cols}, {M, 1}, 0, lo, hi), Dense(t, {M, cols}, lo, hi)});
+    }
+  }
+  add("rowslice", "add_f32_rows_offsets_1_2", "add",
+      {Strided(F32, {M, M - 3}, {M, 1}, 1), Strided(F32, {M, M - 3}, {M, 1}, 2)});
+  add("rowslice", "mul_bf16_f32_rows_unaligned", "mul",
+      {Strided(BF16, {M, M - 3}, {M, 1}, 0), Dense(F32, {M, M - 3})});
+  // One operand permuted, ranks 4 to 7, at 2^21 and 2^26 elements.
+  const std::vector<Perm> deep = {
+      {"perm4_3102_2e21", {16, 32, 64, 64}, {3, 1, 0, 2}},
+      {"perm5_42031_2e21", {8, 8, 16, 32, 64}, {4, 2, 0, 3, 1}},
+      {"perm6_531402_2e21", {4, 8, 8, 8, 16, 32}, {5, 3, 1, 4, 0, 2}},
+      {"perm7_6420531_2e21", {4, 4, 4, 8, 8, 16, 32}, {6, 4, 2, 0, 5, 3, 1}},
+      {"perm4_3102", {32, 64, 128, 256}, {3, 1, 0, 2}},
+      {"perm5_42031", {16, 16, 32, 32, 256}, {4, 2, 0, 3, 1}},
+      {"perm6_531402", {8, 8, 16, 16, 16, 256}, {5, 3, 1, 4, 0, 2}},
+      {"perm7_6420531", {8, 8, 8, 16, 16, 16, 32}, {6, 4, 2, 0, 5, 3, 1}},
+  };
+  for (const Perm& p : deep) {
+    const In x = Permuted(F32, p.shape, p.perm);
+    add("perm", absl::StrCat("add_f32_", p.name), "add", {Dense(F32, x.shape), x});
+  }
+  // Broadcasts whose dims alternate between the operands (nothing coalesces), ranks 5 to 8.
+  add("bcast", "add_f32_bcast5_alternating", "add",
+      {Dense(F32, {32, 1, 32, 1, 64}), Dense(F32, {1, 16, 1, 16, 1})});
+  add("bcast", "add_f32_bcast6_alternating", "add",
+      {Dense(F32, {16, 1, 32, 1, 64, 1}), Dense(F32, {1, 8, 1, 8, 1, 8})});
+  add("bcast", "add_f32_bcast7_alternating", "add",
+      {Dense(F32, {8, 1, 16, 1, 16, 1, 64}), Dense(F32, {1, 4, 1, 8, 1, 8, 1})});
+  add("bcast", "add_f32_bcast8_alternating", "add",
+      {Dense(F32, {4, 1, 8, 1, 8, 1, 16, 1}), Dense(F32, {1, 4, 1, 4, 1, 8, 1, 32})});
+  // Casts through a transposed input or into a transposed output.
+  const std::vector<std::pair<D, D>> transposed_casts = {
+      {F32, BF16}, {BF16, F32}, {F32, F16}, {F16, F32}, {F32, D::kFloat64}, {D::kInt32, F32}};
+  for (const auto& [from, to] : transposed_casts) {
+    add("transcast", absl::StrCat("cast_", Short(from), "t_to_", Short(to)), "cast",
+        {Permuted(from, {M, M}, {1, 0})}, {{"dtype", to}});
+    add("transcast", absl::StrCat("cast_", Short(from), "_to_", Short(to), "t"), "cast",
+        {Dense(from, {M, M})}, {{"dtype", to}});
+    cs.back().out_strides = {1, M};
+  }
+  add("transcast", "add_bf16t_f32", "add", {Permuted(BF16, {M, M}, {1, 0}), Dense(F32, {M, M})});
   return cs;
 }
 
