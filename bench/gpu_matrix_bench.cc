@@ -1,6 +1,7 @@
 // The CUDA kernels over every op family on every dtype class it accepts, and over the layout
 // classes (contiguous, each broadcast path, zero-dim and attribute scalars, permutations of
-// rank 2 to 6, slices and steps, negative strides, misaligned offsets), each beside PyTorch
+// rank 2 to 7, slices and steps, row slices aligned and not, negative strides, misaligned
+// offsets, broadcasts that do not coalesce, casts through transposes), each beside PyTorch
 // running the same op on the same views in the same invocation.
 //
 //   tensorcompute-gpu-matrix-bench [--torch=torch_matrix.py] [--reps=30] [--only=SUBSTRING]

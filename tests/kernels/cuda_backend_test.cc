@@ -6,6 +6,7 @@
 #include <future>
 #include <limits>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -217,6 +218,23 @@ TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
 
+// n random elements of t from the generator state x; floating values keep their exponent away
+// from NaN and infinity (the top bit below the sign cleared).
+std::vector<std::byte> RandomBytes(DType t, int64_t n, uint64_t& x) {
+  std::vector<std::byte> v(static_cast<size_t>(n * ItemSize(t)));
+  for (std::byte& b : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    b = static_cast<std::byte>(x >> 56);
+  }
+  if (t == DType::kFloat16 || t == DType::kFloat32 || t == DType::kFloat64) {
+    const int64_t item = ItemSize(t);
+    for (size_t i = static_cast<size_t>(item) - 1; i < v.size(); i += static_cast<size_t>(item)) {
+      v[i] &= std::byte{0xbf};
+    }
+  }
+  return v;
+}
+
 // Layouts that take the shared-memory tile kernel (an input dense along the dim the output is
 // not: transposed inputs, a transposed output, channels-first read into channels-last, rank 3
 // and 5 permutations) with odd sizes, partial tiles, batch dims, a misaligned offset and a
@@ -225,21 +243,7 @@ TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
 TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
   constexpr int64_t R = 67, C = 131, B = 3, H = 45, W = 70;
   uint64_t x = testing::TestSeed() ^ 0x7157ull;
-  const auto random_bytes = [&x](DType t, int64_t n) {
-    std::vector<std::byte> v(static_cast<size_t>(n * ItemSize(t)));
-    for (std::byte& b : v) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      b = static_cast<std::byte>(x >> 56);
-    }
-    if (t == DType::kFloat16 || t == DType::kFloat32 || t == DType::kFloat64) {
-      // Keep the exponent away from NaN and infinity: clear the top bit below the sign.
-      const int64_t item = ItemSize(t);
-      for (size_t i = static_cast<size_t>(item) - 1; i < v.size(); i += static_cast<size_t>(item)) {
-        v[i] &= std::byte{0xbf};
-      }
-    }
-    return v;
-  };
+  const auto random_bytes = [&x](DType t, int64_t n) { return RandomBytes(t, n, x); };
   CpuBackend cpu_backend;
   for (const DType t : {DType::kUInt8, DType::kFloat16, DType::kInt32, DType::kFloat32, DType::kFloat64}) {
     const int64_t item = ItemSize(t);
@@ -399,6 +403,67 @@ TEST_F(CudaBackendTest, RunsTheKernelThePlanNames) {
     ASSERT_TRUE(r.status.ok()) << c.name << ": " << r.status;
     EXPECT_EQ(KernelName(r.ran), KernelName(Kernel::kCastRows)) << c.name << ", shifted by 4 bytes";
     EXPECT_EQ(testing::CheckKernelCase(c, *op, r.out), "") << c.name << ", shifted (seed " << seed << ")";
+  }
+}
+
+// Row slices x[:, s:s + cols] beside contiguous operands and outputs, every row start aligned
+// differently (rows of every length from one element to several blocks' worth, 1- to 8-byte
+// types, a cast between dtypes, a broadcast row and a 0-dim operand): the row kernels, bit
+// for bit the CPU's result.
+TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
+  uint64_t x = testing::TestSeed() ^ 0x5e1ull;
+  CpuBackend cpu_backend;
+  constexpr int64_t R = 37;
+  for (const DType t : {DType::kInt8, DType::kFloat16, DType::kFloat32, DType::kFloat64}) {
+    for (const int64_t cols : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{1000}, int64_t{4099}}) {
+      const int64_t wide = cols + 5;
+      const std::vector<std::byte> a = RandomBytes(t, R * wide, x), b = RandomBytes(t, R * cols, x);
+      const std::vector<std::byte> f = RandomBytes(DType::kFloat32, R * wide, x);
+      const auto view = [](DType dt, const std::vector<std::byte>& s, DimVector shape,
+                           DimVector strides, int64_t offset) {
+        return TensorView{dt, std::move(shape), std::move(strides), offset, s.data(),
+                          static_cast<int64_t>(s.size())};
+      };
+      struct Case {
+        std::string name;
+        const char* op;
+        std::vector<TensorView> inputs;
+        DimVector out_strides;
+      };
+      std::vector<Case> cases;
+      for (const int64_t s : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+        const TensorView sliced = view(t, a, {R, cols}, {wide, 1}, s);
+        cases.push_back({absl::StrCat("slice at ", s, " + dense"), "add",
+                         {sliced, view(t, b, {R, cols}, {cols, 1}, 0)}, {}});
+        cases.push_back({absl::StrCat("slice at ", s, " max, into a sliced output"), "maximum",
+                         {view(t, b, {R, cols}, {cols, 1}, 0), sliced}, {wide, 1}});
+        cases.push_back({absl::StrCat("slice at ", s, " eq a broadcast row"), "eq",
+                         {sliced, view(t, b, {cols}, {1}, 0)}, {}});
+        cases.push_back({absl::StrCat("slice at ", s, " + a 0-dim tensor"), "sub",
+                         {sliced, view(t, b, {}, {}, 0)}, {}});
+        cases.push_back({absl::StrCat("slice at ", s, " * float32 slice at 2"), "mul",
+                         {sliced, view(DType::kFloat32, f, {R, cols}, {wide, 1}, 2)}, {}});
+        cases.push_back({absl::StrCat("slice at ", s, " reversed rows"), "add",
+                         {view(t, a, {R, cols}, {-wide, 1}, (R - 1) * wide + s),
+                          view(t, b, {R, cols}, {cols, 1}, 0)}, {}});
+      }
+      for (const Case& c : cases) {
+        OutputOptions out_options;
+        out_options.strides = c.out_strides;
+        auto op = PrepareOp(c.op, c.inputs, {}, out_options);
+        ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
+        const DeviceRun r = RunOnDevice(*op, c.inputs);
+        ASSERT_TRUE(r.status.ok()) << c.name << ": " << r.status;
+        const std::string where =
+            absl::StrCat(c.op, " on ", DTypeName(t), ", ", cols, " columns, ", c.name);
+        EXPECT_TRUE(r.ran == Kernel::kRows || r.ran == Kernel::kCastRows)
+            << where << ": ran " << KernelName(r.ran);
+        std::vector<std::byte> cpu(static_cast<size_t>(op->plan.out_storage_bytes));
+        ASSERT_TRUE(cpu_backend.Run(*op, c.inputs, cpu.data()).ok());
+        // Bytes of a strided output's storage that no element covers stay 0 on both sides.
+        EXPECT_EQ(std::memcmp(r.out.data(), cpu.data(), cpu.size()), 0) << where;
+      }
+    }
   }
 }
 
