@@ -221,6 +221,8 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
 // (one piece below 2^31 elements and 2 GiB of reach per operand).
 template <typename S, int N, typename F>
 absl::Status LaunchGeneral(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
+  using R = decltype(ResultOf<F, OpMath<S>>(std::make_index_sequence<N>{}));
+  using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   for (const Plan& piece : SplitForIndexing(plan)) {
     KernelArgs<N + 1> a{};
     a.ndim = piece.ndim;
@@ -232,14 +234,17 @@ absl::Status LaunchGeneral(const F& f, const Plan& plan, char* const* base, cons
         a.strides[k][d] = piece.sizes[d] > 1 ? static_cast<int32_t>(piece.strides[k][d]) : 0;
       }
     }
+    a.same_types = plan.dtypes[0] == DTypeOf<Out>();
     for (int k = 0; k <= N; ++k) {
       a.base[k] = base[k] + (piece.offsets[k] - plan.offsets[k]);
       a.dtypes[k] = plan.dtypes[k];
+      if (k > 0) a.same_types = a.same_types && plan.dtypes[k] == DTypeOf<S>();
     }
     // Blocks enough for every SM to hold its fill of threads a few times over; the kernel
     // strides over the rest.
     const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
-    const int64_t blocks_needed = (piece.numel + kThreads - 1) / kThreads;
+    const int64_t per_block = int64_t{kThreads} * kGeneralUnroll;
+    const int64_t blocks_needed = (piece.numel + per_block - 1) / per_block;
     const int blocks = static_cast<int>(std::min(blocks_needed, max_blocks));
     if (blocks == 0) continue;
     GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
