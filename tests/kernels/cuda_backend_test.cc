@@ -419,10 +419,10 @@ TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
       const int64_t wide = cols + 5;
       const std::vector<std::byte> a = RandomBytes(t, R * wide, x), b = RandomBytes(t, R * cols, x);
       const std::vector<std::byte> f = RandomBytes(DType::kFloat32, R * wide, x);
-      const auto view = [](DType dt, const std::vector<std::byte>& s, DimVector shape,
-                           DimVector strides, int64_t offset) {
-        return TensorView{dt, std::move(shape), std::move(strides), offset, s.data(),
-                          static_cast<int64_t>(s.size())};
+      // Dims by reference: GCC 12 takes a moved-from empty DimVector for uninitialized.
+      const auto view = [](DType dt, const std::vector<std::byte>& s, const DimVector& shape,
+                           const DimVector& strides, int64_t offset) {
+        return TensorView{dt, shape, strides, offset, s.data(), static_cast<int64_t>(s.size())};
       };
       struct Case {
         std::string name;
