@@ -8,14 +8,12 @@
 #include <vector>
 
 #include "kernels/cpu/loops.h"
+#include "kernels/expr/steps.h"
 #include "kernels/scalar_types.h"
 
 namespace tc::cpu {
 namespace {
 
-using expr::Node;
-using expr::NodeKind;
-using expr::NodeType;
 using expr::Program;
 
 // Rows shorter than this are evaluated several at a time, their operands gathered into
@@ -23,95 +21,33 @@ using expr::Program;
 constexpr int64_t kShortRow = 512;
 constexpr int64_t kSlot = kExprBlock * 8;  // bytes of one buffer: kExprBlock of the widest type
 
-// Where a call's argument comes from, block after block.
-struct Arg {
-  enum Kind : uint8_t { kBuffer, kInput, kConstant } kind;
-  int index;  // buffer, input or constant number
+// One step of the schedule (kernels/expr/steps.h) as its op over a block: a one-dim plan,
+// resized per block.
+struct BlockStep {
+  PreparedOp op;
+  const expr::Step* step;
 };
 
-// One call of the tree, run as its op over one block.
-struct Step {
-  PreparedOp op;  // a one-dim plan, resized per block
-  int buffer;     // where the result goes; -1: the output
-  Arg args[kMaxOperands - 1];
-  int arity;
-};
-
-// Everything the blocks share, built once per run.
-struct Schedule {
-  std::vector<Step> steps;
-  int buffers = 0;
-  // A literal converted to the dtype its consumer computes it in, 8 bytes each.
-  std::vector<uint64_t> constants;
-  std::vector<bool> input_used;
-};
-
-// Every call of the tree takes at least one input (FoldConstants folded the others).
-Schedule MakeSchedule(const Program& program) {
-  const expr::Expression& e = program.expression;
-  Schedule s;
-  s.input_used.assign(program.input_dtypes.size(), false);
-  std::vector<int> buffer_of(e.nodes.size(), -1);
-  std::vector<int> free_buffers;
-  for (size_t i = 0; i < e.nodes.size(); ++i) {
-    const Node& n = e.nodes[i];
-    if (n.kind == NodeKind::kInput) s.input_used[static_cast<size_t>(n.input)] = true;
-    if (n.kind != NodeKind::kCall) continue;
-    const NodeType& t = program.types[i];
-    const bool root = static_cast<int>(i) == e.root();
-    Step step;
-    step.arity = static_cast<int>(n.args.size());
-    PreparedOp& op = step.op;
-    op.op = n.op;
-    op.attrs = t.attrs;
-    op.result_type = t.result;
+std::vector<BlockStep> BlockSteps(const expr::Steps& steps) {
+  std::vector<BlockStep> out(steps.steps.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const expr::Step& step = steps.steps[i];
+    BlockStep& b = out[i];
+    b.step = &step;
+    PreparedOp& op = b.op;
+    op.op = step.op;
+    op.attrs = step.attrs;
+    op.result_type = step.result_type;
     Plan& plan = op.plan;
     plan.ndim = 1;
     plan.num_operands = step.arity + 1;
-    plan.compute_dtype = t.compute;
-    plan.out_dtype = plan.dtypes[0] = root ? program.out_dtype : t.dtype;
+    plan.compute_dtype = step.compute;
+    plan.out_dtype = plan.dtypes[0] = step.out_dtype;
+    for (int k = 0; k < step.arity; ++k) plan.dtypes[k + 1] = step.args[k].dtype;
     plan.path = Path::kContiguous;
     plan.kernel = Kernel::kCastRows;
-    for (int k = 0; k < step.arity; ++k) {
-      const int a = n.args[static_cast<size_t>(k)];
-      const Node& arg = e.at(a);
-      Arg& out = step.args[k];
-      switch (arg.kind) {
-        case NodeKind::kInput:
-          out = {Arg::kInput, arg.input};
-          plan.dtypes[k + 1] = program.input_dtypes[static_cast<size_t>(arg.input)];
-          break;
-        case NodeKind::kLiteral: {
-          const DType target = expr::LiteralTarget(n, t, k);
-          out = {Arg::kConstant, static_cast<int>(s.constants.size())};
-          const DType d = arg.zero_dim ? *arg.zero_dim : target;
-          s.constants.push_back(expr::LiteralBits(arg, d));
-          plan.dtypes[k + 1] = d;
-          break;
-        }
-        case NodeKind::kCall:
-          out = Arg{Arg::kBuffer, buffer_of[static_cast<size_t>(a)]};
-          plan.dtypes[k + 1] = program.types[static_cast<size_t>(a)].dtype;
-          break;
-      }
-    }
-    // The result's buffer is taken before the arguments' are given back: a node never writes
-    // over what it reads.
-    if (!root) {
-      if (free_buffers.empty()) {
-        buffer_of[i] = s.buffers++;
-      } else {
-        buffer_of[i] = free_buffers.back();
-        free_buffers.pop_back();
-      }
-    }
-    step.buffer = buffer_of[i];
-    for (int k = 0; k < step.arity; ++k) {
-      if (step.args[k].kind == Arg::kBuffer) free_buffers.push_back(step.args[k].index);
-    }
-    s.steps.push_back(std::move(step));
   }
-  return s;
+  return out;
 }
 
 // Copies n elements of `item` bytes, `stride` bytes apart from `src`, densely into `dst`
@@ -138,7 +74,8 @@ absl::Status RunExpression(const Program& program, std::byte* out,
                            absl::Span<const std::byte* const> inputs, const LaunchEnv& env) {
   const Iteration& it = program.space;
   if (it.numel == 0) return absl::OkStatus();
-  const Schedule schedule = MakeSchedule(program);
+  const expr::Steps schedule = expr::MakeSteps(program);
+  const std::vector<BlockStep> block_steps = BlockSteps(schedule);
   const int nops = it.num_operands;
   char* base[kMaxIterOperands];
   base[0] = reinterpret_cast<char*>(out) + it.offsets[0];
@@ -179,7 +116,7 @@ absl::Status RunExpression(const Program& program, std::byte* out,
   env.pool->ParallelFor(items, std::max<int64_t>(1, kGrain / kExprBlock), [&](int64_t begin,
                                                                              int64_t end) {
     if (failed.load(std::memory_order_relaxed)) return;
-    std::vector<Step> steps = schedule.steps;  // each thread resizes its own plans
+    std::vector<BlockStep> steps = block_steps;  // each thread resizes its own plans
     // Buffers for values, then one per gathered input, then the output's.
     const int64_t slots = schedule.buffers + nops;
     std::unique_ptr<char[]> storage(new char[static_cast<size_t>(slots * kSlot + 64)]);
@@ -228,8 +165,9 @@ absl::Status RunExpression(const Program& program, std::byte* out,
           ptr[k] = dst;
         }
       }
-      for (Step& step : steps) {
-        Plan& plan = step.op.plan;
+      for (BlockStep& b : steps) {
+        const expr::Step& step = *b.step;
+        Plan& plan = b.op.plan;
         plan.sizes[0] = plan.numel = n;
         char* operand[kMaxOperands];
         if (step.buffer < 0) {
@@ -240,24 +178,24 @@ absl::Status RunExpression(const Program& program, std::byte* out,
           plan.strides[0][0] = ItemSize(plan.dtypes[0]);
         }
         for (int k = 0; k < step.arity; ++k) {
-          const Arg& a = step.args[k];
+          const expr::StepArg& a = step.args[k];
           switch (a.kind) {
-            case Arg::kBuffer:
+            case expr::StepArg::kValue:
               operand[k + 1] = slot(a.index);
               plan.strides[k + 1][0] = ItemSize(plan.dtypes[k + 1]);
               break;
-            case Arg::kInput:
+            case expr::StepArg::kInput:
               operand[k + 1] = ptr[a.index + 1];
               plan.strides[k + 1][0] = stride[a.index + 1];
               break;
-            case Arg::kConstant:
+            case expr::StepArg::kConstant:
               operand[k + 1] = const_cast<char*>(
                   reinterpret_cast<const char*>(&schedule.constants[static_cast<size_t>(a.index)]));
               plan.strides[k + 1][0] = 0;
               break;
           }
         }
-        if (auto s = LaunchOp(step.op, operand, step.buffer < 0 ? root_env : inner); !s.ok()) {
+        if (auto s = LaunchOp(b.op, operand, step.buffer < 0 ? root_env : inner); !s.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (status.ok()) status = s;
           failed.store(true, std::memory_order_relaxed);
