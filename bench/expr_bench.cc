@@ -24,6 +24,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,7 @@
 #include "bench/gpu_common.h"
 #include "kernels/rtc/disk_cache.h"
 #include "kernels/cuda/expr_kernels.h"
+#include "kernels/cuda/expr_steps.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
 #include "kernels/expr/parser.h"
@@ -111,6 +113,14 @@ int main(int argc, char** argv) {
   const int arch = prop.major * 10 + prop.minor;
   const cuda::LaunchEnv env = bench::MakeLaunchEnv(prop);
   cudaStream_t stream = env.stream;
+  // Stream-ordered allocations (an expression's steps' temporaries) stay in the device's pool
+  // between runs, as the server's pool keeps them up to its budget.
+  {
+    cudaMemPool_t pool;
+    uint64_t keep = UINT64_MAX;
+    TC_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, 0));
+    TC_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  }
   std::printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
   bench::Timer timer(stream, reps, int64_t{1} << 32);
@@ -134,7 +144,7 @@ int main(int argc, char** argv) {
 
   struct Row {
     std::string name;
-    double fused = 0, opbyop = 0, copy = 0;
+    double fused = 0, opbyop = 0, steps = 0, copy = 0;
     int64_t bytes = 0;
     double torch_eager = 0, torch_compiled = 0;
     std::string check;
@@ -284,8 +294,20 @@ int main(int argc, char** argv) {
     };
     row.opbyop = median_ms(run_ops);
     // The results side by side.
-    std::vector<char> fused(static_cast<size_t>(out.bytes)), each(fused.size());
+    std::vector<char> fused(static_cast<size_t>(out.bytes)), each(fused.size()), steps(fused.size());
     TC_CHECK_CUDA(cudaMemcpy(fused.data(), out.p, fused.size(), cudaMemcpyDeviceToHost));
+    // As the engine runs the expression while its kernel compiles (kernels/cuda/expr_steps.h),
+    // into the same output.
+    const std::shared_ptr<const cuda::StepRun> step_run = cuda::PrepareSteps(program, base);
+    if (step_run != nullptr) {
+      row.steps = median_ms([&] {
+        if (auto st = cuda::LaunchSteps(*step_run, env); !st.ok()) {
+          std::fprintf(stderr, "%s steps: %s\n", k.name.c_str(), st.ToString().c_str());
+          std::exit(1);
+        }
+      });
+      TC_CHECK_CUDA(cudaMemcpy(steps.data(), out.p, steps.size(), cudaMemcpyDeviceToHost));
+    }
     TC_CHECK_CUDA(cudaMemcpy(each.data(), values.back().data, each.size(), cudaMemcpyDeviceToHost));
     // And the CPU backend's evaluation of the same expression on the same values.
     std::vector<std::vector<char>> host(in.size());
@@ -320,7 +342,9 @@ int main(int argc, char** argv) {
       return differ == 0 ? std::string("identical")
                          : absl::StrFormat("%d differ, by %.2g at most", differ, worst);
     };
-    row.check = absl::StrCat("one by one: ", compare(fused, each), "; CPU: ", compare(fused, cpu_out));
+    row.check = absl::StrCat("one by one: ", compare(fused, each), "; steps: ",
+                             step_run != nullptr ? compare(fused, steps) : "not run",
+                             "; CPU: ", compare(fused, cpu_out));
     rows.push_back(row);
   }
 
@@ -346,12 +370,13 @@ int main(int argc, char** argv) {
   }
 
   std::string md = absl::StrFormat(
-      "| case | fused ms | GB/s | %% of copy | ops one by one ms | fused speedup | torch eager ms | "
-      "torch.compile ms | vs torch.compile | fused against |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| case | fused ms | GB/s | %% of copy | ops one by one ms | fused speedup | steps ms | "
+      "torch eager ms | torch.compile ms | vs torch.compile | fused against |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    md += absl::StrFormat("| %s | %.3f | %.0f | %.1f%% | %.3f | %.2fx | %.3f | %.3f | %.2fx | %s |\n",
+    md += absl::StrFormat("| %s | %.3f | %.0f | %.1f%% | %.3f | %.2fx | %.3f | %.3f | %.3f | %.2fx | %s |\n",
                           r.name, r.fused, r.bytes / r.fused / 1e6, 100 * r.copy / r.fused,
-                          r.opbyop, r.opbyop / r.fused, r.torch_eager, r.torch_compiled,
+                          r.opbyop, r.opbyop / r.fused, r.steps, r.torch_eager, r.torch_compiled,
                           r.torch_compiled > 0 ? r.torch_compiled / r.fused : 0.0, r.check);
   }
 
@@ -444,6 +469,43 @@ int main(int argc, char** argv) {
     const std::vector<double> memory_ms = first_requests(fresh);
     row("no disk cache: compiled", memory_ms, fresh.stats());
     md += "\n";
+    // The same first requests as the engine answers them by default: at once by their ops one
+    // by one (the process's cache, which has none of these kernels), their compilations
+    // started behind them. From the request planned to its result on the device.
+    {
+      cuda::ExprKernelCache& shared = cuda::ExprKernelCache::Shared();
+      shared.SetStepMode(cuda::StepMode::kWhileCompiling);
+      const cuda::ExprCacheStats before = shared.stats();
+      std::vector<double> ms;
+      for (const char* text : texts) {
+        auto p = expr::PrepareExpression(text, {}, in);
+        const std::byte* inputs[2] = {reinterpret_cast<const std::byte*>(x.p),
+                                      reinterpret_cast<const std::byte*>(y.p)};
+        const auto t0 = std::chrono::steady_clock::now();
+        std::promise<absl::StatusOr<cuda::ReadyLaunch>> got;
+        cuda::Prepare(*p, reinterpret_cast<std::byte*>(z.p), inputs, env.multiprocessors, arch,
+                      [&](absl::StatusOr<cuda::ReadyLaunch> r) { got.set_value(std::move(r)); });
+        absl::StatusOr<cuda::ReadyLaunch> ready = got.get_future().get();
+        if (!ready.ok() || !ready->enqueue(env).ok()) {
+          std::fprintf(stderr, "%s: not run\n", text);
+          return 1;
+        }
+        TC_CHECK_CUDA(cudaStreamSynchronize(stream));
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(ms.begin(), ms.end());
+      const cuda::ExprCacheStats after = shared.stats();
+      md += absl::StrFormat(
+          "The same first requests as the engine answers them by default (their ops one by one "
+          "at once, each kernel compiling behind them), from the planned request to its result "
+          "on the device: median %.2f ms, min %.2f, max %.2f (%d answered by steps).\n",
+          ms[ms.size() / 2], ms.front(), ms.back(), static_cast<int>(after.stepwise - before.stepwise));
+      // Their compilations finish before anything else is timed.
+      while (shared.stats().compiling > 0 || shared.stats().compiles + shared.stats().compile_failures <
+                                                  before.compiles + before.compile_failures + std::size(texts)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
     // Cached: the chain over 2^26 elements, its launch prepared and found, 20000 times.
     auto p = expr::PrepareExpression("sigmoid(a * b + 1) * a", {}, in);
     char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};

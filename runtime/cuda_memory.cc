@@ -30,6 +30,10 @@ absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget, bool share
   if (!impl.shareable) {
     TC_CUDA_RETURN_IF_ERROR(cudaMemPoolCreate(&impl.pool, &props), "cudaMemPoolCreate");
   }
+  // The device's current pool: what runs allocate for themselves in stream order
+  // (cudaMallocAsync: an expression's intermediate values while its kernel compiles) comes
+  // from it too.
+  TC_CUDA_RETURN_IF_ERROR(cudaDeviceSetMemPool(impl.index, impl.pool), "cudaDeviceSetMemPool");
   // Keep freed memory in the pool up to the budget instead of returning it at every sync.
   uint64_t threshold = static_cast<uint64_t>(budget);
   TC_CUDA_RETURN_IF_ERROR(

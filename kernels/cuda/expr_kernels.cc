@@ -70,6 +70,7 @@ struct ExprKernelCache::State {
   std::vector<std::thread> threads;
   bool stop = false;
   bool warmed = false;
+  StepMode step_mode = StepMode::kWhileCompiling;
   ExprCacheStats stats;
   std::shared_ptr<rtc::DiskCache> disk;
 };
@@ -154,6 +155,43 @@ void ExprKernelCache::Get(const std::string& source, int arch, Ready ready) {
   s.queue.emplace_back(std::move(key), arch);
   lock.unlock();
   s.work.notify_one();
+}
+
+std::shared_ptr<const ExprKernel> ExprKernelCache::GetOrStart(const std::string& source,
+                                                             int arch) {
+  State& s = *state_;
+  std::string key = absl::StrCat(arch, "\n", source);
+  std::unique_lock<std::mutex> lock(s.mu);
+  auto it = s.entries.find(key);
+  if (it != s.entries.end() && it->second.kernel != nullptr) {
+    s.lru.splice(s.lru.begin(), s.lru, it->second.lru);
+    ++s.stats.hits;
+    return it->second.kernel;
+  }
+  if (it != s.entries.end() || static_cast<int>(s.queue.size()) >= s.options.max_waiting) {
+    return nullptr;
+  }
+  State::Entry& e = s.entries[key];
+  e.lru = s.lru.end();
+  s.queue.emplace_back(std::move(key), arch);
+  lock.unlock();
+  s.work.notify_one();
+  return nullptr;
+}
+
+void ExprKernelCache::CountStepwise() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  ++state_->stats.stepwise;
+}
+
+void ExprKernelCache::SetStepMode(StepMode mode) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->step_mode = mode;
+}
+
+StepMode ExprKernelCache::step_mode() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->step_mode;
 }
 
 void ExprKernelCache::Warm(int arch) {

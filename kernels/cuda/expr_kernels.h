@@ -71,6 +71,20 @@ struct ExprCacheStats {
   // their time is in compile_seconds), and the disk cache's own counts.
   uint64_t disk_loads = 0;
   rtc::DiskCacheStats disk;
+  // Requests answered by their ops one by one (kernels/cuda/expr_steps.h) instead of waiting
+  // for their kernel.
+  uint64_t stepwise = 0;
+};
+
+// How requests for an expression whose kernel is not compiled yet are answered.
+enum class StepMode : uint8_t {
+  // By its ops one by one while the kernel compiles (behind them); the kernel once it is
+  // there. The default.
+  kWhileCompiling,
+  // Never: each waits for the kernel.
+  kNever,
+  // Always, every request (no kernel is compiled): for tests and comparisons.
+  kAlways,
 };
 
 class ExprKernelCache {
@@ -95,6 +109,15 @@ class ExprKernelCache {
   // compiled waits for that one compilation); at once with RESOURCE_EXHAUSTED when too many
   // sources wait.
   void Get(const std::string& source, int arch, Ready ready);
+
+  // The kernel for `source` where it is compiled (a hit); null otherwise, after starting its
+  // compilation unless it is under way or too many sources wait.
+  std::shared_ptr<const ExprKernel> GetOrStart(const std::string& source, int arch);
+  // Counts a request answered by its steps.
+  void CountStepwise();
+
+  void SetStepMode(StepMode mode);
+  StepMode step_mode() const;
 
   // Keeps compiled kernels in `disk` too, and looks there before compiling: a restarted
   // server (or another GPU's worker) loads what was compiled before. Null: memory only.

@@ -1,13 +1,29 @@
 // The CUDA backend's entry (Prepare in launch_env.h): ops launch their compiled kernels,
-// expressions the kernel generated for their program and walk.
+// expressions the kernel generated for their program and walk, or, until it is compiled,
+// their ops one by one (kernels/cuda/expr_steps.h).
 #include <array>
 #include <utility>
 
 #include "kernels/cuda/expr_kernels.h"
+#include "kernels/cuda/expr_steps.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/rtc/codegen.h"
 
 namespace tc::cuda {
+
+namespace {
+
+// The launch of an expression's compiled kernel, holding it.
+ReadyLaunch Fused(std::shared_ptr<const ExprLaunch> launch,
+                  std::shared_ptr<const expr::Program> program,
+                  std::shared_ptr<const ExprKernel> kernel, std::string label) {
+  const ExprKernel* raw = kernel.get();
+  return ReadyLaunch{[launch = std::move(launch), program = std::move(program),
+                      raw](const LaunchEnv& env) { return LaunchExpr(*launch, *raw, *program, env); },
+                     std::move(label), std::move(kernel)};
+}
+
+}  // namespace
 
 void Prepare(const PreparedOp& op, std::byte* out, absl::Span<const std::byte* const> inputs,
              int multiprocessors, int arch, OnReady ready) {
@@ -36,7 +52,23 @@ void Prepare(const PreparedOp& op, std::byte* out, absl::Span<const std::byte* c
   std::string label = rtc::RaisingOps(program);
   if (label.empty()) label = "expression";
   std::shared_ptr<const expr::Program> program_held = op.expression;
-  ExprKernelCache::Shared().Get(
+  ExprKernelCache& cache = ExprKernelCache::Shared();
+  const StepMode mode = cache.step_mode();
+  if (mode != StepMode::kNever) {
+    std::shared_ptr<const ExprKernel> kernel =
+        mode == StepMode::kAlways ? nullptr : cache.GetOrStart(launch->source, arch);
+    if (kernel != nullptr) {
+      ready(Fused(launch, program_held, std::move(kernel), std::move(label)));
+      return;
+    }
+    if (std::shared_ptr<const StepRun> steps = PrepareSteps(program, base)) {
+      cache.CountStepwise();
+      ready(ReadyLaunch{[steps](const LaunchEnv& env) { return LaunchSteps(*steps, env); },
+                        std::move(label), steps});
+      return;
+    }
+  }
+  cache.Get(
       launch->source, arch,
       [launch, program_held, label = std::move(label),
        ready = std::move(ready)](absl::StatusOr<std::shared_ptr<const ExprKernel>> kernel) {
@@ -44,12 +76,7 @@ void Prepare(const PreparedOp& op, std::byte* out, absl::Span<const std::byte* c
           ready(kernel.status());
           return;
         }
-        std::shared_ptr<const ExprKernel> k = *std::move(kernel);
-        const ExprKernel* raw = k.get();
-        ready(ReadyLaunch{[launch, program_held, raw](const LaunchEnv& env) {
-                            return LaunchExpr(*launch, *raw, *program_held, env);
-                          },
-                          label, std::move(k)});
+        ready(Fused(launch, program_held, *std::move(kernel), label));
       });
 }
 

@@ -91,12 +91,18 @@ absl::StatusOr<std::unique_ptr<runtime::Device>> StartWorker(
 }
 
 #if TC_WITH_CUDA
-// Expression kernels kept on disk (--kernel_cache_dir), for this process's GPUs. A directory
-// named on the command line that cannot be used safely stops the server; the default one
-// only leaves kernels in memory, with a line in the log.
+// How new expressions are answered (--expression_steps), and their kernels kept on disk
+// (--kernel_cache_dir), for this process's GPUs. A directory named on the command line that
+// cannot be used safely stops the server; the default one only leaves kernels in memory,
+// with a line in the log.
 void UseKernelDiskCache() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // (Checked at start.)
+    const std::string steps = absl::GetFlag(FLAGS_expression_steps);
+    cuda::ExprKernelCache::Shared().SetStepMode(steps == "never"    ? cuda::StepMode::kNever
+                                                : steps == "always" ? cuda::StepMode::kAlways
+                                                                    : cuda::StepMode::kWhileCompiling);
     std::string dir = absl::GetFlag(FLAGS_kernel_cache_dir);
     const bool told = dir != "auto";
     if (!told) {

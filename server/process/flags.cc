@@ -112,6 +112,10 @@ ABSL_FLAG(std::string, kernel_cache_dir, "auto",
           "this server's user able to write it; 'auto': $XDG_CACHE_HOME/tensorcompute/kernels "
           "or ~/.cache/tensorcompute/kernels; empty: kept in memory only.");
 ABSL_FLAG(int64_t, kernel_cache_mib, 1024, "Most MiB of kernels kept in --kernel_cache_dir.");
+ABSL_FLAG(std::string, expression_steps, "while_compiling",
+          "GPU: how a new expression is answered before its kernel is compiled: "
+          "'while_compiling' by its ops one by one, the kernel compiling behind them; 'never': "
+          "it waits for the kernel; 'always': by its ops every time, no kernel compiled.");
 
 namespace tc::server {
 
@@ -126,7 +130,7 @@ void ApplyEnvironment() {
         "region_max_count", "region_max_connections", "region_connections_per_process",
         "region_connections_per_user", "region_idle_seconds", "region_pin", "metrics_port",
         "tls_cert", "tls_key", "tls_client_ca", "auth_tokens_file", "shutdown_grace_seconds",
-        "kernel_cache_dir", "kernel_cache_mib"}) {
+        "kernel_cache_dir", "kernel_cache_mib", "expression_steps"}) {
     const std::string var = absl::StrCat("TENSORCOMPUTE_", absl::AsciiStrToUpper(name));
     const char* value = std::getenv(var.c_str());
     if (value == nullptr) continue;

@@ -56,6 +56,7 @@ ABSL_DECLARE_FLAG(std::string, tls_client_ca);
 ABSL_DECLARE_FLAG(std::string, auth_tokens_file);
 ABSL_DECLARE_FLAG(int, shutdown_grace_seconds);
 ABSL_DECLARE_FLAG(std::string, kernel_cache_dir);
+ABSL_DECLARE_FLAG(std::string, expression_steps);
 ABSL_DECLARE_FLAG(int64_t, kernel_cache_mib);
 
 namespace tc::server {

@@ -94,6 +94,9 @@ void AddGauges(Metrics& metrics, const runtime::DeviceSet& devices, const Reside
   metrics.AddGauge("tensorcompute_expression_cache_misses_total",
                    "Expression requests that waited for a compilation.",
                    expr_stat([](const Stats& s) { return s.misses; }));
+  metrics.AddGauge("tensorcompute_expression_stepwise_total",
+                   "Expression requests run as their ops one by one while their kernel compiled.",
+                   expr_stat([](const Stats& s) { return s.stepwise; }));
   metrics.AddGauge("tensorcompute_expression_compiles_refused_total",
                    "Expression requests refused because too many compilations were waiting.",
                    expr_stat([](const Stats& s) { return s.refused; }));

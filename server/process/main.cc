@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
   }
   const int max_rank = absl::GetFlag(FLAGS_max_rank);
   if (max_rank < 0 || max_rank > tc::kMaxRank) Fail("--max_rank must be between 0 and 8");
+  if (const std::string steps = absl::GetFlag(FLAGS_expression_steps);
+      steps != "while_compiling" && steps != "never" && steps != "always") {
+    Fail(absl::StrCat("--expression_steps: '", steps, "' is not while_compiling, never or always"));
+  }
   auto [device_list, backend_name] =
       tc::server::MakeDevices(absl::GetFlag(FLAGS_backend), server_args);
   tc::runtime::DeviceSet devices(std::move(device_list));

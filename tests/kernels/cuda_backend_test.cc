@@ -1,12 +1,14 @@
 // The CUDA backend against the reference and the CPU backend. Skips where no GPU is visible.
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <future>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "tests/support/cpu_backend.h"
 #include "kernels/cuda/expr_kernels.h"
+#include "kernels/cuda/expr_steps.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/rtc/compile.h"
 #include "kernels/rtc/disk_cache.h"
@@ -520,6 +523,9 @@ TEST_F(CudaBackendTest, ExpressionKernelsAreCompiledOnceAndShared) {
   v.strides = {1};
   v.storage_bytes = 4000;
   v.data = reinterpret_cast<const std::byte*>(x.data());
+  // Every request waits for the kernel here: the second one must find it.
+  const cuda::StepMode mode = cuda::ExprKernelCache::Shared().step_mode();
+  cuda::ExprKernelCache::Shared().SetStepMode(cuda::StepMode::kNever);
   cuda::ExprKernelCache& cache = cuda::ExprKernelCache::Shared();
   const cuda::ExprCacheStats before = cache.stats();
   for (double bound : {0.0, 7.5}) {
@@ -535,6 +541,7 @@ TEST_F(CudaBackendTest, ExpressionKernelsAreCompiledOnceAndShared) {
   EXPECT_LE(after.compiles - before.compiles, 1u);
   EXPECT_GE(after.hits - before.hits, 1u);
   EXPECT_EQ(after.compile_failures, before.compile_failures);
+  cache.SetStepMode(mode);
 }
 
 // Kernels kept on disk come back in another cache (a restarted server) without NVRTC; a
@@ -603,6 +610,153 @@ TEST_F(CudaBackendTest, ExpressionKernelsComeBackFromDisk) {
     EXPECT_EQ(damaged.stats().disk.stores, 1u);
   }
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tc
+
+namespace tc {
+namespace {
+
+// Sets the shared kernel cache's step mode for a scope.
+class StepModeScope {
+ public:
+  explicit StepModeScope(cuda::StepMode mode) : before_(cuda::ExprKernelCache::Shared().step_mode()) {
+    cuda::ExprKernelCache::Shared().SetStepMode(mode);
+  }
+  ~StepModeScope() { cuda::ExprKernelCache::Shared().SetStepMode(before_); }
+
+ private:
+  cuda::StepMode before_;
+};
+
+// An expression run as its ops one by one (what answers it while its kernel compiles) gives
+// the compiled kernel's bytes and the CPU's: broadcasts, a transposed and a reversed input,
+// a 0-dim tensor, mixed dtypes, literals, a bool result, an output laid out like a transposed
+// input, and temporaries too large for one pass (cut into slabs, the last one shorter).
+TEST_F(CudaBackendTest, ExpressionStepsMatchTheKernelAndCpu) {
+  uint64_t x = testing::TestSeed() ^ 0x57e95ull;
+  CpuBackend cpu_backend;
+  constexpr int64_t R = 300, C = 257, N = 4096;
+  const auto f32 = RandomBytes(DType::kFloat32, R * C, x), f32b = RandomBytes(DType::kFloat32, R * C, x);
+  const auto f16 = RandomBytes(DType::kFloat16, R * C, x), f64 = RandomBytes(DType::kFloat64, R, x);
+  const auto i8 = RandomBytes(DType::kInt8, R * C, x), i32 = RandomBytes(DType::kInt32, R * C, x);
+  const auto big_a = RandomBytes(DType::kFloat32, N * N, x), big_b = RandomBytes(DType::kFloat32, N * N, x);
+  const auto view = [](DType dt, const std::vector<std::byte>& s, const DimVector& shape,
+                       const DimVector& strides, int64_t offset) {
+    return TensorView{dt, shape, strides, offset, s.data(), static_cast<int64_t>(s.size())};
+  };
+  struct Case {
+    std::string text;
+    std::vector<TensorView> inputs;
+    OutputOptions::Layout layout = OutputOptions::Layout::kContiguous;
+    // The CPU's exp is not the GPU's: a float32 result within a few ulps of the CPU's.
+    bool exact_on_cpu = true;
+  };
+  const std::vector<Case> cases = {
+      {"sigmoid(a * b + 1) * a", {view(DType::kFloat32, f32, {R, C}, {C, 1}, 0), view(DType::kFloat32, f32b, {C}, {1}, 3)},
+       OutputOptions::Layout::kContiguous, false},
+      {"where(a > b, a - 2, b * 3)", {view(DType::kFloat16, f16, {C, R}, {1, C}, 0), view(DType::kFloat32, f32b, {}, {}, 7)}},
+      {"cast(a, float32) * 0.5 + b", {view(DType::kInt8, i8, {R, C}, {-C, -1}, R * C - 1), view(DType::kFloat64, f64, {R, 1}, {1, 1}, 0)}},
+      {"(a * 2) > b - a", {view(DType::kInt32, i32, {R, C}, {C, 1}, 0), view(DType::kInt8, i8, {R, C}, {1, R}, 0)}},
+      {"abs(a) * b + a", {view(DType::kFloat32, f32, {C, R}, {1, C}, 0), view(DType::kFloat32, f32b, {C, R}, {R, 1}, 0)},
+       OutputOptions::Layout::kLikeFirstInput},
+      {"((a * b + a) * b - a) / 3", {view(DType::kFloat32, big_a, {N, N}, {N, 1}, 0), view(DType::kFloat32, big_b, {N, N}, {N, 1}, 0)}},
+  };
+  for (const Case& c : cases) {
+    OutputOptions output;
+    output.layout = c.layout;
+    auto p = expr::PrepareExpression(c.text, {}, c.inputs, output);
+    ASSERT_TRUE(p.ok()) << c.text << ": " << p.status();
+    const size_t bytes = static_cast<size_t>(p->plan.out_storage_bytes);
+    std::vector<std::byte> stepwise(bytes), fused(bytes), cpu(bytes);
+    const uint64_t before = cuda::ExprKernelCache::Shared().stats().stepwise;
+    {
+      StepModeScope always(cuda::StepMode::kAlways);
+      ASSERT_TRUE(backend_->Run(*p, c.inputs, stepwise.data()).ok()) << c.text;
+    }
+    EXPECT_EQ(cuda::ExprKernelCache::Shared().stats().stepwise, before + 1) << c.text;
+    {
+      StepModeScope never(cuda::StepMode::kNever);
+      ASSERT_TRUE(backend_->Run(*p, c.inputs, fused.data()).ok()) << c.text;
+    }
+    ASSERT_TRUE(cpu_backend.Run(*p, c.inputs, cpu.data()).ok()) << c.text;
+    EXPECT_EQ(std::memcmp(stepwise.data(), fused.data(), bytes), 0) << c.text << ": steps against the kernel";
+    if (c.exact_on_cpu) {
+      EXPECT_EQ(std::memcmp(stepwise.data(), cpu.data(), bytes), 0) << c.text << ": steps against the CPU";
+    } else {
+      ASSERT_EQ(p->plan.out_dtype, DType::kFloat32);
+      for (size_t i = 0; i < bytes; i += 4) {
+        float u, v;
+        std::memcpy(&u, stepwise.data() + i, 4);
+        std::memcpy(&v, cpu.data() + i, 4);
+        ASSERT_NEAR(u, v, 1e-6 * (1 + std::fabs(v))) << c.text << " at " << i / 4;
+      }
+    }
+  }
+  // The large case's temporaries (two float32 values of N x N) pass the bound: slabs.
+  auto p = expr::PrepareExpression(cases.back().text, {}, cases.back().inputs);
+  ASSERT_TRUE(p.ok());
+  char* base[3] = {reinterpret_cast<char*>(64), reinterpret_cast<char*>(64), reinterpret_cast<char*>(64)};
+  std::shared_ptr<const cuda::StepRun> run = cuda::PrepareSteps(*p->expression, base);
+  ASSERT_NE(run, nullptr);
+  EXPECT_LT(run->slab, run->outer);
+  EXPECT_FALSE(run->last.empty());
+  EXPECT_LE(run->scratch_bytes, cuda::kStepScratchBytes);
+  // Where even one index of the outermost dim does not fit, the kernel is the way.
+  EXPECT_EQ(cuda::PrepareSteps(*p->expression, base, 100), nullptr);
+}
+
+// Integer division by zero in a step is the error the kernel gives, naming the op.
+TEST_F(CudaBackendTest, ExpressionStepsReportDivisionByZero) {
+  std::vector<int32_t> a(1000, 7), b(1000, 2);
+  b[517] = 0;
+  const TensorView va{DType::kInt32, {1000}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), 4000};
+  const TensorView vb{DType::kInt32, {1000}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), 4000};
+  auto p = expr::PrepareExpression("(a + 1) // b - 3", {}, {va, vb});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::vector<int32_t> out(1000);
+  absl::Status kinds[2];
+  int i = 0;
+  for (cuda::StepMode mode : {cuda::StepMode::kAlways, cuda::StepMode::kNever}) {
+    StepModeScope scope(mode);
+    kinds[i++] = backend_->Run(*p, {va, vb}, reinterpret_cast<std::byte*>(out.data()));
+  }
+  EXPECT_EQ(kinds[0].code(), absl::StatusCode::kInvalidArgument) << kinds[0];
+  EXPECT_EQ(kinds[0], kinds[1]);
+  // And the device is healthy after it.
+  b[517] = 5;
+  StepModeScope scope(cuda::StepMode::kAlways);
+  ASSERT_TRUE(backend_->Run(*p, {va, vb}, reinterpret_cast<std::byte*>(out.data())).ok());
+  EXPECT_EQ(out[517], 8 / 5 - 3);
+}
+
+// By default a new expression is answered by its steps at once while its kernel compiles
+// behind them; once compiled, the kernel answers.
+TEST_F(CudaBackendTest, NewExpressionsRunAsStepsWhileCompiling) {
+  StepModeScope scope(cuda::StepMode::kWhileCompiling);
+  std::vector<double> a(5000), out(5000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<double>(i) * 0.01 - 20;
+  const TensorView va{DType::kFloat64, {5000}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), 40000};
+  // A tree no other test uses, so its kernel is new.
+  const std::string text = "expm1(a * 0.5) - sin(a) * 3";
+  auto p = expr::PrepareExpression(text, {}, {va});
+  ASSERT_TRUE(p.ok()) << p.status();
+  cuda::ExprKernelCache& cache = cuda::ExprKernelCache::Shared();
+  const cuda::ExprCacheStats before = cache.stats();
+  ASSERT_TRUE(backend_->Run(*p, {va}, reinterpret_cast<std::byte*>(out.data())).ok());
+  const std::vector<double> first = out;
+  EXPECT_EQ(cache.stats().stepwise, before.stepwise + 1);
+  // The compilation it started finishes behind it.
+  for (int i = 0; i < 600 && cache.stats().compiles + cache.stats().compile_failures ==
+                                 before.compiles + before.compile_failures; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(cache.stats().compiles, before.compiles + 1);
+  const uint64_t hits = cache.stats().hits;
+  ASSERT_TRUE(backend_->Run(*p, {va}, reinterpret_cast<std::byte*>(out.data())).ok());
+  EXPECT_EQ(cache.stats().hits, hits + 1);
+  EXPECT_EQ(std::memcmp(first.data(), out.data(), out.size() * sizeof(double)), 0);
 }
 
 }  // namespace

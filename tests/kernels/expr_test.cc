@@ -1,5 +1,7 @@
 // Expressions on the CPU backend (or, with TC_TEST_BACKEND=cuda, on GPU 0: kernels generated
-// and compiled at run time, checked against the GPU's own op kernels): typing (PyTorch's promotion with Python scalars, the
+// and compiled at run time, checked against the GPU's own op kernels; TC_TEST_EXPR_STEPS=
+// always runs every expression as its ops one by one instead, as a new one runs while its
+// kernel compiles, and while_compiling mixes both as the server does): typing (PyTorch's promotion with Python scalars, the
 // catalog's checks at the right position), and evaluation against two references: the same
 // tree run op by op through the engine (bit for bit, over random trees, dtypes and layouts:
 // broadcasts, permutations, negative strides, misaligned offsets, short and long rows), and
@@ -19,6 +21,7 @@
 #include "kernels/expr/program.h"
 #include "tests/support/cpu_backend.h"
 #if TC_WITH_CUDA
+#include "kernels/cuda/expr_kernels.h"
 #include "kernels/rtc/codegen.h"
 #include "runtime/cuda_device.h"
 #include "tests/support/device_backend.h"
@@ -81,6 +84,12 @@ Backend& TestBackend() {
         std::fprintf(stderr, "TC_TEST_BACKEND=cuda: %s\n", d.status().ToString().c_str());
         std::abort();
       }
+      // Kernels only, unless told.
+      const char* steps = std::getenv("TC_TEST_EXPR_STEPS");
+      const std::string mode = steps == nullptr ? "never" : steps;
+      cuda::ExprKernelCache::Shared().SetStepMode(
+          mode == "always" ? cuda::StepMode::kAlways
+          : mode == "while_compiling" ? cuda::StepMode::kWhileCompiling : cuda::StepMode::kNever);
       const char* small = std::getenv("TC_TEST_SMALL_FIRST");
       return new runtime::DeviceBackend(d->release(), small != nullptr && std::string(small) == "1");
     }();

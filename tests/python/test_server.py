@@ -72,6 +72,14 @@ class ServerTest(unittest.TestCase):
         self.assertEqual(replies[0].header.storage_bytes, 0)
         self.assert_serving()
 
+    def test_bad_expression_steps_flag_stops_the_server(self):
+        r = subprocess.run([ARGS.server, "--backend=cpu", "--port=0", "--metrics_port=-1",
+                            "--expression_steps=sometimes"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--expression_steps: 'sometimes' is not while_compiling, never or always",
+                      r.stderr)
+
     def test_health(self):
         self.assert_serving()
         r = self.health.Check(health_pb2.HealthCheckRequest(
