@@ -72,6 +72,7 @@ def main():
     print("| --expression_steps | first request median ms | min | max | second request median ms "
           "| compiles | answered by steps | worst error vs NumPy |")
     print("|---|---|---|---|---|---|---|---|")
+    rows, each = [], []
     for mode in args.modes.split(","):
         proc, target, metrics_port = start_server(
             args.server_binary, [f"--backend={args.backend}", f"--expression_steps={mode}"])
@@ -90,13 +91,20 @@ def main():
             time.sleep(2)  # compilations started behind the steps finish
             compiles = metric(metrics_port, "tensorcompute_expression_compiles_total")
             stepwise = metric(metrics_port, "tensorcompute_expression_stepwise_total")
-            print(f"| {mode} | {statistics.median(first):.2f} | {min(first):.2f} | {max(first):.2f} | "
-                  f"{statistics.median(second):.2f} | {compiles:.0f} | {stepwise:.0f} | {worst:.1e} |")
+            rows.append(f"| {mode} | {statistics.median(first):.2f} | {min(first):.2f} | "
+                        f"{max(first):.2f} | {statistics.median(second):.2f} | {compiles:.0f} | "
+                        f"{stepwise:.0f} | {worst:.1e} |")
+            print(rows[-1])
+            each.append(f"- {mode}: " + ", ".join(
+                f"`{text}` {ms:.1f}" for (text, _), ms in zip(EXPRESSIONS, first)))
             if worst > 1e-5:
                 raise SystemExit(f"results differ from NumPy by {worst}")
         finally:
             proc.terminate()
             proc.wait(timeout=60)
+
+    print("\nEach first request, ms:\n")
+    print("\n".join(each))
 
 
 if __name__ == "__main__":

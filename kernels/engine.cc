@@ -219,7 +219,6 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
               DTypeName(inputs[0].dtype), " and ", DTypeName(v.dtype)));
         }
       }
-      compute = DType::kFloat32;
       break;
   }
   if (output.dtype && *output.dtype != out) {

@@ -235,9 +235,7 @@ void ExprKernelCache::Work() {
     const auto start = std::chrono::steady_clock::now();
     // From disk when it is there (verified by the disk cache); compiled otherwise, or when
     // the driver will not load what the disk held.
-    const std::string disk_key =
-        disk == nullptr ? std::string()
-                        : absl::StrCat(rtc::CompilerIdentity(), "arch ", arch, "\n", source);
+    const std::string disk_key = disk == nullptr ? std::string() : rtc::DiskKey(source, arch);
     bool from_disk = false;
     if (disk != nullptr) {
       if (std::optional<std::string> cubin = disk->Load(disk_key)) {

@@ -136,7 +136,6 @@ absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
                                       DTypeName(operands[0].dtype), " and ", DTypeName(o.dtype)));
           }
         }
-        t.compute = DType::kFloat32;
         break;
     }
     for (size_t k = 0; k < n.args.size(); ++k) {

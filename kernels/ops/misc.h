@@ -178,11 +178,11 @@ struct LerpOp {
 
 // Quantized arithmetic: each input is real = (q - zero_point) * scale; the result is
 // requantized to the output's scale and zero point, rounded half to even and saturated to the
-// integer type. Computed in float; returns the integer value as float, which the store
-// converts exactly.
+// integer type. Kernels take it as an int8/uint8 op (inputs and output of that type, read and
+// written as the bytes they are); it computes in float inside.
 template <int kKind>  // 0 add, 1 sub, 2 mul
 struct QuantizedOp {
-  static constexpr uint32_t kComputeTypes = kFloatTypes;
+  static constexpr uint32_t kComputeTypes = DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8);
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
@@ -235,13 +235,13 @@ struct QuantizedOp {
   template <typename T>
   TC_HOST_DEVICE T operator()(T a, T b) const {
     // Products rounded on their own: the CUDA and CPU backends give the same integers.
-    const T x = math::MulRounded(a - T(a_zero), T(a_scale));
-    const T y = math::MulRounded(b - T(b_zero), T(b_scale));
-    const T r = kKind == 0 ? x + y : kKind == 1 ? x - y : x * y;
-    T q = math::RoundHalfEven(r * T(inv_out_scale)) + T(out_zero);
-    if (!(q >= T(qmin))) q = T(qmin);  // NaN too
-    if (q > T(qmax)) q = T(qmax);
-    return q;
+    const float x = math::MulRounded(math::SmallIntMinus(a, a_zero), a_scale);
+    const float y = math::MulRounded(math::SmallIntMinus(b, b_zero), b_scale);
+    const float r = kKind == 0 ? x + y : kKind == 1 ? x - y : x * y;
+    // Saturated next, so only values near the range must round exactly.
+    const float q = math::RoundHalfEvenPlus(r * inv_out_scale, out_zero);
+    // fmax gives qmin for NaN.
+    return static_cast<T>(math::SmallFloatToInt(std::fmin(std::fmax(q, qmin), qmax)));
   }
 };
 using QAddOp = QuantizedOp<0>;

@@ -37,7 +37,8 @@ enum class TypeRule : uint8_t {
   kToBool,
   // Compute in the input's dtype, output the `dtype` attribute (cast).
   kCastToAttr,
-  // int8/uint8 in and out, all inputs one dtype; compute in float32 (quantized ops).
+  // int8/uint8 in and out, all inputs one dtype, computed in that type (the quantized ops,
+  // whose functors compute in float inside).
   kQuantized,
 };
 

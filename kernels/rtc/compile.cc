@@ -43,6 +43,10 @@ const std::string& CompilerIdentity() {
   return *identity;
 }
 
+std::string DiskKey(const std::string& source, int arch) {
+  return absl::StrCat(CompilerIdentity(), "arch ", arch, "\n", source);
+}
+
 absl::StatusOr<Compiled> CompileToCubin(const std::string& source, int arch) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<Header>& headers = Headers();

@@ -31,4 +31,7 @@ absl::StatusOr<Compiled> CompileToCubin(const std::string& source, int arch);
 // kernel kept on disk (kernels/rtc/disk_cache.h).
 const std::string& CompilerIdentity();
 
+// The disk cache's key of the kernel CompileToCubin(source, arch) makes.
+std::string DiskKey(const std::string& source, int arch);
+
 }  // namespace tc::rtc

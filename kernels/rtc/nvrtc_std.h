@@ -143,6 +143,8 @@ using ::exp;
 using ::expm1;
 using ::fabs;
 using ::floor;
+using ::fmax;
+using ::fmin;
 using ::fmod;
 using ::isfinite;
 using ::isinf;

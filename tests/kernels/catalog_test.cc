@@ -34,7 +34,6 @@ TEST(Catalog, SpecsAgreeWithTheirFunctors) {
     for (DType r : DTypesIn(s.dtypes)) {
       DType compute = r;
       if (s.rule == TypeRule::kPromoteToFloat && !IsFloating(r)) compute = DType::kFloat32;
-      if (s.rule == TypeRule::kQuantized) compute = DType::kFloat32;
       if (s.rule == TypeRule::kBoolToInt64 && r == DType::kBool) compute = DType::kInt64;
       EXPECT_NE(e.compute_types & DTypeBit(compute), 0u)
           << s.name << " accepts " << DTypeName(r) << " but its functor has no kernel for "

@@ -591,7 +591,7 @@ TEST_F(CudaBackendTest, ExpressionKernelsComeBackFromDisk) {
     ASSERT_TRUE(get(restarted).ok());
     EXPECT_EQ(restarted.stats().compiles, 0u);
     EXPECT_EQ(restarted.stats().disk_loads, 1u);
-    path = disk->PathFor(absl::StrCat(rtc::CompilerIdentity(), "arch ", arch, "\n", source));
+    path = disk->PathFor(rtc::DiskKey(source, arch));
   }
   {
     // One byte of the kernel changed: refused, compiled again, stored again.

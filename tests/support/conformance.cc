@@ -250,7 +250,7 @@ void CheckConformance(Backend& backend, uint64_t seed, const ConformanceOptions&
         case ref::Kind::kToFloat: if (!IsFloating(result)) compute = out = DType::kFloat32; break;
         case ref::Kind::kToBool: out = DType::kBool; break;
         case ref::Kind::kCast: out = std::get<DType>(op.attrs.at("dtype")); break;
-        case ref::Kind::kQuantized: compute = DType::kFloat32; break;
+        case ref::Kind::kQuantized: break;
         case ref::Kind::kBoolToInt64: if (result == DType::kBool) compute = out = DType::kInt64; break;
         case ref::Kind::kSame: break;
       }
