@@ -83,7 +83,8 @@ enum class StepMode : uint8_t {
   kWhileCompiling,
   // Never: each waits for the kernel.
   kNever,
-  // Always, every request (no kernel is compiled): for tests and comparisons.
+  // Always, every request (a kernel is compiled only for a space whose temporaries would not
+  // fit: PrepareSteps): for tests and comparisons.
   kAlways,
 };
 

@@ -115,7 +115,8 @@ ABSL_FLAG(int64_t, kernel_cache_mib, 1024, "Most MiB of kernels kept in --kernel
 ABSL_FLAG(std::string, expression_steps, "while_compiling",
           "GPU: how a new expression is answered before its kernel is compiled: "
           "'while_compiling' by its ops one by one, the kernel compiling behind them; 'never': "
-          "it waits for the kernel; 'always': by its ops every time, no kernel compiled.");
+          "it waits for the kernel; 'always': by its ops every time (only a space too large for "
+          "their temporaries takes the kernel).");
 
 namespace tc::server {
 
