@@ -73,6 +73,22 @@ struct ExprKernelCache::State {
   StepMode step_mode = StepMode::kWhileCompiling;
   ExprCacheStats stats;
   std::shared_ptr<rtc::DiskCache> disk;
+
+  // With mu held: the kernel of entry `it` as a hit (now the most recently used), or null
+  // where there is no entry or it is compiling.
+  std::shared_ptr<const ExprKernel> Hit(std::unordered_map<std::string, Entry>::iterator it) {
+    if (it == entries.end() || it->second.kernel == nullptr) return nullptr;
+    lru.splice(lru.begin(), lru, it->second.lru);
+    ++stats.hits;
+    return it->second.kernel;
+  }
+  // With mu held: a new entry for `key`, queued for a compile thread (notify `work` after).
+  Entry& Start(std::string key, int arch) {
+    Entry& e = entries[key];
+    e.lru = lru.end();
+    queue.emplace_back(std::move(key), arch);
+    return e;
+  }
 };
 
 namespace {
@@ -127,10 +143,7 @@ void ExprKernelCache::Get(const std::string& source, int arch, Ready ready) {
   std::string key = absl::StrCat(arch, "\n", source);
   std::unique_lock<std::mutex> lock(s.mu);
   auto it = s.entries.find(key);
-  if (it != s.entries.end() && it->second.kernel != nullptr) {
-    s.lru.splice(s.lru.begin(), s.lru, it->second.lru);
-    ++s.stats.hits;
-    std::shared_ptr<const ExprKernel> kernel = it->second.kernel;
+  if (std::shared_ptr<const ExprKernel> kernel = s.Hit(it)) {
     lock.unlock();
     ready(std::move(kernel));
     return;
@@ -149,10 +162,7 @@ void ExprKernelCache::Get(const std::string& source, int arch, Ready ready) {
     return;
   }
   ++s.stats.misses;
-  State::Entry& e = s.entries[key];
-  e.waiting.push_back(std::move(ready));
-  e.lru = s.lru.end();
-  s.queue.emplace_back(std::move(key), arch);
+  s.Start(std::move(key), arch).waiting.push_back(std::move(ready));
   lock.unlock();
   s.work.notify_one();
 }
@@ -163,17 +173,11 @@ std::shared_ptr<const ExprKernel> ExprKernelCache::GetOrStart(const std::string&
   std::string key = absl::StrCat(arch, "\n", source);
   std::unique_lock<std::mutex> lock(s.mu);
   auto it = s.entries.find(key);
-  if (it != s.entries.end() && it->second.kernel != nullptr) {
-    s.lru.splice(s.lru.begin(), s.lru, it->second.lru);
-    ++s.stats.hits;
-    return it->second.kernel;
-  }
+  if (std::shared_ptr<const ExprKernel> kernel = s.Hit(it)) return kernel;
   if (it != s.entries.end() || static_cast<int>(s.queue.size()) >= s.options.max_waiting) {
     return nullptr;
   }
-  State::Entry& e = s.entries[key];
-  e.lru = s.lru.end();
-  s.queue.emplace_back(std::move(key), arch);
+  s.Start(std::move(key), arch);
   lock.unlock();
   s.work.notify_one();
   return nullptr;
