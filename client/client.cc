@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/chunked_call.h"
 #include "google/protobuf/field_mask.pb.h"
@@ -30,7 +31,9 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 namespace {
 
+// `path`: a PEM file, or PEM text itself (what a caller holding certificates in memory passes).
 absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  if (absl::StartsWith(path, "-----BEGIN")) return path;
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
   std::stringstream ss;

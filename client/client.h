@@ -26,7 +26,8 @@ struct ClientOptions {
   // Largest message sent or received.
   int max_message_bytes = 256 << 20;
   // TLS: the CA bundle (PEM file) that signed the server's certificate turns it on; a client
-  // certificate and key (PEM files) for servers that require them (mutual TLS).
+  // certificate and key (PEM files) for servers that require them (mutual TLS). Each may also
+  // be the PEM text itself instead of a path (it begins with "-----BEGIN").
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;

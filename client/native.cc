@@ -62,7 +62,8 @@ struct tcn_result {
 
 extern "C" {
 
-// A client of `target`. Strings may be null or empty; numbers <= 0 keep the defaults.
+// A client of `target`. Strings may be null or empty; numbers <= 0 keep the defaults. The TLS
+// ones are PEM files' paths or the PEM text itself (ClientOptions).
 // `session`: the session id to send (so that a client using this and another transport is one
 // session to the server); empty: a random one.
 tcn_client* tcn_open(const char* target, const char* token, const char* tls_ca_file,
