@@ -22,9 +22,10 @@ class ClientPackageTest(unittest.TestCase):
         # Two devices (the CPU split in two), so that placement can be checked too.
         cls.proc, cls.target = start_server(ARGS.server, "--max_message_bytes=1048576",
                                             "--chunk_bytes=65536", "--test_cpu_devices=2")
-        # Over the socket only: test_regions.py covers shared memory.
+        # Over the socket through grpcio only: test_regions.py covers shared memory, and
+        # test_native.py and test_package_native.py the native library.
         cls.client = tcc.Client(cls.target, max_message_bytes=1 << 20, chunk_bytes=100_000,
-                                shared_memory=False)
+                                shared_memory=False, native=False)
 
     @classmethod
     def tearDownClass(cls):

@@ -5,6 +5,7 @@ import os
 import secrets
 import sys
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Iterable, Optional
@@ -248,6 +249,25 @@ def _contiguous_strides(shape):
     return tuple(reversed(out))
 
 
+_Pem = Optional[object]  # A PEM file's path (str) or its bytes.
+_warned = set()
+
+
+def _warn_once(message: str):
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def _read_pem(p) -> Optional[bytes]:
+    if p is None:
+        return None
+    if isinstance(p, (bytes, bytearray)):
+        return bytes(p)
+    with open(p, "rb") as f:
+        return f.read()
+
+
 def _align(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
 
@@ -259,8 +279,14 @@ class Client:
                  token: Optional[str] = None, shared_memory: Optional[bool] = None,
                  shared_memory_threshold: int = 256 << 10, native: Optional[bool] = None,
                  connections: int = 8, native_threshold: int = 1 << 20,
-                 spread_bytes: int = 32 << 20):
-        """`credentials`: grpc.ssl_channel_credentials(...) for TLS (and client certificates);
+                 spread_bytes: int = 32 << 20, tls_ca: _Pem = None, tls_cert: _Pem = None,
+                 tls_key: _Pem = None, tls_server_name: Optional[str] = None):
+        """TLS: `tls_ca`, the CA certificate that signed the server's (a PEM file's path, or
+        its bytes), turns it on; `tls_cert` and `tls_key` (the same way) for servers that
+        require client certificates; `tls_server_name` to check the server's certificate
+        against a name other than the target's host. Both transports take these.
+        `credentials`: grpc.ssl_channel_credentials(...) instead, for grpcio alone (the
+        native library cannot take grpcio's objects).
         `token`: a bearer token sent with every call.
 
         `shared_memory`: None (the default) uses shared-memory regions where the server is on
@@ -271,10 +297,26 @@ class Client:
         `native`: where bytes do cross the socket, requests of at least `native_threshold`
         bytes go through libtensorcompute_native (the C++ client library, see native.py) when
         it is found: from the arrays' memory, spread over `connections` connections when they
-        reach `spread_bytes`, outside the interpreter lock. None (the default) uses it when found (not with
-        `credentials`, which it cannot take); True requires it; False never uses it."""
+        reach `spread_bytes`, outside the interpreter lock. None (the default) uses it when
+        found (not with `credentials`), and warns once where it is not; True requires it;
+        False never uses it."""
         options = [("grpc.max_receive_message_length", max_message_bytes),
                    ("grpc.max_send_message_length", max_message_bytes)]
+        if credentials is not None and tls_ca is not None:
+            raise ValueError("pass either credentials= or tls_ca=, not both")
+        self._tls_files = None
+        if tls_ca is not None:
+            if (tls_cert is None) != (tls_key is None):
+                raise ValueError("tls_cert and tls_key come together")
+            pems = [_read_pem(p) for p in (tls_ca, tls_key, tls_cert)]
+            credentials = grpc.ssl_channel_credentials(*pems)
+            if tls_server_name:
+                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            # For the native library: paths, or the PEM text itself.
+            self._tls_files = [p if p is None or isinstance(p, str) else _read_pem(p).decode()
+                               for p in (tls_ca, tls_cert, tls_key)] + [tls_server_name]
+        elif tls_cert is not None or tls_key is not None or tls_server_name:
+            raise ValueError("tls_cert, tls_key and tls_server_name need tls_ca")
         self.channel = (grpc.secure_channel(target, credentials, options) if credentials
                         else grpc.insecure_channel(target, options))
         self.stub = pb_grpc.TensorServiceStub(self.channel)
@@ -298,7 +340,8 @@ class Client:
         self.native_threshold = native_threshold
         self.spread_bytes = spread_bytes
         self._token = token
-        self._tls = credentials is not None
+        # grpcio's credentials object, which the native library cannot take.
+        self._grpc_credentials_only = credentials is not None and self._tls_files is None
         self._native_state = None
         self._native_lock = threading.Lock()
 
@@ -341,18 +384,22 @@ class Client:
         with self._native_lock:
             if self._native_state is None:
                 why = None
-                if self._tls:
-                    why = "TLS credentials are grpcio objects the native library cannot take"
+                if self._grpc_credentials_only:
+                    why = ("credentials= is a grpcio object the native library cannot take "
+                           "(pass tls_ca=, tls_cert=, tls_key= instead)")
                 elif _native_mod.load() is None:
                     why = _native_mod.error()
                 if why is not None:
                     if self.native:
                         raise RuntimeError(f"no native transport: {why}")
                     self.native = False
+                    _warn_once(f"tensorcompute_client: no native transport ({why}); large "
+                               "tensors go through grpcio, tens of times slower")
                     return None
                 self._native_state = _native_mod.NativeClient(
                     self.target, self.timeout, self.max_message_bytes, self.chunk_bytes,
-                    self._token, self.connections, self.spread_bytes, self.session)
+                    self._token, self.connections, self.spread_bytes, self.session,
+                    self._tls_files)
             return self._native_state
 
     def native_available(self) -> bool:
