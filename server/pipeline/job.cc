@@ -86,9 +86,9 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
   return std::make_pair(std::move(v), *std::move(r));
 }
 
-absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
-    const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
-    absl::Time deadline, bool stage_inline, const std::string& session) {
+absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSpec& spec,
+                                                                  const std::string& owner,
+                                                                  const ServiceEnv& env) {
   const ServiceOptions& limits = env.options;
   std::unique_ptr<ComputeJob> job(new ComputeJob());
   const int n = static_cast<int>(spec.inputs.size());
@@ -218,6 +218,17 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     }
     job->output_region_ = *std::move(r);
   }
+  return job;
+}
+
+absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
+    const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
+    absl::Time deadline, bool stage_inline, const std::string& session) {
+  auto planned = PlanOnly(spec, owner, env);
+  if (!planned.ok()) return planned.status();
+  std::unique_ptr<ComputeJob> job = *std::move(planned);
+  const ServiceOptions& limits = env.options;
+  const int n = static_cast<int>(spec.inputs.size());
   if (job->device_ == nullptr) {
     if (job->keep_resident_) {
       // A kept output goes where this client keeps its tensors.

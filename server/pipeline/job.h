@@ -39,6 +39,12 @@ class ComputeJob {
   // input does.
   // Runs where its inputs on devices (resident tensors, GPU regions) mostly are, copying those
   // on other devices there; with none, on the least loaded device.
+  // What Prepare does before a device is chosen and admitted: the inputs found and checked,
+  // the request planned, the output's region checked; nothing allocated, copied or admitted.
+  // A plan_only request is answered from it (OutputView).
+  static absl::StatusOr<std::unique_ptr<ComputeJob>> PlanOnly(const ComputeSpec& spec,
+                                                              const std::string& owner,
+                                                              const ServiceEnv& env);
   static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
       const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
       absl::Time deadline, bool stage_inline = true, const std::string& session = std::string());

@@ -62,6 +62,9 @@ struct ComputeSpec {
   OutputOptions output;
   std::vector<InputSpec> inputs;
   bool keep_output_resident = false;
+  // Planned and answered with the output's metadata, not run (ComputeRequest.plan_only);
+  // kStreamed inputs are then described ones, whose bytes never come.
+  bool plan_only = false;
   int64_t resident_ttl_seconds = 0;
   // The caller's region the output goes into (empty: none), from this byte.
   std::string output_region;

@@ -115,6 +115,13 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     }
     owner = *std::move(id);
   }
+  if (spec->plan_only) {
+    call->received += spec->inline_bytes();
+    auto planned = ComputeJob::PlanOnly(*spec, owner, env);
+    if (planned.ok()) SetTensorMeta((*planned)->OutputView(), response->mutable_output());
+    call->Finish(planned.status());
+    return;
+  }
   // `spec` and `response` stay valid until Finish.
   auto work = [&env, ctx, spec, response, call, owner] {
     if (ctx->IsCancelled()) {

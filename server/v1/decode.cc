@@ -60,7 +60,7 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
       in.region_offset = t.region_offset();
       in.storage_bytes = t.storage_bytes();
     } else if (t.data().empty() && t.storage_bytes() > 0) {
-      if (!allow_streamed) {
+      if (!allow_streamed && !request.plan_only()) {
         return absl::InvalidArgumentError(absl::StrCat(
             in.what, ": storage_bytes is ", t.storage_bytes(),
             " but no data was sent; send large inputs in chunks with ComputeStream"));
@@ -87,6 +87,11 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
     if (!attrs.ok()) return attrs.status();
     spec.attrs = *std::move(attrs);
   }
+  if (request.plan_only() && allow_streamed) {
+    return absl::InvalidArgumentError(
+        "plan_only is answered by Compute: ComputeStream runs its request");
+  }
+  spec.plan_only = request.plan_only();
   spec.keep_output_resident = request.keep_output_resident();
   spec.resident_ttl_seconds = request.resident_ttl_seconds();
   spec.output_region = request.output_region();

@@ -178,6 +178,102 @@ TEST_F(ServerTest, OutputDtypeAndLayoutOptions) {
   EXPECT_NE(unsafe.status().message().find("unsafe cast"), absl::string_view::npos) << unsafe.status();
 }
 
+// plan_only: the output's metadata as running the request would give it, from inputs sent with
+// their data or described by their metadata alone; the same checks, nothing run or kept.
+TEST_F(ServerTest, PlanOnlyAnswersWithTheOutputsMetadata) {
+  auto described = [](v1::Tensor t) {
+    t.set_storage_bytes(static_cast<int64_t>(t.data().size()));
+    t.clear_data();
+    return t;
+  };
+  auto meta = [](const v1::Tensor& t) {
+    return std::make_tuple(t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()),
+                           std::vector<int64_t>(t.strides().begin(), t.strides().end()),
+                           // A reply with data spans storage_bytes of it.
+                           t.data().empty() ? t.storage_bytes()
+                                            : static_cast<int64_t>(t.data().size()),
+                           t.offset());
+  };
+  v1::Tensor ints;
+  ints.set_dtype(v1::int32);
+  ints.add_shape(2);
+  ints.add_shape(1);
+  const int32_t iv[2] = {7, -3};
+  ints.set_data(std::string(reinterpret_cast<const char*>(iv), sizeof(iv)));
+  v1::Tensor transposed = Floats({2, 3}, {1, 4, 2, 5, 3, 6});
+  transposed.add_strides(1);
+  transposed.add_strides(2);
+  std::vector<v1::ComputeRequest> requests(4);
+  requests[0].set_op("add");
+  *requests[0].add_inputs() = Floats({2, 1, 3}, {1, 2, 3, 4, 5, 6});
+  *requests[0].add_inputs() = ints;
+  requests[1].set_expression("a < b * 2");
+  *requests[1].add_inputs() = transposed;
+  *requests[1].add_inputs() = Floats({}, {3});
+  requests[2] = requests[1];
+  requests[2].set_output_layout(v1::OUTPUT_LAYOUT_LIKE_FIRST_INPUT);
+  requests[3].set_op("mul");
+  *requests[3].add_inputs() = transposed;
+  *requests[3].add_inputs() = ints;
+  requests[3].set_output_dtype(v1::float64);
+  requests[3].add_output_strides(8);
+  requests[3].add_output_strides(2);
+  for (size_t k = 0; k < requests.size(); ++k) {
+    SCOPED_TRACE(k);
+    auto ran = client_->Compute(requests[k]);
+    ASSERT_TRUE(ran.ok()) << ran.status();
+    v1::ComputeRequest plan = requests[k];
+    plan.set_plan_only(true);
+    auto planned = client_->Compute(plan);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    EXPECT_EQ(meta(*planned), meta(*ran));
+    EXPECT_TRUE(planned->data().empty());
+    for (v1::Tensor& t : *plan.mutable_inputs()) t = described(t);
+    planned = client_->Compute(plan);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    EXPECT_EQ(meta(*planned), meta(*ran));
+  }
+  // Nothing is kept: the reply has no handle.
+  v1::ComputeRequest kept = requests[0];
+  kept.set_plan_only(true);
+  kept.set_keep_output_resident(true);
+  auto planned = client_->Compute(kept);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_TRUE(planned->handle().empty());
+  // A resident input, by its handle alone.
+  auto up = client_->Upload(Floats({3}, {1, 2, 3}));
+  ASSERT_TRUE(up.ok()) << up.status();
+  v1::ComputeRequest on_resident;
+  on_resident.set_op("neg");
+  on_resident.set_plan_only(true);
+  on_resident.add_inputs()->set_handle(up->tensor().handle());
+  planned = client_->Compute(on_resident);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(std::vector<int64_t>(planned->shape().begin(), planned->shape().end()),
+            std::vector<int64_t>{3});
+  // The checks of a run: shapes that do not broadcast, a view past its storage, a handle that
+  // does not exist; and plan_only through ComputeStream.
+  v1::ComputeRequest bad = requests[0];
+  bad.set_plan_only(true);
+  *bad.mutable_inputs(1) = described(Floats({4}, {1, 2, 3, 4}));
+  EXPECT_EQ(client_->Compute(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = requests[0];
+  bad.set_plan_only(true);
+  *bad.mutable_inputs(0) = described(bad.inputs(0));
+  bad.mutable_inputs(0)->set_storage_bytes(20);
+  auto past = client_->Compute(bad);
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument) << past.status();
+  on_resident.mutable_inputs(0)->set_handle(std::string(32, 'f'));
+  EXPECT_EQ(client_->Compute(on_resident).status().code(), absl::StatusCode::kNotFound);
+  v1::ComputeRequest streamed = requests[0];
+  streamed.set_plan_only(true);
+  auto via_stream = client_->ComputeStreamed(streamed);
+  EXPECT_EQ(via_stream.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(via_stream.status().message().find("plan_only"), absl::string_view::npos)
+      << via_stream.status();
+  ExpectHealthy();
+}
+
 TEST_F(ServerTest, IntegerDivisionByZeroIsAnErrorNotACrash) {
   v1::ComputeRequest r;
   r.set_op("remainder");
