@@ -57,6 +57,36 @@ class ClientPackageTest(unittest.TestCase):
         x = rng.standard_normal((1000, 4)).astype(np.float32)
         np.testing.assert_array_equal(self.client.compute("add", x, b), x + b)
 
+    def test_plan_tells_what_compute_returns_without_bytes(self):
+        rng = np.random.default_rng()
+        x = rng.standard_normal((33, 17)).astype(np.float32)
+        i8 = rng.integers(-100, 100, (17,)).astype(np.int8)
+        h = rng.standard_normal((33, 1)).astype(np.float16)
+        cases = [
+            ("compute", ("add", x.T, i8[:, None])),
+            ("compute", ("mul", h, i8)),
+            ("compute", ("lt", x, h)),
+            ("compute", ("div", i8, i8[::-1])),
+            ("eval", ("a * 2 + b", h, np.float64(3.0))),
+            ("eval", ("where(a > 0, a, b)", x, i8)),
+        ]
+        for kind, (what, *inputs) in cases:
+            with self.subTest(kind=kind, what=what):
+                run = getattr(self.client, kind)(what, *inputs)
+                planned = getattr(self.client, "plan" if kind == "compute" else "plan_eval")(
+                    what, *inputs)
+                self.assertEqual(planned.dtype, run.dtype)
+                self.assertEqual(planned.shape, run.shape)
+                self.assertEqual(planned.storage_bytes, run.nbytes)
+        planned = self.client.plan("add", x, x, output_dtype="float64")
+        self.assertEqual((planned.dtype, planned.shape), (np.dtype(np.float64), x.shape))
+        r = self.client.upload(x)
+        self.assertEqual(self.client.plan_eval("u - 1", u=r).shape, x.shape)
+        self.client.release(r)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.client.plan("add", x, i8[:5])
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
     def test_dtypes_attributes_and_output_dtype(self):
         a = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
         np.testing.assert_array_equal(self.client.compute("add", a, a, alpha=3), a + 3 * a)

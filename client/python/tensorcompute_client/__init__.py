@@ -8,6 +8,6 @@ A non-contiguous array (a transpose, a slice with steps, negative steps, np.broa
 sent as the span of memory its elements occupy plus its strides and offset: it is never made
 contiguous first. Inputs too large for one message go through ComputeStream in chunks.
 """
-from .client import Client, Resident, from_tensor, to_tensor
+from .client import Client, OutputPlan, Resident, from_tensor, to_tensor
 
-__all__ = ["Client", "Resident", "from_tensor", "to_tensor"]
+__all__ = ["Client", "OutputPlan", "Resident", "from_tensor", "to_tensor"]

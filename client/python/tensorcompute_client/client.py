@@ -272,6 +272,16 @@ def _align(n: int, to: int = 64) -> int:
     return (n + to - 1) // to * to
 
 
+@dataclass(frozen=True)
+class OutputPlan:
+    """What a request would produce (Client.plan): its NumPy dtype ("bfloat16" for bfloat16),
+    shape, strides in elements, and the bytes its storage spans."""
+    dtype: object
+    shape: tuple
+    strides: tuple
+    storage_bytes: int
+
+
 class Client:
     def __init__(self, target: str, timeout: float = 60.0,
                  max_message_bytes: int = 256 << 20, chunk_bytes: int = 1 << 20,
@@ -567,6 +577,51 @@ class Client:
             what["input_names"] = list(named.keys())
             inputs = tuple(named.values())
         return self._run(what, inputs, output_dtype, keep_resident, as_torch, stream, out, {})
+
+    def plan(self, op: str, *inputs, output_dtype: Optional[str] = None,
+             **attributes) -> "OutputPlan":
+        """What compute(op, *inputs, ...) would return, asked of the server without running
+        it (ComputeRequest.plan_only): the output's dtype, shape, strides and bytes, by the
+        server's own promotion and broadcasting. Arrays are described by their metadata: no
+        tensor bytes travel."""
+        return self._plan({"op": op}, inputs, output_dtype, attributes)
+
+    def plan_eval(self, expression: str, *inputs, output_dtype: Optional[str] = None,
+                  **named) -> "OutputPlan":
+        """plan() for eval(expression, ...)."""
+        what = {"expression": expression}
+        if named:
+            if inputs:
+                raise ValueError("plan_eval takes its inputs positionally or by name, not both")
+            what["input_names"] = list(named.keys())
+            inputs = tuple(named.values())
+        return self._plan(what, inputs, output_dtype, {})
+
+    def _plan(self, what, inputs, output_dtype, attributes) -> "OutputPlan":
+        tensors = []
+        for x in inputs:
+            if isinstance(x, Resident):
+                tensors.append(pb.Tensor(handle=x.handle))
+            elif isinstance(x, pb.Tensor):
+                t = pb.Tensor()
+                t.CopyFrom(x)
+                if t.data:
+                    t.storage_bytes = len(t.data)
+                    t.ClearField("data")
+                tensors.append(t)
+            else:
+                sp = _span(x)
+                tensors.append(sp.meta(storage_bytes=sp.hi - sp.lo))
+        request = pb.ComputeRequest(**what, inputs=tensors, plan_only=True,
+                                    attributes={k: _attribute(v)
+                                                for k, v in attributes.items()})
+        if output_dtype is not None:
+            request.output_dtype = getattr(pb, output_dtype)
+        t = self.stub.Compute(request, timeout=self.timeout, metadata=self.metadata).output
+        return OutputPlan(dtype=("bfloat16" if t.dtype == pb.bfloat16
+                                 else _WIRE_TO_NUMPY[t.dtype]),
+                          shape=tuple(t.shape), strides=tuple(t.strides),
+                          storage_bytes=t.storage_bytes)
 
     def _run(self, what, inputs, output_dtype, keep_resident, as_torch, stream, out,
              attributes):
