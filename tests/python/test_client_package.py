@@ -2,6 +2,8 @@
 """The pip-installed Python client (client/python) against the real server, checked with
 NumPy and PyTorch. Run by run_client_package_test.sh from a fresh virtual environment."""
 import argparse
+import os
+import subprocess
 import sys
 import unittest
 
@@ -86,6 +88,79 @@ class ClientPackageTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as e:
             self.client.plan("add", x, i8[:5])
         self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_remote_arrays_build_one_expression(self):
+        rng = np.random.default_rng()
+        a = rng.standard_normal((257, 33)).astype(np.float32)
+        w = rng.standard_normal(33).astype(np.float32)
+        calls = []
+        real_eval, real_plan = self.client.eval, self.client.plan_eval
+
+        def counting_eval(*args, **kwargs):
+            calls.append(("eval", args[0]))
+            return real_eval(*args, **kwargs)
+
+        def counting_plan(*args, **kwargs):
+            calls.append(("plan", args[0]))
+            return real_plan(*args, **kwargs)
+
+        self.client.eval, self.client.plan_eval = counting_eval, counting_plan
+        try:
+            x = self.client.array(a)
+            y = np.sqrt(np.abs(x * w + 1.5)) - x
+            self.assertEqual(calls, [])  # Nothing sent while building.
+            self.assertEqual((y.dtype, y.shape), (np.dtype(np.float32), a.shape))
+            self.assertEqual([c[0] for c in calls], ["plan"])
+            got = np.asarray(y)
+            self.assertEqual(calls[1], ("eval", "sub(sqrt(abs(add(mul(x0, x1), 1.5))), x0)"))
+            np.testing.assert_allclose(got, np.sqrt(np.abs(a * w + np.float32(1.5))) - a,
+                                       rtol=1e-6)
+            self.assertIs(np.asarray(y), got)  # Computed once.
+            self.assertEqual(len(calls), 2)
+        finally:
+            del self.client.eval, self.client.plan_eval
+        # NumPy's functions, casts, comparisons, integer inputs with weak literals.
+        i8 = rng.integers(-100, 100, (257, 1)).astype(np.int8)
+        xi = self.client.array(i8)
+        cases = {
+            "where": (np.where(x > 0, x, 0.0), np.where(a > 0, a, np.float32(0))),
+            "clip": (np.clip(x, -1, 1), np.clip(a, np.float32(-1), np.float32(1))),
+            "astype": ((x > 0).astype(np.int32), (a > 0).astype(np.int32)),
+            "maximum int8": (np.maximum(xi, -3) * 2, np.maximum(i8, np.int8(-3)) * np.int8(2)),
+            "int8 and a float": (xi + 1.5, (i8 + np.float32(1.5)).astype(np.float32)),
+            "broadcast": (x * xi, a * i8.astype(np.float32)),
+        }
+        for name, (remote, expect) in cases.items():
+            with self.subTest(name):
+                self.assertEqual((remote.dtype, remote.shape), (expect.dtype, expect.shape))
+                np.testing.assert_allclose(remote.numpy(), expect, rtol=1e-6)
+        # Kept on the server, then read there by the next expression.
+        z = (x * 2).persist()
+        np.testing.assert_allclose(np.asarray(z + 1), a * 2 + 1, rtol=1e-6)
+        self.assertEqual(z.shape, a.shape)
+        # More inputs than one request takes: operands go first, kept on the server.
+        parts = [rng.standard_normal(100).astype(np.float32) for _ in range(20)]
+        total = self.client.array(parts[0])
+        for p in parts[1:]:
+            total = total + self.client.array(p)
+        expect = parts[0].copy()
+        for p in parts[1:]:
+            expect = expect + p
+        np.testing.assert_allclose(np.asarray(total), expect, rtol=1e-5)
+        self.assertIn("[", repr(total))
+        with self.assertRaises(TypeError):
+            np.add.reduce(x)  # Reductions are not element-wise: refused.
+
+    def test_the_readme_remote_array_example_prints_what_it_shows(self):
+        readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+        start = readme.index("Remote arrays let NumPy-shaped code")
+        code = readme[readme.index("```python\n", start) + 10:]
+        code, rest = code.split("```\n", 1)
+        shown = rest[rest.index("```text\n") + 8:].split("```", 1)[0]
+        code = code.replace("127.0.0.1:50051", self.target)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout
+        self.assertEqual(out, shown)
 
     def test_dtypes_attributes_and_output_dtype(self):
         a = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)

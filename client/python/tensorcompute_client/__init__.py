@@ -9,5 +9,6 @@ sent as the span of memory its elements occupy plus its strides and offset: it i
 contiguous first. Inputs too large for one message go through ComputeStream in chunks.
 """
 from .client import Client, OutputPlan, Resident, from_tensor, to_tensor
+from .lazy import RemoteArray
 
-__all__ = ["Client", "OutputPlan", "Resident", "from_tensor", "to_tensor"]
+__all__ = ["Client", "OutputPlan", "RemoteArray", "Resident", "from_tensor", "to_tensor"]

@@ -578,6 +578,16 @@ class Client:
             inputs = tuple(named.values())
         return self._run(what, inputs, output_dtype, keep_resident, as_torch, stream, out, {})
 
+    def array(self, x, resident: bool = False) -> "RemoteArray":
+        """A remote array over `x` (a NumPy array, or a Resident): NumPy's operators and
+        element-wise functions on it build one expression, which runs on the server as one
+        request when its value is needed (see lazy.py). resident=True uploads `x` now, so
+        that every expression over it reads it there."""
+        from .lazy import RemoteArray
+        if isinstance(x, Resident):
+            return RemoteArray(self, leaf=x)
+        return RemoteArray(self, leaf=self.upload(x) if resident else np.asarray(x))
+
     def plan(self, op: str, *inputs, output_dtype: Optional[str] = None,
              **attributes) -> "OutputPlan":
         """What compute(op, *inputs, ...) would return, asked of the server without running
