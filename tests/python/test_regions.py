@@ -104,6 +104,17 @@ class RegionTest(unittest.TestCase):
         return pb.Tensor(dtype=dtype, shape=shape, region=region.id, region_offset=at,
                          storage_bytes=n if storage_bytes is None else storage_bytes, **kw)
 
+    def test_scratch_output_is_sized_by_the_servers_plan(self):
+        # The output is larger than any array input: a resident input broadcasts it, and the
+        # expression widens it to float64. The client asks the server how large it will be.
+        x = self.rng.standard_normal((1, 100_003)).astype(np.float32)
+        r = self.alice.upload(self.rng.standard_normal((5, 1)).astype(np.float32))
+        col = self.alice.download(r)
+        got = self.alice.eval("cast(a, float64) * b", x, r)
+        np.testing.assert_array_equal(got, x.astype(np.float64) * col.astype(np.float64))
+        self.assertEqual(got.dtype, np.float64)
+        self.alice.release(r)
+
     def test_bounds_and_alignment_are_checked(self):
         r = self.alice.region(4096)
         r.array((1024,), np.float32)[:] = 1

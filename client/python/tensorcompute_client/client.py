@@ -8,7 +8,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import grpc
 import numpy as np
@@ -17,6 +17,9 @@ from . import native as _native_mod
 from . import shm
 from .v1 import tensor_service_pb2 as pb
 from .v1 import tensor_service_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from .lazy import RemoteArray  # noqa: F401
 
 _NUMPY_TO_WIRE = {
     np.dtype(np.bool_): pb.bool, np.dtype(np.uint8): pb.uint8, np.dtype(np.int8): pb.int8,
@@ -28,8 +31,6 @@ _WIRE_TO_NUMPY = {v: k for k, v in _NUMPY_TO_WIRE.items()}
 # bfloat16 travels as its 16 bits; NumPy has no such type, so it arrives as uint16 bits (or
 # as a torch.bfloat16 tensor with as_torch=True).
 _WIRE_TO_NUMPY[pb.bfloat16] = np.dtype(np.uint16)
-_DTYPE_NAMES = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
-                "float64"}
 
 
 def _torch():
@@ -282,6 +283,12 @@ class OutputPlan:
     storage_bytes: int
 
 
+def _output_plan_of(t: pb.Tensor) -> OutputPlan:
+    return OutputPlan(dtype="bfloat16" if t.dtype == pb.bfloat16 else _WIRE_TO_NUMPY[t.dtype],
+                      shape=tuple(t.shape), strides=tuple(t.strides),
+                      storage_bytes=t.storage_bytes)
+
+
 class Client:
     def __init__(self, target: str, timeout: float = 60.0,
                  max_message_bytes: int = 256 << 20, chunk_bytes: int = 1 << 20,
@@ -354,6 +361,8 @@ class Client:
         self._grpc_credentials_only = credentials is not None and self._tls_files is None
         self._native_state = None
         self._native_lock = threading.Lock()
+        self._plans = {}
+        self._plan_lock = threading.Lock()
 
     def close(self):
         if self._native_state is not None:
@@ -457,8 +466,7 @@ class Client:
             state.scratch.region = r
         return r
 
-    def _region_inputs(self, inputs, output_dtype, attributes, out, keep_resident,
-                       widest_output=4):
+    def _region_inputs(self, what, inputs, output_dtype, attrs, out, keep_resident):
         """Region references for the inputs (copied into scratch where they are not in a
         region already), and where the output goes: (tensors, output_region, offset,
         scratch_output) or None when regions do not apply."""
@@ -486,13 +494,10 @@ class Client:
                     need += _align(s.array.nbytes)
         out_at = None
         if out is None:
-            # Room for the output: the broadcast shape at the widest element it can have.
-            shape = np.broadcast_shapes(*[s.array.shape for s in arrays])
-            widest = max([widest_output] + [s.array.itemsize for s in arrays] +
-                         [np.dtype(v).itemsize for v in [output_dtype, attributes.get("dtype")]
-                          if isinstance(v, str) and v in _DTYPE_NAMES])
+            # Room for the output, as the server says it will be.
             out_at = need
-            need += _align(max(1, int(np.prod(shape, dtype=np.int64)) * widest))
+            planned = self._output_plan(what, spans, attrs, output_dtype)
+            need += _align(max(1, planned.storage_bytes))
         scratch = self._scratch(state, need) if need else None
         at = 0
         tensors = []
@@ -607,6 +612,43 @@ class Client:
             inputs = tuple(named.values())
         return self._plan(what, inputs, output_dtype, {})
 
+    def _output_plan(self, what, inputs, attrs, output_dtype) -> "OutputPlan":
+        """What a request over `inputs` (arrays' spans, Residents or wire tensors) returns,
+        asked of the server once per kind of request (op or expression, attributes, output
+        dtype, and the inputs' dtypes and shapes) and kept (the last 256 kinds)."""
+        described = []
+        key = [tuple(sorted((k, v) for k, v in what.items() if k != "input_names")),
+               tuple(what.get("input_names", ())),
+               tuple(sorted((k, v.SerializeToString()) for k, v in attrs.items())),
+               output_dtype]
+        for x in inputs:
+            if isinstance(x, Resident):
+                t = pb.Tensor(handle=x.handle)
+            elif isinstance(x, pb.Tensor):
+                t = pb.Tensor()
+                t.CopyFrom(x)
+                t.storage_bytes = len(t.data) if t.data else t.storage_bytes
+                for f in ("data", "region", "region_offset"):
+                    t.ClearField(f)
+            else:
+                t = x.meta(storage_bytes=x.hi - x.lo)
+            described.append(t)
+            key.append((t.handle, t.dtype, tuple(t.shape)))
+        key = tuple(key)
+        with self._plan_lock:
+            found = self._plans.get(key)
+        if found is not None:
+            return found
+        request = pb.ComputeRequest(**what, inputs=described, attributes=attrs, plan_only=True)
+        if output_dtype is not None:
+            request.output_dtype = getattr(pb, output_dtype)
+        found = _output_plan_of(self._compute_metadata(request))
+        with self._plan_lock:
+            if len(self._plans) >= 256:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[key] = found
+        return found
+
     def _plan(self, what, inputs, output_dtype, attributes) -> "OutputPlan":
         tensors = []
         for x in inputs:
@@ -627,11 +669,8 @@ class Client:
                                                 for k, v in attributes.items()})
         if output_dtype is not None:
             request.output_dtype = getattr(pb, output_dtype)
-        t = self.stub.Compute(request, timeout=self.timeout, metadata=self.metadata).output
-        return OutputPlan(dtype=("bfloat16" if t.dtype == pb.bfloat16
-                                 else _WIRE_TO_NUMPY[t.dtype]),
-                          shape=tuple(t.shape), strides=tuple(t.strides),
-                          storage_bytes=t.storage_bytes)
+        return _output_plan_of(self.stub.Compute(request, timeout=self.timeout,
+                                                 metadata=self.metadata).output)
 
     def _run(self, what, inputs, output_dtype, keep_resident, as_torch, stream, out,
              attributes):
@@ -642,9 +681,7 @@ class Client:
             return self._compute_cuda(what, inputs, attrs, attributes, output_dtype, out)
         placed = None
         if stream is not True:
-            # An expression may cast to any dtype: room for the widest.
-            placed = self._region_inputs(inputs, output_dtype, attributes, out, keep_resident,
-                                         8 if "expression" in what else 4)
+            placed = self._region_inputs(what, inputs, output_dtype, attrs, out, keep_resident)
         if placed is not None:
             tensors, region, offset, scratch = placed
             request = pb.ComputeRequest(**what, inputs=tensors, attributes=attrs,
@@ -757,14 +794,8 @@ class Client:
             else:
                 tensors.append(self._input(x))
         if out is None:
-            shapes = [tuple(x.shape) for x in inputs if hasattr(x, "shape")]
-            sizes = [x.element_size() if _is_cuda(x) else np.asarray(x).itemsize
-                     for x in inputs if hasattr(x, "shape")]
-            widest = max([4] + sizes + [np.dtype(v).itemsize
-                                        for v in [output_dtype, attributes.get("dtype")]
-                                        if isinstance(v, str) and v in _DTYPE_NAMES])
-            numel = int(np.prod(np.broadcast_shapes(*shapes), dtype=np.int64))
-            buf = torch.empty(max(1, numel * widest), dtype=torch.uint8, device=device)
+            planned = self._output_plan(what, tensors, attrs, output_dtype)
+            buf = torch.empty(max(1, planned.storage_bytes), dtype=torch.uint8, device=device)
         else:
             if not out.is_contiguous():
                 raise ValueError("out= must be a contiguous torch.cuda tensor")
