@@ -1,7 +1,7 @@
 // Every op the engine serves, once. The catalog and each backend expand these lists, so an op
 // is added by writing its functor (with its Spec() in it), one line here, and its row in
 // tests/support/reference.cc; tests/kernels/catalog_test.cc fails while the spec accepts a
-// dtype the functor has no kernel for, the reference row is missing, or README's op table
+// dtype the functor has no kernel for, the reference row is missing, or the op table of docs/semantics.md
 // does not name it. The
 // groups let backends compile their kernels in several translation units at once.
 #pragma once

@@ -1,6 +1,6 @@
 // What adding an op must keep in step, checked rather than left to discipline: a kernel for
 // every dtype the spec accepts (the arity is the functor's, stated once), a row in the
-// independent reference with that arity, and the README's op table and count naming exactly
+// independent reference with that arity, and the op table of docs/semantics.md and the README's count naming exactly
 // the catalog's ops.
 #include <fstream>
 #include <random>
@@ -59,10 +59,10 @@ TEST(Catalog, EveryOpHasAReferenceRow) {
   }
 }
 
-// The op names in the README's table: every `name` in the second column, where `a`/`b`
+// The op names in docs/semantics.md's table: every `name` in the second column, where `a`/`b`
 // continues the name before it (`bitwise_and`/`or` is bitwise_and and bitwise_or) and
 // parentheses hold attributes, not ops.
-std::set<std::string> ReadmeOps(const std::string& table) {
+std::set<std::string> TableOps(const std::string& table) {
   std::set<std::string> ops;
   for (absl::string_view line : absl::StrSplit(table, '\n')) {
     std::vector<std::string> cells = absl::StrSplit(line, '|');
@@ -93,24 +93,28 @@ std::set<std::string> ReadmeOps(const std::string& table) {
   return ops;
 }
 
-TEST(Catalog, ReadmeListsEveryOp) {
-  std::ifstream f(TC_SOURCE_DIR "/README.md");
-  ASSERT_TRUE(f) << "cannot read README.md";
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
   std::stringstream ss;
   ss << f.rdbuf();
-  const std::string readme = ss.str();
-  const size_t at = readme.find("## Ops and their semantics");
-  ASSERT_NE(at, std::string::npos);
-  const size_t table = readme.find("| group | ops |", at);
+  return ss.str();
+}
+
+TEST(Catalog, DocsListEveryOp) {
+  const std::string semantics = ReadFile(TC_SOURCE_DIR "/docs/semantics.md");
+  const std::string readme = ReadFile(TC_SOURCE_DIR "/README.md");
+  ASSERT_FALSE(semantics.empty()) << "cannot read docs/semantics.md";
+  ASSERT_FALSE(readme.empty()) << "cannot read README.md";
+  const size_t table = semantics.find("| group | ops |");
   ASSERT_NE(table, std::string::npos);
-  const size_t table_end = readme.find("\n\n", table);
-  const std::set<std::string> listed = ReadmeOps(readme.substr(table, table_end - table));
+  const size_t table_end = semantics.find("\n\n", table);
+  const std::set<std::string> listed = TableOps(semantics.substr(table, table_end - table));
   const std::set<std::string> catalog = CatalogNames();
   std::vector<std::string> missing, extra;
   for (const std::string& n : catalog) if (!listed.count(n)) missing.push_back(n);
   for (const std::string& n : listed) if (!catalog.count(n)) extra.push_back(n);
-  EXPECT_TRUE(missing.empty()) << "README's op table lacks: " << absl::StrJoin(missing, ", ");
-  EXPECT_TRUE(extra.empty()) << "README's op table names ops the catalog lacks: "
+  EXPECT_TRUE(missing.empty()) << "docs/semantics.md's op table lacks: " << absl::StrJoin(missing, ", ");
+  EXPECT_TRUE(extra.empty()) << "docs/semantics.md's op table names ops the catalog lacks: "
                              << absl::StrJoin(extra, ", ");
   const std::string count = "It has " + std::to_string(catalog.size()) + " element-wise ops";
   EXPECT_NE(readme.find(count), std::string::npos) << "README should say: " << count;

@@ -151,8 +151,9 @@ class ClientPackageTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             np.add.reduce(x)  # Reductions are not element-wise: refused.
 
-    def test_the_readme_remote_array_example_prints_what_it_shows(self):
-        readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    def test_the_documented_remote_array_example_prints_what_it_shows(self):
+        readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs",
+                                   "clients.md")).read()
         start = readme.index("Remote arrays let NumPy-shaped code")
         code = readme[readme.index("```python\n", start) + 10:]
         code, rest = code.split("```\n", 1)

@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GHZ_DIR = os.path.join(REPO, "deploy", "ghz")
 V1 = "tensorcompute.v1.TensorService"
 V2 = "inference.GRPCInferenceService"
-# Every request file and the service and method the README runs it against.
+# Every request file and the service and method docs/operations.md runs it against.
 FILES = {"add.json": (V1, "Compute"), "compute_stream.json": (V1, "ComputeStream"),
          "expression.json": (V1, "Compute"), "model_infer.json": (V2, "ModelInfer"),
          "model_stream_infer.json": (V2, "ModelStreamInfer")}

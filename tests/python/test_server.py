@@ -135,7 +135,7 @@ class ServerTest(unittest.TestCase):
             self.assert_serving()
 
     def test_ghz_request_file(self):
-        """The JSON that the README hands to ghz and grpcurl is a valid request."""
+        """The JSON that docs/operations.md hands to ghz and grpcurl is a valid request."""
         from google.protobuf import json_format
         with open(os.path.join(REPO, "deploy/ghz/add.json")) as f:
             req = json_format.Parse(f.read(), pb.ComputeRequest())

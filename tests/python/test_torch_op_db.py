@@ -11,7 +11,7 @@ values within torch.testing.assert_close's tolerances for the dtype (NaN equal t
 Where PyTorch's result differs from the same op evaluated in float64 and rounded once, ours
 may equal the latter instead (counted apart: PyTorch's CPU kernels have a few such cases). A
 sample may also be refused, or differ, but only for a reason listed in EXPECTED_REFUSALS or
-EXPECTED_DIFFERENCES (each one a documented difference: README, "Semantics"); samples whose arguments have no form in the
+EXPECTED_DIFFERENCES (each one a documented difference: docs/semantics.md); samples whose arguments have no form in the
 protocol (a Python number where a tensor goes, keyword arguments the op does not have) are
 counted as skipped. Anything else fails the test: a wrong value, a wrong dtype, or a refusal
 of something PyTorch computes.
@@ -39,7 +39,7 @@ from torch_wire import DTYPES, from_pb
 
 ARGS = None
 
-# Refusals that are documented differences (README, "Semantics"), by the op and a piece of the
+# Refusals that are documented differences (docs/semantics.md), by the op and a piece of the
 # server's message.
 EXPECTED_REFUSALS = [
     # `div` has no rounding modes: floor_divide and the truncating casts do that.
@@ -119,7 +119,7 @@ def request_for(name, sample, attrs_known):
         bounds = [kwargs.get("min"), kwargs.get("max")]
         if any(isinstance(v, torch.Tensor) for v in bounds):
             # The tensor form takes both bounds; one alone is maximum (min) or minimum (max),
-            # the ops PyTorch's clamp_min/clamp_max run (README, "Semantics").
+            # the ops PyTorch's clamp_min/clamp_max run (docs/semantics.md).
             kwargs = {k: v for k, v in kwargs.items() if k not in ("min", "max")}
             if all(isinstance(v, torch.Tensor) for v in bounds):
                 inputs += bounds
