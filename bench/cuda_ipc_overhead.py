@@ -11,10 +11,10 @@ TENSORCOMPUTE_NATIVE_LIB)."""
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
+
+from python_bench import start_server
 
 
 def main():
@@ -27,20 +27,9 @@ def main():
     import tensorcompute_client as tcc
     from tensorcompute_client.v1 import tensor_service_pb2 as pb
 
-    port_file = os.path.join(tempfile.mkdtemp(prefix="tc-ipc-"), "port")
-    # Its own session and no pipe of ours: it cannot hold this script's output open.
-    proc = subprocess.Popen([args.server_binary, "--address=127.0.0.1", "--port=0",
-                             f"--port_file={port_file}", "--metrics_port=-1", "--backend=cuda"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    # Quiet: the server cannot hold this script's output open.
+    proc, target = start_server(args.server_binary, "cuda", [], quiet=True)
     try:
-        deadline = time.time() + 60
-        while not os.path.exists(port_file):
-            if proc.poll() is not None or time.time() > deadline:
-                raise SystemExit("server did not start")
-            time.sleep(0.05)
-        with open(port_file) as f:
-            target = f"127.0.0.1:{int(f.read())}"
         c = tcc.Client(target, native=True)
         state = c._shm()
         native = c._native()

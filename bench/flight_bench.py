@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+from python_bench import start_server, wait_port
+
 
 def serve_flight(port_file):
     import pyarrow as pa
@@ -71,16 +73,6 @@ def serve_flight(port_file):
         f.write(str(server.port))
     os.rename(port_file + ".tmp", port_file)
     server.serve()
-
-
-def wait_port(proc, port_file, what):
-    deadline = time.time() + 60
-    while not os.path.exists(port_file):
-        if proc.poll() is not None or time.time() > deadline:
-            raise SystemExit(f"{what} did not start")
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return int(f.read())
 
 
 def median_time(fn, reps):
@@ -218,13 +210,9 @@ def main():
         if args.server_binary:
             import tensorcompute_client as tcc
             from tensorcompute_client import native as native_mod
-            tc_port_file = os.path.join(tempfile.mkdtemp(prefix="tc-flight-"), "port")
-            server = subprocess.Popen([args.server_binary, "--address=127.0.0.1", "--port=0",
-                                       f"--port_file={tc_port_file}", "--metrics_port=-1",
-                                       f"--backend={args.backend}",
-                                       "--max_message_bytes=1073741824"])
+            server, target = start_server(args.server_binary, args.backend,
+                                          ["--max_message_bytes=1073741824"])
             procs.append(server)
-            target = f"127.0.0.1:{wait_port(server, tc_port_file, 'tensorcompute-server')}"
             lib = native_mod.load()
             modes = [("native library", True, c) for c in (1, args.streams)] if lib else []
             modes.append(("grpcio", False, 1))

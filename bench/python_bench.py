@@ -28,17 +28,26 @@ import time
 import numpy as np
 
 
-def start_server(binary, backend, extra):
-    port_file = os.path.join(tempfile.mkdtemp(prefix="tc-bench-"), "port")
-    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0", f"--port_file={port_file}",
-                             "--metrics_port=-1", f"--backend={backend}", *extra])
+def wait_port(proc, port_file, what="the server"):
+    """The port `proc` wrote to `port_file` once it serves (the other benchmarks use it too)."""
     deadline = time.time() + 60
     while not os.path.exists(port_file):
         if proc.poll() is not None or time.time() > deadline:
-            raise SystemExit("server did not start")
+            raise SystemExit(f"{what} did not start")
         time.sleep(0.05)
     with open(port_file) as f:
-        return proc, f"127.0.0.1:{int(f.read())}"
+        return int(f.read())
+
+
+def start_server(binary, backend, extra, quiet=False):
+    """(process, "127.0.0.1:PORT"). quiet: the server's output goes nowhere and it runs in a
+    session of its own (stop it with os.killpg), so it cannot hold the caller's pipes open."""
+    port_file = os.path.join(tempfile.mkdtemp(prefix="tc-bench-"), "port")
+    more = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True) if quiet else {}
+    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0", f"--port_file={port_file}",
+                             "--metrics_port=-1", f"--backend={backend}", *extra], **more)
+    return proc, f"127.0.0.1:{wait_port(proc, port_file)}"
 
 
 def timed(fn, reps):
