@@ -650,27 +650,9 @@ class Client:
         return found
 
     def _plan(self, what, inputs, output_dtype, attributes) -> "OutputPlan":
-        tensors = []
-        for x in inputs:
-            if isinstance(x, Resident):
-                tensors.append(pb.Tensor(handle=x.handle))
-            elif isinstance(x, pb.Tensor):
-                t = pb.Tensor()
-                t.CopyFrom(x)
-                if t.data:
-                    t.storage_bytes = len(t.data)
-                    t.ClearField("data")
-                tensors.append(t)
-            else:
-                sp = _span(x)
-                tensors.append(sp.meta(storage_bytes=sp.hi - sp.lo))
-        request = pb.ComputeRequest(**what, inputs=tensors, plan_only=True,
-                                    attributes={k: _attribute(v)
-                                                for k, v in attributes.items()})
-        if output_dtype is not None:
-            request.output_dtype = getattr(pb, output_dtype)
-        return _output_plan_of(self.stub.Compute(request, timeout=self.timeout,
-                                                 metadata=self.metadata).output)
+        spans = [x if isinstance(x, (Resident, pb.Tensor)) else _span(x) for x in inputs]
+        return self._output_plan(what, spans, {k: _attribute(v) for k, v in attributes.items()},
+                                 output_dtype)
 
     def _run(self, what, inputs, output_dtype, keep_resident, as_torch, stream, out,
              attributes):
