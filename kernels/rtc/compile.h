@@ -23,7 +23,8 @@ struct Compiled {
 };
 
 // Compiles `source` for compute capability `arch` (90 for sm_90). A source that does not
-// compile is the generator's fault: INTERNAL, with NVRTC's log.
+// compile is the generator's fault: INTERNAL, with NVRTC's log. FAILED_PRECONDITION where
+// NVRTC cannot be loaded (it is opened at run time, not linked).
 absl::StatusOr<Compiled> CompileToCubin(const std::string& source, int arch);
 
 // Everything besides the source and the architecture that decides what CompileToCubin makes:
