@@ -87,7 +87,11 @@ class ComposeAndDockerfileTest(unittest.TestCase):
             s = services[name]
             self.assertIn("healthcheck", s)
             self.assertEqual(s["restart"], "unless-stopped")
-            self.assertIn(9450, [p["target"] for p in s["ports"]])
+            # Published on 127.0.0.1 unless TENSORCOMPUTE_PUBLISH_ADDRESS says otherwise
+            # (docker-compose writes such ports as "127.0.0.1:9450:9450/tcp").
+            ports = [p.split("/")[0].split(":") for p in s["ports"]]
+            self.assertIn("9450", [p[-1] for p in ports])
+            self.assertEqual({p[0] for p in ports}, {"127.0.0.1"})
         with open(os.path.join(REPO, "deploy", "prometheus", "prometheus.yml")) as f:
             targets = yaml.safe_load(f)["scrape_configs"][0]["static_configs"][0]["targets"]
         self.assertIn("tensorcompute:9450", targets)
