@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/chunked_call.h"
+#include "client/replicas.h"
 #include "google/protobuf/field_mask.pb.h"
 #include "google/protobuf/util/field_mask_util.h"
 #include "proto/chunk_wire.h"
@@ -50,6 +51,11 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
+  // A retried call's request is kept for its next try: as large as a unary Compute gets
+  // (larger ones are spread or streamed, and not retried).
+  args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE,
+              static_cast<int>(std::min<int64_t>(options_.spread_bytes + (1 << 20),
+                                                 options_.max_message_bytes)));
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!options_.tls_ca_file.empty()) {
     grpc::SslCredentialsOptions ssl;
@@ -72,9 +78,30 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
     }
   }
   target_ = target;
+  if (auto replicas = ResolveReplicas(target); !replicas.ok()) {
+    setup_error_.Update(replicas.status());
+  } else {
+    replicas_ = replicas->addresses;
+    if (!replicas->balanced.empty()) {
+      target_ = replicas_[std::uniform_int_distribution<size_t>(0, replicas_.size() - 1)(random)];
+      if (!options_.home.empty()) {
+        if (std::find(replicas_.begin(), replicas_.end(), options_.home) == replicas_.end()) {
+          setup_error_.Update(absl::InvalidArgumentError(
+              absl::StrCat("home ", options_.home, " is not one of the target's replicas")));
+        }
+        target_ = options_.home;
+      }
+      grpc::ChannelArguments balanced = args;
+      balanced.SetServiceConfigJSON(ServiceConfig(options_.retry_attempts, true));
+      balanced_ = grpc::CreateCustomChannel(replicas->balanced, creds, balanced);
+      balanced_stub_ = v1::TensorService::NewStub(balanced_);
+    }
+  }
   creds_ = creds;
   args_ = args;
-  channel_ = grpc::CreateCustomChannel(target, creds, args);
+  grpc::ChannelArguments home = args;
+  home.SetServiceConfigJSON(ServiceConfig(options_.retry_attempts, false));
+  channel_ = grpc::CreateCustomChannel(target_, creds, home);
   stub_ = v1::TensorService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
   generic_ = std::make_unique<grpc::GenericStub>(channel_);
@@ -113,12 +140,29 @@ absl::StatusOr<std::string> Client::Health(const std::string& service) {
   return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
 }
 
+namespace {
+
+// Keeps nothing on a server and uses nothing kept there: any replica may run it, again.
+bool Stateless(const v1::ComputeRequest& request) {
+  if (request.keep_output_resident() || !request.output_region().empty()) return false;
+  for (const v1::Tensor& t : request.inputs()) {
+    if (!t.handle().empty() || !t.region().empty()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+v1::TensorService::Stub* Client::StubFor(const v1::ComputeRequest& request) const {
+  return balanced_stub_ != nullptr && Stateless(request) ? balanced_stub_.get() : stub_.get();
+}
+
 absl::StatusOr<v1::ListOpsResponse> Client::ListOps() {
   if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::ListOpsResponse resp;
-  if (grpc::Status s = stub_->ListOps(&ctx, v1::ListOpsRequest(), &resp); !s.ok()) {
+  if (grpc::Status s = (balanced_stub_ ? balanced_stub_ : stub_)->ListOps(&ctx, v1::ListOpsRequest(), &resp); !s.ok()) {
     return FromGrpc(s);
   }
   return resp;
@@ -184,10 +228,25 @@ absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
     }
     unary = &assembled;
   }
-  grpc::ClientContext ctx;
-  SetDeadline(ctx);
   v1::ComputeResponse resp;
-  if (grpc::Status s = stub_->Compute(&ctx, *unary, &resp); !s.ok()) return FromGrpc(s);
+  v1::TensorService::Stub* stub = StubFor(*unary);
+  // A stateless call is sent again where gRPC's own retry could not (a balancer in front
+  // passed the server's answer on as headers first, which commits the call): a server that
+  // refuses it while it drains (UNAVAILABLE) or cancels it in its last second (CANCELLED,
+  // which this client never asks for) has not answered it.
+  const bool stateless = Stateless(*unary);
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    grpc::Status s = stub->Compute(&ctx, *unary, &resp);
+    if (s.ok()) break;
+    if (!stateless || attempt >= options_.retry_attempts ||
+        (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+         s.error_code() != grpc::StatusCode::CANCELLED)) {
+      return FromGrpc(s);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 20 << (attempt - 1))));
+  }
   v1::Tensor* out = resp.mutable_output();
   if (allocate && !out->data().empty()) {
     std::byte* dst = allocate(static_cast<int64_t>(out->data().size()));

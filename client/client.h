@@ -46,6 +46,17 @@ struct ClientOptions {
   int64_t spread_bytes = int64_t{32} << 20;
   // Chunk size of streamed data.
   int64_t chunk_bytes = int64_t{1} << 20;
+  // Unary Computes, ListOps and Health are tried up to `retry_attempts` times in all on
+  // UNAVAILABLE (a draining server, a lost connection, a balancer's 502; client/replicas.h).
+  // Several replicas (a target that lists them or a DNS name with several addresses):
+  // stateless unary Computes (inline inputs, the output returned) and ListOps are spread
+  // over the replicas per call, each retry on another. Everything that keeps state on a
+  // server (uploads, resident tensors, streams, transfers spread over connections, regions,
+  // ServerInfo, Health) goes to one replica, this client's home, picked at random.
+  int retry_attempts = 4;
+  // The home replica, as replicas() writes it (a Python client and its native transport
+  // share one); empty: one at random.
+  std::string home;
 };
 
 class Client;
@@ -146,6 +157,9 @@ class Client {
   absl::StatusOr<std::unique_ptr<SharedRegion>> CreateRegion(int64_t bytes,
                                                              const std::string& name = "");
   ~Client();
+  // The replicas the target names (one channel target each) and the one stateful calls go to.
+  const std::vector<std::string>& replicas() const { return replicas_; }
+  const std::string& home() const { return target_; }
 
  private:
   friend class SharedRegion;
@@ -177,6 +191,8 @@ class Client {
 
   // The deadline and the token.
   void SetDeadline(grpc::ClientContext& ctx) const;
+  // The balanced stub for a request that keeps nothing on a server; the home replica's else.
+  v1::TensorService::Stub* StubFor(const v1::ComputeRequest& request) const;
   absl::Status setup_error_;
 
   ClientOptions options_;
@@ -191,6 +207,10 @@ class Client {
   std::vector<std::unique_ptr<grpc::GenericStub>> lanes_;
   std::unique_ptr<v1::TensorService::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  std::vector<std::string> replicas_;
+  // Over every replica (round_robin, retries); null where the target names one.
+  std::shared_ptr<grpc::Channel> balanced_;
+  std::unique_ptr<v1::TensorService::Stub> balanced_stub_;
 };
 
 // grpc::Status -> absl::Status (the codes are the same numbers).

@@ -65,14 +65,16 @@ extern "C" {
 // A client of `target`. Strings may be null or empty; numbers <= 0 keep the defaults. The TLS
 // ones are PEM files' paths or the PEM text itself (ClientOptions).
 // `session`: the session id to send (so that a client using this and another transport is one
-// session to the server); empty: a random one.
-tcn_client* tcn_open(const char* target, const char* token, const char* tls_ca_file,
-                     const char* tls_cert_file, const char* tls_key_file,
-                     const char* tls_server_name, double timeout_seconds,
-                     int64_t max_message_bytes, int connections, int64_t spread_bytes,
-                     int64_t chunk_bytes, const char* session) {
+// session to the server); empty: a random one. `home`: where `target` names several replicas,
+// the one stateful calls go to (ClientOptions::home); empty: one at random.
+tcn_client* tcn_connect(const char* target, const char* token, const char* tls_ca_file,
+                        const char* tls_cert_file, const char* tls_key_file,
+                        const char* tls_server_name, double timeout_seconds,
+                        int64_t max_message_bytes, int connections, int64_t spread_bytes,
+                        int64_t chunk_bytes, const char* session, const char* home) {
   tc::client::ClientOptions o;
   auto str = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
+  o.home = str(home);
   o.token = str(token);
   o.session = str(session);
   o.tls_ca_file = str(tls_ca_file);
@@ -89,6 +91,17 @@ tcn_client* tcn_open(const char* target, const char* token, const char* tls_ca_f
   auto* c = new tcn_client;
   c->client = std::make_unique<tc::client::Client>(str(target), o);
   return c;
+}
+
+// tcn_connect without a home replica (one at random where the target names several).
+tcn_client* tcn_open(const char* target, const char* token, const char* tls_ca_file,
+                     const char* tls_cert_file, const char* tls_key_file,
+                     const char* tls_server_name, double timeout_seconds,
+                     int64_t max_message_bytes, int connections, int64_t spread_bytes,
+                     int64_t chunk_bytes, const char* session) {
+  return tcn_connect(target, token, tls_ca_file, tls_cert_file, tls_key_file, tls_server_name,
+                     timeout_seconds, max_message_bytes, connections, spread_bytes, chunk_bytes,
+                     session, nullptr);
 }
 
 void tcn_close(tcn_client* c) { delete c; }

@@ -5,6 +5,7 @@ import os
 import secrets
 import sys
 import threading
+import time
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import grpc
 import numpy as np
 
 from . import native as _native_mod
+from . import replicas as _replicas
 from . import shm
 from .v1 import tensor_service_pb2 as pb
 from .v1 import tensor_service_pb2_grpc as pb_grpc
@@ -297,7 +299,8 @@ class Client:
                  shared_memory_threshold: int = 256 << 10, native: Optional[bool] = None,
                  connections: int = 8, native_threshold: int = 1 << 20,
                  spread_bytes: int = 32 << 20, tls_ca: _Pem = None, tls_cert: _Pem = None,
-                 tls_key: _Pem = None, tls_server_name: Optional[str] = None):
+                 tls_key: _Pem = None, tls_server_name: Optional[str] = None,
+                 retry_attempts: int = 4):
         """TLS: `tls_ca`, the CA certificate that signed the server's (a PEM file's path, or
         its bytes), turns it on; `tls_cert` and `tls_key` (the same way) for servers that
         require client certificates; `tls_server_name` to check the server's certificate
@@ -316,7 +319,14 @@ class Client:
         it is found: from the arrays' memory, spread over `connections` connections when they
         reach `spread_bytes`, outside the interpreter lock. None (the default) uses it when
         found (not with `credentials`), and warns once where it is not; True requires it;
-        False never uses it."""
+        False never uses it.
+        Several replicas: `target` may list them ("host:port,host:port") or name them through
+        DNS ("dns:///name:port"). Stateless computes (inputs sent inline, the output returned)
+        and list_ops are then spread over the replicas per call, each retry on another;
+        everything that keeps state on a server (resident tensors, uploads, streams,
+        regions, server_info) goes to one replica, `home`, picked at random. Unary computes
+        and list_ops are tried up to `retry_attempts` times in all on UNAVAILABLE (a
+        draining server, a lost connection, a balancer's 502), one server or several."""
         options = [("grpc.max_receive_message_length", max_message_bytes),
                    ("grpc.max_send_message_length", max_message_bytes)]
         if credentials is not None and tls_ca is not None:
@@ -334,10 +344,28 @@ class Client:
                                for p in (tls_ca, tls_cert, tls_key)] + [tls_server_name]
         elif tls_cert is not None or tls_key is not None or tls_server_name:
             raise ValueError("tls_cert, tls_key and tls_server_name need tls_ca")
-        self.channel = (grpc.secure_channel(target, credentials, options) if credentials
-                        else grpc.insecure_channel(target, options))
+        self.replicas, balanced = _replicas.resolve(target)
+        self.home = (self.replicas[secrets.randbelow(len(self.replicas))] if balanced
+                     else target)
+
+        def channel(t, opts):
+            return (grpc.secure_channel(t, credentials, opts) if credentials
+                    else grpc.insecure_channel(t, opts))
+        # A retried call's request is kept for its next try.
+        options += [("grpc.enable_retries", 1),
+                    ("grpc.per_rpc_retry_buffer_size", min(spread_bytes + (1 << 20),
+                                                           max_message_bytes))]
+        self.channel = channel(self.home, options + [
+            ("grpc.service_config", _replicas.service_config(retry_attempts, False))])
         self.stub = pb_grpc.TensorServiceStub(self.channel)
+        self._balanced_channel = None
+        self._balanced_stub = self.stub
+        if balanced:
+            self._balanced_channel = channel(balanced, options + [
+                ("grpc.service_config", _replicas.service_config(retry_attempts, True))])
+            self._balanced_stub = pb_grpc.TensorServiceStub(self._balanced_channel)
         self.target = target
+        self.retry_attempts = retry_attempts
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
         self.chunk_bytes = chunk_bytes
@@ -371,6 +399,8 @@ class Client:
         if self._shm_state is not None:
             self._shm_state.close()
         self.channel.close()
+        if self._balanced_channel is not None:
+            self._balanced_channel.close()
 
     # Shared memory ----------------------------------------------------------------------
 
@@ -381,7 +411,7 @@ class Client:
             if self._shm_state is None and self._shm_error is None:
                 if self.shared_memory is False:
                     self._shm_error = "shared memory is off for this client (shared_memory=False)"
-                elif self.shared_memory is None and not shm.is_local_target(self.target):
+                elif self.shared_memory is None and not shm.is_local_target(self.home):
                     self._shm_error = f"{self.target} is not on this host"
                 else:
                     address = self.server_info().region_socket
@@ -418,7 +448,7 @@ class Client:
                 self._native_state = _native_mod.NativeClient(
                     self.target, self.timeout, self.max_message_bytes, self.chunk_bytes,
                     self._token, self.connections, self.spread_bytes, self.session,
-                    self._tls_files)
+                    self._tls_files, home=self.home if self._balanced_channel else None)
             return self._native_state
 
     def native_available(self) -> bool:
@@ -541,8 +571,29 @@ class Client:
 
     def list_ops_response(self) -> pb.ListOpsResponse:
         """The catalog, and the grammar of expressions (expression_grammar)."""
-        return self.stub.ListOps(pb.ListOpsRequest(), timeout=self.timeout,
-                                 metadata=self.metadata)
+        return self._balanced_stub.ListOps(pb.ListOpsRequest(), timeout=self.timeout,
+                                           metadata=self.metadata)
+
+    def _unary_compute(self, request: pb.ComputeRequest) -> pb.Tensor:
+        """One unary Compute. A stateless one (it keeps nothing on a server and uses nothing
+        kept there) goes over the balanced channel, and is sent again where gRPC's own retry
+        could not (a balancer in front passed the server's answer on as headers first, which
+        commits the call): a server that refuses it while draining (UNAVAILABLE) or cancels it
+        in its last second (CANCELLED, which this client never asks for) has not answered it."""
+        stateless = not (request.keep_output_resident or request.output_region
+                         or any(t.handle or t.region for t in request.inputs))
+        stub = self._balanced_stub if stateless else self.stub
+        attempt = 1
+        while True:
+            try:
+                return stub.Compute(request, timeout=self.timeout, metadata=self.metadata).output
+            except grpc.RpcError as e:
+                if (not stateless or attempt >= self.retry_attempts or
+                        e.code() not in (grpc.StatusCode.UNAVAILABLE,
+                                         grpc.StatusCode.CANCELLED)):
+                    raise
+            time.sleep(min(0.5, 0.02 * 2 ** (attempt - 1)))
+            attempt += 1
 
     def _input(self, x) -> pb.Tensor:
         if isinstance(x, Resident):
@@ -700,7 +751,7 @@ class Client:
         if stream:
             out = self._compute_stream(request)
         else:
-            out = self.stub.Compute(request, timeout=self.timeout, metadata=self.metadata).output
+            out = self._unary_compute(request)
         if keep_resident:
             return Resident(out)
         return from_tensor(out, as_torch=as_torch)

@@ -86,9 +86,13 @@ def load():
                 errors.append(f"{path}: {e}")
                 continue
             c = ctypes
-            lib.tcn_open.restype = c.c_void_p
-            lib.tcn_open.argtypes = [c.c_char_p] * 6 + [c.c_double, c.c_int64, c.c_int,
-                                                        c.c_int64, c.c_int64, c.c_char_p]
+            if not hasattr(lib, "tcn_connect"):
+                errors.append(f"{path}: older than this package (no tcn_connect)")
+                continue
+            lib.tcn_connect.restype = c.c_void_p
+            lib.tcn_connect.argtypes = [c.c_char_p] * 6 + [c.c_double, c.c_int64, c.c_int,
+                                                           c.c_int64, c.c_int64, c.c_char_p,
+                                                           c.c_char_p]
             lib.tcn_close.argtypes = [c.c_void_p]
             lib.tcn_compute.restype = c.c_void_p
             lib.tcn_compute.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t,
@@ -139,18 +143,20 @@ class NativeError(grpc.RpcError):
 class NativeClient:
     def __init__(self, target: str, timeout: float, max_message_bytes: int, chunk_bytes: int,
                  token: Optional[str], connections: int, spread_bytes: int,
-                 session: Optional[str] = None, tls: Optional[Sequence[str]] = None):
+                 session: Optional[str] = None, tls: Optional[Sequence[str]] = None,
+                 home: Optional[str] = None):
         self._lib = load()
         if self._lib is None:
             raise RuntimeError(f"no native library: {error()}")
         enc = lambda s: s.encode() if s else None  # noqa: E731
         # tls: CA, certificate, key (paths or PEM text) and the name to check, or None.
         ca, cert, key, name = tls if tls is not None else (None,) * 4
-        self._handle = self._lib.tcn_open(enc(target), enc(token), enc(ca), enc(cert), enc(key),
-                                          enc(name),
-                                          float(timeout), int(max_message_bytes),
-                                          int(connections), int(spread_bytes), int(chunk_bytes),
-                                          enc(session))
+        # home: where the target names several replicas, the one stateful calls go to.
+        self._handle = self._lib.tcn_connect(enc(target), enc(token), enc(ca), enc(cert),
+                                             enc(key), enc(name),
+                                             float(timeout), int(max_message_bytes),
+                                             int(connections), int(spread_bytes),
+                                             int(chunk_bytes), enc(session), enc(home))
         self._finalizer = weakref.finalize(self, self._lib.tcn_close, self._handle)
 
     def close(self):
