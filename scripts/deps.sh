@@ -8,7 +8,7 @@ pkgs=(
   libgtest-dev libgmock-dev libcivetweb-dev libgoogle-perftools-dev
   python3-grpcio python3-protobuf python3-numpy python3-numexpr python3-torch
   python3-prometheus-client
-  python3-venv python3-setuptools python3-yaml docker-compose openssl
+  python3-venv python3-setuptools python3-yaml docker-compose openssl nginx-light
 )
 # Node.js for the Node client's test, from Debian unless a node is installed already.
 command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
