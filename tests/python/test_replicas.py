@@ -183,12 +183,15 @@ class ReplicasTest(unittest.TestCase):
             c.close()
         stopped = {targets[0], targets[1]}
         lost_stateful = {h: codes for h, codes in tally.stateful_errors.items()}
+        home_index = [targets.index(h.home) if h.home in targets else h.home for h in homes]
         print(f"{name}: {tally.ok} stateless calls in {seconds:.1f} s by {THREADS - STATEFUL} "
               f"threads ({before} before the first stop), {tally.wrong} wrong, errors "
               f"{tally.errors or 'none'}; stateful: {tally.stateful_ok} calls, threads that "
               f"lost their replica's tensor: "
               f"{sum(len(v) for v in lost_stateful.values())} "
-              f"({', '.join(sorted(set(c for v in lost_stateful.values() for c in v))) or '-'})",
+              f"({', '.join(sorted(set(c for v in lost_stateful.values() for c in v))) or '-'}); "
+              f"homes: replica {sorted(home_index)} (0 drained, 1 killed), lost on "
+              f"{sorted(targets.index(h) if h in targets else h for h in lost_stateful)}",
               flush=True)
         self.assertEqual(tally.wrong, 0)
         self.assertEqual(tally.errors, {}, f"stateless calls were lost: {tally.details}")
