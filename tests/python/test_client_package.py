@@ -59,6 +59,20 @@ class ClientPackageTest(unittest.TestCase):
         x = rng.standard_normal((1000, 4)).astype(np.float32)
         np.testing.assert_array_equal(self.client.compute("add", x, b), x + b)
 
+    def test_arrays_at_unaligned_addresses(self):
+        # Arrays inside a foreign buffer at an odd byte (as pickle or Dask hand them over).
+        rng = np.random.default_rng()
+        for dtype in (np.float32, np.float64, np.int16):
+            x = rng.standard_normal(1001).astype(dtype)
+            for skew in (1, 3):
+                buf = bytes(skew) + x.tobytes()
+                v = np.frombuffer(buf, dtype=dtype, offset=skew)
+                self.assertNotEqual(v.__array_interface__["data"][0] % v.itemsize, 0)
+                with self.subTest(dtype=np.dtype(dtype).name, skew=skew):
+                    np.testing.assert_array_equal(self.client.compute("mul", v, v), x * x)
+                    np.testing.assert_array_equal(self.client.compute("neg", v[::-2]),
+                                                  -x[::-2])
+
     def test_plan_tells_what_compute_returns_without_bytes(self):
         rng = np.random.default_rng()
         x = rng.standard_normal((33, 17)).astype(np.float32)

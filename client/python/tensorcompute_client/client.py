@@ -93,9 +93,9 @@ def _span(x) -> _Span:
     ptr = a.__array_interface__["data"][0]
     lo = ptr + sum(min(0, (n - 1) * s) for n, s in zip(a.shape, a.strides))
     hi = ptr + sum(max(0, (n - 1) * s) for n, s in zip(a.shape, a.strides)) + item
-    if lo % item:
-        # Misaligned storage: widen the span down to an element boundary of the address.
-        lo -= lo % item
+    # lo need not be aligned to the element size (an array inside a foreign buffer, such as
+    # one Dask or pickle received): the bytes are what is sent, and the server copies a blob
+    # it cannot read in place.
     return _Span(a, wire, lo, hi)
 
 
