@@ -7,7 +7,7 @@ pkgs=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto libabsl-dev
   libgtest-dev libgmock-dev libcivetweb-dev libgoogle-perftools-dev
   python3-grpcio python3-protobuf python3-numpy python3-numexpr python3-torch
-  python3-prometheus-client
+  python3-prometheus-client python3-dask python3-distributed
   python3-venv python3-setuptools python3-yaml docker-compose openssl nginx-light
 )
 # Node.js for the Node client's test, from Debian unless a node is installed already.
