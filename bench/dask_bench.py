@@ -11,26 +11,11 @@ import argparse
 import json
 import os
 import signal
-import subprocess
-import tempfile
 import time
 
 import numpy as np
 
-
-def start_server(binary, flags):
-    d = tempfile.mkdtemp(prefix="tc-bench-")
-    port_file = os.path.join(d, "port")
-    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0", f"--port_file={port_file}",
-                             "--metrics_port=0", *flags], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 60
-    while not os.path.exists(port_file):
-        if proc.poll() is not None or time.time() > deadline:
-            raise RuntimeError("server did not start")
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return proc, f"127.0.0.1:{int(f.read())}"
+from python_bench import start_server
 
 
 def main():
@@ -68,10 +53,9 @@ def main():
             if n > 0:
                 devices = [d for d in args.devices.split(",") if d]
                 for i in range(n):
-                    flags = [f"--backend={args.backend}"]
-                    if devices:
-                        flags.append(f"--devices={devices[i % len(devices)]}")
-                    servers.append(start_server(args.server_binary, flags))
+                    flags = [f"--devices={devices[i % len(devices)]}"] if devices else []
+                    servers.append(start_server(args.server_binary, args.backend, flags,
+                                                quiet=True))
                 y = on_servers(Pool([t for _, t in servers]), chain)
                 assert y is not chain
                 name = f"{n} server{'s' if n > 1 else ''} ({args.backend})"

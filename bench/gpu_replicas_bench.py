@@ -15,28 +15,11 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import subprocess
-import tempfile
 import time
 
 import numpy as np
 
-
-def start_server(binary, flags, env=None):
-    d = tempfile.mkdtemp(prefix="tc-bench-")
-    port_file = os.path.join(d, "port")
-    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0", f"--port_file={port_file}",
-                             "--metrics_port=0", *flags], stdout=subprocess.DEVNULL,
-                            stderr=open(os.path.join(d, "stderr"), "w"), start_new_session=True,
-                            env=env)
-    deadline = time.time() + 120
-    while not os.path.exists(port_file):
-        if proc.poll() is not None or time.time() > deadline:
-            with open(os.path.join(d, "stderr")) as f:
-                raise RuntimeError("server did not start: " + f.read()[-2000:])
-        time.sleep(0.05)
-    with open(port_file) as f:
-        return proc, f"127.0.0.1:{int(f.read())}"
+from python_bench import start_server
 
 
 def client_loop(target, kind, elements, seconds, start_at, out):
@@ -88,9 +71,8 @@ def main():
     args = p.parse_args()
     large = (args.mib << 20) // 4
     setups = {
-        "one server, both GPUs": [["--backend=cuda", "--devices=all"]],
-        "two servers, one GPU each": [["--backend=cuda", "--devices=0"],
-                                      ["--backend=cuda", "--devices=1"]],
+        "one server, both GPUs": [["--devices=all"]],
+        "two servers, one GPU each": [["--devices=0"], ["--devices=1"]],
     }
     rows = []
     print(f"# {args.procs} client processes (Python client, native transport), "
@@ -100,7 +82,7 @@ def main():
     print(f"| setup | small adds, calls/s | {args.mib} MiB adds, GB/s | clients per home |")
     print("|---|---:|---:|---|")
     for name, flag_sets in setups.items():
-        servers = [start_server(args.server_binary, f) for f in flag_sets]
+        servers = [start_server(args.server_binary, "cuda", f, quiet=True) for f in flag_sets]
         try:
             target = ",".join(t for _, t in servers)
             small, _ = run(target, "small", 1024, args.procs, args.seconds)

@@ -39,14 +39,16 @@ def wait_port(proc, port_file, what="the server"):
         return int(f.read())
 
 
-def start_server(binary, backend, extra, quiet=False):
+def start_server(binary, backend, extra, quiet=False, metrics=False, env=None):
     """(process, "127.0.0.1:PORT"). quiet: the server's output goes nowhere and it runs in a
-    session of its own (stop it with os.killpg), so it cannot hold the caller's pipes open."""
+    session of its own (stop it with os.killpg), so it cannot hold the caller's pipes open.
+    metrics: /metrics on a port of its own (ServerInfo.metrics_port)."""
     port_file = os.path.join(tempfile.mkdtemp(prefix="tc-bench-"), "port")
     more = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True) if quiet else {}
     proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0", f"--port_file={port_file}",
-                             "--metrics_port=-1", f"--backend={backend}", *extra], **more)
+                             f"--metrics_port={0 if metrics else -1}", f"--backend={backend}",
+                             *extra], env=env, **more)
     return proc, f"127.0.0.1:{wait_port(proc, port_file)}"
 
 

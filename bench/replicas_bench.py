@@ -27,6 +27,8 @@ import urllib.request
 import grpc
 import numpy as np
 
+from python_bench import start_server
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
@@ -35,22 +37,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def start_server(binary, backend, extra):
-    d = tempfile.mkdtemp(prefix="tc-bench-")
-    port_file = os.path.join(d, "port")
-    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0", f"--port_file={port_file}",
-                             "--metrics_port=0", f"--backend={backend}", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 30
-    while not os.path.exists(port_file):
-        if proc.poll() is not None or time.time() > deadline:
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
-    with open(port_file) as f:
-        return proc, f"127.0.0.1:{int(f.read())}"
 
 
 def metrics_port(target, pb, pb_grpc):
@@ -150,7 +136,8 @@ def main():
     print("|---:|---|---:|---:|---:|---:|---:|")
     rows = []
     for n in [int(x) for x in args.replicas.split(",")]:
-        servers = [start_server(args.server_binary, args.backend, extra) for _ in range(n)]
+        servers = [start_server(args.server_binary, args.backend, extra, quiet=True, metrics=True)
+                   for _ in range(n)]
         try:
             targets = [t for _, t in servers]
             ports = [metrics_port(t, pb, pb_grpc) for t in targets]
