@@ -99,6 +99,36 @@ class RegionTest(unittest.TestCase):
             pb.ListRegionsRequest(), metadata=self.alice.metadata).regions]
         self.assertIn("scratch", names)
 
+    def test_many_threads_at_once_each_with_its_scratch(self):
+        # 32 threads of one client, each making its scratch region at the same moment (as
+        # Dask's threads do): the client keeps under the server's limit of unclaimed tickets.
+        import threading
+        import time
+        c = tcc.Client(self.target, token=ALICE)
+        self.addCleanup(c.close)
+        # Each claim a little late, so that the 32 registrations surely overlap.
+        state = c._shm()
+        register = state.register
+        state.register = lambda fd: (register(fd), time.sleep(0.05))[0]
+        start = threading.Barrier(32)
+        errors = []
+
+        def run(seed):
+            rng = np.random.default_rng(seed)
+            a = rng.standard_normal(300_000).astype(np.float32)
+            start.wait()
+            try:
+                np.testing.assert_array_equal(c.compute("add", a, a), a + a)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(errors, [])
+
     def tensor_in(self, region, dtype, shape, at=0, storage_bytes=None, **kw):
         n = int(np.prod(shape)) * np.dtype(np.float32).itemsize
         return pb.Tensor(dtype=dtype, shape=shape, region=region.id, region_offset=at,

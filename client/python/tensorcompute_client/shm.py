@@ -33,14 +33,16 @@ class Region:
         if nbytes <= 0:
             raise ValueError("a region needs at least one byte")
         fd = os.memfd_create(name or "tensorcompute", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            os.ftruncate(fd, nbytes)
-            self._mmap = mmap.mmap(fd, nbytes)
-            ticket = client._shm().register(fd)
-        finally:
-            os.close(fd)
-        info = client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=ticket, name=name),
-                                          timeout=client.timeout, metadata=client.metadata)
+        state = client._shm()
+        with state.claims:
+            try:
+                os.ftruncate(fd, nbytes)
+                self._mmap = mmap.mmap(fd, nbytes)
+                ticket = state.register(fd)
+            finally:
+                os.close(fd)
+            info = client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=ticket, name=name),
+                                              timeout=client.timeout, metadata=client.metadata)
         self._client = client
         self.id = info.region
         self.nbytes = nbytes
@@ -149,9 +151,12 @@ class DeviceRegion:
     computes on it in place. Registered once per allocation (see Client for the cache)."""
 
     def __init__(self, client, base: int, nbytes: int, handle: bytes, uuid: str):
-        ticket = client._shm().register_cuda(uuid, handle)
-        info = client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=ticket, name="cuda"),
-                                          timeout=client.timeout, metadata=client.metadata)
+        state = client._shm()
+        with state.claims:
+            ticket = state.register_cuda(uuid, handle)
+            info = client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=ticket,
+                                                                       name="cuda"),
+                                              timeout=client.timeout, metadata=client.metadata)
         self._client = client
         self.id = info.region
         self.base = base
@@ -170,6 +175,9 @@ class Shm:
         self.address = address
         self.sock = self._connect()
         self.lock = threading.Lock()
+        # The server holds at most 16 tickets not yet claimed per connection: threads that
+        # register regions at once (a thread's scratch, Dask's threads) keep under that.
+        self.claims = threading.BoundedSemaphore(8)
         self.regions = {}
         # GPU allocations shared so far, by start address and by the driver's buffer id.
         self.device_regions = {}
