@@ -153,16 +153,13 @@ bool Stateless(const v1::ComputeRequest& request) {
 
 }  // namespace
 
-v1::TensorService::Stub* Client::StubFor(const v1::ComputeRequest& request) const {
-  return balanced_stub_ != nullptr && Stateless(request) ? balanced_stub_.get() : stub_.get();
-}
-
 absl::StatusOr<v1::ListOpsResponse> Client::ListOps() {
   if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   v1::ListOpsResponse resp;
-  if (grpc::Status s = (balanced_stub_ ? balanced_stub_ : stub_)->ListOps(&ctx, v1::ListOpsRequest(), &resp); !s.ok()) {
+  v1::TensorService::Stub* stub = balanced_stub_ ? balanced_stub_.get() : stub_.get();
+  if (grpc::Status s = stub->ListOps(&ctx, v1::ListOpsRequest(), &resp); !s.ok()) {
     return FromGrpc(s);
   }
   return resp;
@@ -229,12 +226,14 @@ absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
     unary = &assembled;
   }
   v1::ComputeResponse resp;
-  v1::TensorService::Stub* stub = StubFor(*unary);
-  // A stateless call is sent again where gRPC's own retry could not (a balancer in front
-  // passed the server's answer on as headers first, which commits the call): a server that
-  // refuses it while it drains (UNAVAILABLE) or cancels it in its last second (CANCELLED,
-  // which this client never asks for) has not answered it.
+  // A stateless call goes over the balanced channel where there is one, and is sent again
+  // where gRPC's own retry could not (a balancer in front passed the server's answer on as
+  // headers first, which commits the call): a server that refuses it while it drains
+  // (UNAVAILABLE) or cancels it in its last second (CANCELLED, which this client never asks
+  // for) has not answered it.
   const bool stateless = Stateless(*unary);
+  v1::TensorService::Stub* stub =
+      balanced_stub_ != nullptr && stateless ? balanced_stub_.get() : stub_.get();
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
     SetDeadline(ctx);

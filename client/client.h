@@ -191,8 +191,6 @@ class Client {
 
   // The deadline and the token.
   void SetDeadline(grpc::ClientContext& ctx) const;
-  // The balanced stub for a request that keeps nothing on a server; the home replica's else.
-  v1::TensorService::Stub* StubFor(const v1::ComputeRequest& request) const;
   absl::Status setup_error_;
 
   ClientOptions options_;
