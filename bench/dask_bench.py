@@ -10,12 +10,11 @@ held whole, so it may be larger than memory.
 import argparse
 import json
 import os
-import signal
 import time
 
 import numpy as np
 
-from python_bench import start_server
+from python_bench import start_server, stop_servers
 
 
 def main():
@@ -75,10 +74,7 @@ def main():
             print(f"| {name} | {best:.2f} | {gib / best:.2f} | {total:.6g} |", flush=True)
             rows_out.append({"by": name, "seconds": best, "gib_per_s": gib / best, "sum": total})
         finally:
-            for proc, _ in servers:
-                proc.send_signal(signal.SIGTERM)
-            for proc, _ in servers:
-                proc.wait(60)
+            stop_servers(servers)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gib": gib, "chunk_mib": args.chunk_mib, "cores": os.cpu_count(),

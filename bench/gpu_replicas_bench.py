@@ -14,12 +14,11 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import signal
 import time
 
 import numpy as np
 
-from python_bench import start_server
+from python_bench import start_server, stop_servers
 
 
 def client_loop(target, kind, elements, seconds, start_at, out):
@@ -92,10 +91,7 @@ def main():
             rows.append({"setup": name, "small_calls_per_s": small, "large_gb_per_s": gbs,
                          "large_calls_per_s": big, "large_clients_per_home": homes})
         finally:
-            for proc, _ in servers:
-                proc.send_signal(signal.SIGTERM)
-            for proc, _ in servers:
-                proc.wait(60)
+            stop_servers(servers)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"procs": args.procs, "seconds": args.seconds, "mib": args.mib,

@@ -19,6 +19,7 @@ given, and prints a Markdown table (and --json). Every result is checked against
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,6 +51,14 @@ def start_server(binary, backend, extra, quiet=False, metrics=False, env=None):
                              f"--metrics_port={0 if metrics else -1}", f"--backend={backend}",
                              *extra], env=env, **more)
     return proc, f"127.0.0.1:{wait_port(proc, port_file)}"
+
+
+def stop_servers(servers, timeout=60):
+    """SIGTERM to every (process, target) of `servers` at once, then waits for each."""
+    for proc, _ in servers:
+        proc.send_signal(signal.SIGTERM)
+    for proc, _ in servers:
+        proc.wait(timeout)
 
 
 def timed(fn, reps):

@@ -15,11 +15,9 @@ import json
 import os
 import platform
 import re
-import shutil
-import signal
-import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -27,16 +25,14 @@ import urllib.request
 import grpc
 import numpy as np
 
-from python_bench import start_server
+from python_bench import start_server, stop_servers
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "deploy", "nginx"))
+import balancer  # noqa: E402  deploy/nginx/balancer.py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def metrics_port(target, pb, pb_grpc):
@@ -53,32 +49,6 @@ def compute_counts(port):
         if m.group(1).endswith("Compute"):
             out[m.group(2)] = out.get(m.group(2), 0) + int(m.group(3))
     return out
-
-
-def start_nginx(nginx, replicas):
-    with open(os.path.join(REPO, "deploy", "nginx", "tensorcompute.conf")) as f:
-        conf = f.read()
-    upstream = "".join(f"        server {r} max_fails=1 fail_timeout=5s;\n" for r in replicas)
-    conf, n = re.subn(r"((?:\s*server 127\.0\.0\.1:5006\d .*\n)+)", "\n" + upstream, conf, count=1)
-    assert n == 1
-    port = free_port()
-    conf = conf.replace("listen 127.0.0.1:50050", f"listen 127.0.0.1:{port}")
-    prefix = tempfile.mkdtemp(prefix="tc-nginx-")
-    os.chmod(prefix, 0o755)
-    path = os.path.join(prefix, "nginx.conf")
-    with open(path, "w") as f:
-        f.write(conf)
-    proc = subprocess.Popen([nginx, "-p", prefix, "-c", path], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"127.0.0.1:{port}", prefix
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("nginx did not start")
 
 
 def h2load(target, body_file, calls, connections, streams):
@@ -105,7 +75,7 @@ def main():
     p.add_argument("--connections", type=int, default=16)
     p.add_argument("--streams", type=int, default=8, help="concurrent calls per connection")
     p.add_argument("--elements", type=int, default=1024)
-    p.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx")
+    p.add_argument("--nginx", default=balancer.find_nginx())
     p.add_argument("--json", default="")
     args = p.parse_args()
     # The client package's stubs (pip install client/python).
@@ -146,13 +116,13 @@ def main():
                 out = pb_grpc.TensorServiceStub(ch).Compute(req, timeout=10).output
             assert np.array_equal(np.frombuffer(out.data, np.float32), a + b)
             ways = [("direct", None)]
-            if os.path.exists(args.nginx):
+            if args.nginx is not None:
                 ways.append(("nginx", "nginx"))
             for way, _ in ways:
                 before = [compute_counts(port) for port in ports]
                 nginx = None
                 if way == "nginx":
-                    nginx, front, prefix = start_nginx(args.nginx, targets)
+                    nginx, front, prefix = balancer.start(args.nginx, targets)
                     runs = [h2load(front, body.name, args.calls, args.connections, args.streams)]
                 else:
                     share = [args.connections // n + (1 if i < args.connections % n else 0)
@@ -163,9 +133,7 @@ def main():
                 outs = [r.communicate()[0] for r in runs]
                 seconds = time.monotonic() - start
                 if nginx is not None:
-                    nginx.send_signal(signal.SIGQUIT)
-                    nginx.wait(10)
-                    shutil.rmtree(prefix, True)
+                    balancer.stop(nginx, prefix)
                 done = [parse_h2load(o) for o in outs]
                 calls = sum(d[0] for d in done)
                 failed = sum(d[1] for d in done)
@@ -186,10 +154,7 @@ def main():
                 if failed or not_ok:
                     raise SystemExit(f"calls failed: h2load {failed}, servers {codes}")
         finally:
-            for proc, _ in servers:
-                proc.send_signal(signal.SIGTERM)
-            for proc, _ in servers:
-                proc.wait(30)
+            stop_servers(servers)
     os.unlink(body.name)
     if args.json:
         with open(args.json, "w") as f:

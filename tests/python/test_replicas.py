@@ -11,13 +11,8 @@ resident tensor on their home replica, and only those whose home was stopped may
 """
 import argparse
 import os
-import re
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -28,50 +23,15 @@ import numpy as np
 import tensorcompute_client as tcc
 from harness import start_server
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "deploy", "nginx"))
+import balancer  # noqa: E402  deploy/nginx/balancer.py
+
 ARGS = None
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 THREADS = 64
 STATEFUL = 8      # of THREADS, each with a resident tensor on its home replica
 CLIENTS = 16      # Client objects the stateless threads share (a channel each)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_nginx(replicas):
-    """nginx from deploy/nginx/tensorcompute.conf, its upstreams and port rewritten; (process,
-    target, prefix directory)."""
-    with open(os.path.join(REPO, "deploy", "nginx", "tensorcompute.conf")) as f:
-        conf = f.read()
-    upstream = "".join(f"        server {r} max_fails=1 fail_timeout=5s;\n" for r in replicas)
-    conf, n = re.subn(r"(upstream tensorcompute \{\n(?:.*\n)*?)((?:\s*server .*\n)+)",
-                      lambda m: m.group(1).rstrip(" ") + upstream.lstrip("\n"), conf, count=1)
-    assert n == 1, "no upstream block in the nginx file"
-    port = free_port()
-    conf = conf.replace("listen 127.0.0.1:50050", f"listen 127.0.0.1:{port}")
-    prefix = tempfile.mkdtemp(prefix="tc-nginx-")
-    os.chmod(prefix, 0o755)  # nginx's workers (nobody, under root) keep their buffers there
-    path = os.path.join(prefix, "nginx.conf")
-    with open(path, "w") as f:
-        f.write(conf)
-    with open(os.path.join(prefix, "stderr"), "w") as log:
-        proc = subprocess.Popen([ARGS.nginx, "-p", prefix, "-c", path], stdout=log, stderr=log,
-                                start_new_session=True)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"127.0.0.1:{port}", prefix
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.05)
-    proc.kill()
-    with open(os.path.join(prefix, "stderr")) as f:
-        raise RuntimeError("nginx did not start: " + f.read()[-2000:])
 
 
 class Tally:
@@ -217,9 +177,8 @@ class ReplicasTest(unittest.TestCase):
         if ARGS.nginx is None:
             self.skipTest("nginx is not installed")
         procs, targets = self.start_replicas()
-        nginx, target, prefix = start_nginx(targets)
-        self.addCleanup(shutil.rmtree, prefix, True)
-        self.addCleanup(lambda: (nginx.send_signal(signal.SIGQUIT), nginx.wait(10)))
+        nginx, target, prefix = balancer.start(ARGS.nginx, targets)
+        self.addCleanup(balancer.stop, nginx, prefix)
         # Resident tensors need one replica per session: those clients get the list (and
         # keep to their home), as docs/deployment.md says.
         # The balanced clients see nginx as one replica: their retries go back through it.
@@ -229,7 +188,6 @@ class ReplicasTest(unittest.TestCase):
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", required=True)
-    parser.add_argument("--nginx", default=shutil.which("nginx") or
-                        (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx") or None)
+    parser.add_argument("--nginx", default=balancer.find_nginx())
     ARGS, rest = parser.parse_known_args()
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
