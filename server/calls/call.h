@@ -1,6 +1,7 @@
 // One call, however it is answered: every handler and reactor of both front doors makes one.
-// It is counted in flight under the drain from Enter (or Admit) until it is destroyed, so
-// work it still holds finishes before the server stops; it is finished exactly once, with its
+// It is counted in flight under the drain from Enter (or Admit) until it is destroyed, or by
+// its reactor until gRPC is done with it, so work it still holds finishes before the server
+// stops; it is finished exactly once, with its
 // metrics; and its outcome goes to the responder it was made with: a unary reactor's Finish,
 // a response converted first (ModelInfer), one response of a stream (ModelStreamInfer), or a
 // streaming reactor's Finish (PooledReactor).
@@ -19,6 +20,24 @@
 #include "server/pipeline/service_env.h"
 
 namespace tc::server {
+
+// A unary reactor counted in flight under the drain until gRPC is done with its call: its
+// response written out to the client (or the call cancelled), not only answered. A large
+// result takes a while on the wire after Finish; the server stops only once it is out.
+class CountedUnaryReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit CountedUnaryReactor(Lifecycle* life) : life_(life), entered_(life->Enter()) {}
+  // False (nothing counted) when made while the server drains.
+  bool entered() const { return entered_; }
+  void OnDone() override {
+    if (entered_) life_->Leave();
+    delete this;
+  }
+
+ private:
+  Lifecycle* const life_;
+  const bool entered_;
+};
 
 class Call {
  public:
@@ -49,6 +68,13 @@ class Call {
   // Enter, or finish the call UNAVAILABLE.
   bool Admit() {
     if (Enter()) return true;
+    Finish(ShuttingDown());
+    return false;
+  }
+  // For a call its reactor counts: finishes it UNAVAILABLE when the reactor was made while
+  // the server drains.
+  bool Admit(const CountedUnaryReactor& counted) {
+    if (counted.entered()) return true;
     Finish(ShuttingDown());
     return false;
   }

@@ -30,7 +30,7 @@ ShmReadBudget ReadBudget(const ServiceEnv& env) {
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx,
                                                            const inf::ModelInferRequest* request,
                                                            inf::ModelInferResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto* reactor = new CountedUnaryReactor(env_.life);
   struct State {
     ComputeSpec spec;
     v1::ComputeResponse result;
@@ -61,7 +61,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
         }
         finish(s);
       });
-  if (!call->Admit()) return reactor;
+  if (!call->Admit(*reactor)) return reactor;
   state->budget = ReadBudget(env_);
   // Shared-memory regions belong to the caller's identity; where tokens are required,
   // nothing of the request is looked at without one.

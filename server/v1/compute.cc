@@ -15,13 +15,13 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
                                                      v1::ComputeResponse* response) {
   auto request = std::make_shared<v1::ComputeRequest>();
   const absl::Status parsed = ParseRequest(*raw, request.get());
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto* reactor = new CountedUnaryReactor(env_.life);
   // The request (which inline inputs point into) and its spec live until the call finishes.
   auto held = std::make_shared<std::optional<ComputeSpec>>();
   auto call = std::make_shared<Call>(
       &env_, "Compute", parsed.ok() ? OpLabel(*request) : "",
       [reactor, request, held](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); });
-  if (!call->Admit()) return reactor;
+  if (!call->Admit(*reactor)) return reactor;
   if (!parsed.ok()) {
     call->Finish(parsed);
     return reactor;
