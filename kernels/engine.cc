@@ -237,7 +237,8 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
   auto out_strides = OutputStridesFor(inputs, output);
   if (!out_strides.ok()) return out_strides.status();
   auto plan =
-      PlanElementwise(inputs, compute, out, *out_strides, spec.rule == TypeRule::kToBool, tiles);
+      PlanElementwise(inputs, compute, out, *out_strides, spec.rule == TypeRule::kToBool, tiles,
+                      /*converting_tiles=*/spec.rule == TypeRule::kCastToAttr);
   if (!plan.ok()) return plan.status();
   p.plan = *std::move(plan);
   return p;

@@ -75,14 +75,14 @@ absl::StatusOr<const CatalogEntry*> LookupOp(absl::string_view name, int inputs)
 // `tiles`: the rule of the backend that will run it (its tile kernel's reach).
 absl::StatusOr<PreparedOp> PrepareOp(absl::string_view op, absl::Span<const TensorView> inputs,
                                      const AttrMap& attrs, const OutputOptions& output = {},
-                                     TileRule tiles = TileRule::kDenseSameTypes);
+                                     TileRule tiles = TileRule::kDense);
 
 // PrepareOp for a caller that has found the op (LookupOp) and checked every input view with
 // ValidateView itself, as the server does while it decodes them: the rest of the checks, once.
 absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& op,
                                             absl::Span<const TensorView> inputs,
                                             const AttrMap& attrs, const OutputOptions& output = {},
-                                            TileRule tiles = TileRule::kDenseSameTypes);
+                                            TileRule tiles = TileRule::kDense);
 
 // The pointers a launcher takes: base[0] at the output's element (0, ..., 0) in `out`,
 // base[k] at input k-1's in its storage (`inputs[k-1]`, or the data of the view it was planned

@@ -137,12 +137,12 @@ bool ChooseAnyPermutedTiles(Plan& p) {
   return true;
 }
 
-// TileRule::kDenseSameTypes, any rank (ChooseTileDims).
-bool ChooseTiles(Plan& p, bool same_types) {
-  if (!same_types) return false;
+// TileRule::kDense, any rank (ChooseTileDims): operands of the op's own types, or any for an
+// op whose tiles convert.
+bool ChooseTiles(Plan& p, bool same_types, bool converting_tiles) {
+  if (!same_types && !converting_tiles) return false;
   int64_t item[kMaxOperands];
-  for (int k = 0; k < p.num_operands; ++k) item[k] = ItemSize(p.compute_dtype);
-  item[0] = ItemSize(p.dtypes[0]);
+  for (int k = 0; k < p.num_operands; ++k) item[k] = ItemSize(p.dtypes[k]);
   p.num_staged = ChooseTileDims(p.ndim, p.num_operands, p.sizes, p.strides[0], kMaxRank, item,
                                 2, p.staged);
   return p.num_staged > 0;
@@ -175,14 +175,14 @@ bool ChooseRows(Plan& p, bool same_types) {
   return true;
 }
 
-void ChooseKernel(Plan& p, bool bool_result, TileRule tiles) {
+void ChooseKernel(Plan& p, bool bool_result, TileRule tiles, bool converting_tiles) {
   // The kernels that keep values in the compute type's own storage need every input of that
   // dtype and the output of the functor's own result type.
   const DType own_out = bool_result ? DType::kBool : p.compute_dtype;
   bool same_types = p.dtypes[0] == own_out;
   for (int k = 1; k < p.num_operands; ++k) same_types = same_types && p.dtypes[k] == p.compute_dtype;
   const bool tiled = tiles == TileRule::kAnyPermuted ? ChooseAnyPermutedTiles(p)
-                                                    : ChooseTiles(p, same_types);
+                                                    : ChooseTiles(p, same_types, converting_tiles);
   if (tiled) {
     p.kernel = Kernel::kTiles;
   } else if (!ChooseRows(p, same_types)) {
@@ -387,7 +387,7 @@ absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype
 
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
                                      DType out_dtype, const DimVector& out_strides,
-                                     bool bool_result, TileRule tiles) {
+                                     bool bool_result, TileRule tiles, bool converting_tiles) {
   if (inputs.empty() || inputs.size() + 1 > static_cast<size_t>(kMaxOperands)) {
     return absl::InvalidArgumentError(
         absl::StrCat("element-wise ops take 1 to ", kMaxOperands - 1, " inputs, got ",
@@ -420,7 +420,7 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   for (int j = 0; j < it.ndim; ++j) plan.sizes[j] = it.sizes[j];
 
   plan.path = ChoosePath(plan);
-  ChooseKernel(plan, bool_result, tiles);
+  ChooseKernel(plan, bool_result, tiles, converting_tiles);
   return plan;
 }
 

@@ -62,12 +62,12 @@ absl::string_view KernelName(Kernel k);
 // Which plans a backend's tile kernel takes: the planner's rule for Kernel::kTiles, given by
 // whoever plans for that backend (Device::tile_rule in the server).
 enum class TileRule : uint8_t {
-  // Any rank of two or more, every operand of the op's own types, the output dense along
-  // dim 0; the dim along which one or two inputs are dense, and not along dim 0, moved to dim 1
-  // and those inputs staged (two tiles fill the shared memory a block may take); both tile
-  // dims at least 16 long, the other dims batches. The CUDA tile kernel's; the default, since
-  // every backend runs such plans.
-  kDenseSameTypes,
+  // Any rank of two or more, every operand of the op's own types (any for a cast), the
+  // output dense along dim 0; the dim along which one or two inputs are dense, and not along
+  // dim 0, moved to dim 1 and those inputs staged (two tiles fill the shared memory a block
+  // may take); both tile dims at least 16 long, the other dims batches. The CUDA tile
+  // kernel's; the default, since every backend runs such plans.
+  kDense,
   // Every permuted plan (Path::kPermuted) of two dims or more, any dtypes; the inputs that
   // move faster along dim 1 than along dim 0 staged, converted as they are copied. The CPU's.
   kAnyPermuted,
@@ -213,10 +213,13 @@ absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype
 // and plans an output of `out_dtype` computed in `compute_dtype`, with `out_strides` (in
 // elements, non-overlapping, non-negative; C-contiguous when empty). `bool_result`: the op's
 // functor returns bool (comparisons), so its own output type is bool, not the compute type.
+// `converting_tiles`: under TileRule::kDense, the op's tile kernel takes operands of other
+// dtypes too (the CUDA casts'), so its plans of any dtypes may be tiled.
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
                                      DType out_dtype, const DimVector& out_strides = {},
                                      bool bool_result = false,
-                                     TileRule tiles = TileRule::kDenseSameTypes);
+                                     TileRule tiles = TileRule::kDense,
+                                     bool converting_tiles = false);
 
 // Splits a plan into pieces whose every operand offset, relative to the piece's own base
 // offset, and element count fit in `limit` (2^31 - 1 for 32-bit index math on the GPU).

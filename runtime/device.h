@@ -125,7 +125,7 @@ class Device {
   // message bytes directly.
   virtual bool host_memory() const = 0;
   // The rule plans for this device are made with (its tile kernel's reach).
-  virtual TileRule tile_rule() const { return TileRule::kDenseSameTypes; }
+  virtual TileRule tile_rule() const { return TileRule::kDense; }
 
   // `bytes` of storage (zeroed when `zero`), waiting until `deadline` (at most the device's
   // memory wait) for memory that others free; RESOURCE_EXHAUSTED past the budget. With a

@@ -5,7 +5,8 @@
 // and the launcher runs it, checking only the alignment of the pointers it is given:
 // - tiles: two dims (and a batch dim) where an input is dense along the dim the output is
 //   not (transposed input or output, channels-first against channels-last), every operand
-//   of the op's own types; read and written coalesced through shared-memory tiles;
+//   of the op's own types, or for a cast any two (converted as they are read and written);
+//   read and written coalesced through shared-memory tiles;
 // - same-dtype rows, vectorized: at most three dims (rows of `cols` elements, the rows
 //   themselves in up to two dims), the output dense along a row and each input dense along
 //   it or one element repeated (stride 0), any row strides. That is contiguous data, a
@@ -57,10 +58,16 @@ inline absl::Status CheckLaunch() {
   return absl::OkStatus();
 }
 
+// The ops whose tile kernel also takes operands of other dtypes, converting as it loads and
+// stores: casts, every plan of which has two dtypes. The planner's side of the same choice is
+// PlanElementwise's `converting_tiles`, which the engine sets for the cast op.
+template <typename F>
+inline constexpr bool kConvertingTiles = std::is_same_v<F, CastOp>;
+
 // kTiles: T0 x T1 tiles, one block each, the batches in z. Square ones (64, 32 for 8-byte
 // types) unless the output's dim 0 is at most half a square's side while dim 1 is long: then
 // 16 along dim 0 and as many elements in all.
-template <typename S, int N, int T0, int T1, typename F>
+template <typename S, int N, int T0, int T1, bool kSame, typename F>
 absl::Status LaunchTileShape(const F& f, const TileArgs<N + 1>& ta, int num_staged,
                              cudaStream_t stream) {
   const int64_t gx = (ta.size[0] + T0 - 1) / T0;
@@ -68,14 +75,15 @@ absl::Status LaunchTileShape(const F& f, const TileArgs<N + 1>& ta, int num_stag
   const int64_t gz = std::min<int64_t>(ta.batches, 65535);
   const size_t shared =
       static_cast<size_t>(num_staged) * T0 * (T1 + TilePad<S, T0>()) * sizeof(S);
-  TileKernel<S, N, T0, T1><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+  TileKernel<S, N, T0, T1, kSame><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                                   static_cast<unsigned>(gz)),
                              256, shared, stream>>>(f, ta);
   return CheckLaunch();
 }
 
 template <typename S, int N, typename F>
-absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
+absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env,
+                         bool same_types) {
   TileArgs<N + 1> ta{};
   ta.size[0] = plan.sizes[0];
   ta.size[1] = plan.sizes[1];
@@ -94,13 +102,22 @@ absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const 
     }
     for (int d = 2; d < plan.ndim; ++d) ta.batch_stride[k][d - 2] = plan.strides[k][d];
     ta.staged[k] = plan.staged[k];
+    ta.dtype[k] = plan.dtypes[k];
   }
   constexpr int kSide = sizeof(S) == 8 ? 32 : 64;
   constexpr int kLong = kSide * kSide / 16;
-  if (ta.size[0] <= kSide / 2 && ta.size[1] >= kLong / 2) {
-    return LaunchTileShape<S, N, 16, kLong>(f, ta, plan.num_staged, env.stream);
+  if (!same_types) {
+    // Square tiles only: one more kernel per type, not two.
+    if constexpr (kConvertingTiles<F>) {
+      return LaunchTileShape<S, N, kSide, kSide, false>(f, ta, plan.num_staged, env.stream);
+    } else {
+      return absl::InternalError("the plan chose tiles that convert for an op that has none");
+    }
   }
-  return LaunchTileShape<S, N, kSide, kSide>(f, ta, plan.num_staged, env.stream);
+  if (ta.size[0] <= kSide / 2 && ta.size[1] >= kLong / 2) {
+    return LaunchTileShape<S, N, 16, kLong, true>(f, ta, plan.num_staged, env.stream);
+  }
+  return LaunchTileShape<S, N, kSide, kSide, true>(f, ta, plan.num_staged, env.stream);
 }
 
 // The row kernels' arguments, with each operand's access for runs of `elems` elements: its
@@ -265,21 +282,22 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
   switch (plan.kernel) {
     case Kernel::kTiles:
     case Kernel::kRows: {
-      // Families that hold values in S: the planner chose them for the dtypes this functor
-      // has (its result type says whether the output is bool).
+      // Whether every operand is of the dtypes this functor has (its result type says
+      // whether the output is bool). The vectorized rows hold values in S, and so do the
+      // tiles but a cast's: the planner chose them only for those dtypes.
       bool same_types = plan.dtypes[0] == DTypeOf<Out>();
       for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == DTypeOf<S>();
-      if (!same_types) {
-        return absl::InternalError(absl::StrCat("the plan chose the ", KernelName(plan.kernel),
-                                                " kernel for dtypes it does not take"));
-      }
       if (plan.kernel == Kernel::kTiles) {
         if (plan.num_staged < 1 || plan.num_staged > 2) {
           return absl::InternalError(
               "the plan's tiles are beyond the CUDA tile kernel (planned with another TileRule)");
         }
         report(Kernel::kTiles);
-        return LaunchTiles<S, N>(f, plan, base, env);
+        return LaunchTiles<S, N>(f, plan, base, env, same_types);
+      }
+      if (!same_types) {
+        return absl::InternalError(absl::StrCat("the plan chose the ", KernelName(plan.kernel),
+                                                " kernel for dtypes it does not take"));
       }
       if (absl::Status st = CheckRowWidths<S>(plan, true); !st.ok()) return st;
       if (LaunchRows<S, N>(f, plan, base, env)) {

@@ -19,7 +19,9 @@ namespace tc::cuda {
 // dim 0 is that short: a square tile ran a quarter full there): the inputs dense along dim 1
 // ("staged", at most two) are read along dim 1 into shared memory, then every thread walks
 // the tile along dim 0, reading the staged inputs across the shared tile and the others from
-// memory, so that every global access of a warp is coalesced.
+// memory, so that every global access of a warp is coalesced. A cast (an operand of another
+// dtype than the kernel's) converts as it reads and writes: a transposed float32 tensor cast
+// to bfloat16 goes through the tiles too.
 inline constexpr int kMaxTileBatchDims = kMaxRank - 2;
 
 template <int kOps>
@@ -34,6 +36,8 @@ struct TileArgs {
   int64_t batches;
   int64_t batch_size[kMaxTileBatchDims];
   int64_t batch_stride[kOps][kMaxTileBatchDims];
+  // Each operand's dtype, for the kernel that converts (TileKernel's kSame false).
+  DType dtype[kOps];
 };
 
 // A shared tile's row: T1 elements and a pad that keeps the reads down a column (a warp's
@@ -49,7 +53,11 @@ constexpr int TilePad() {
   return elems > 1 ? elems : 1;
 }
 
-template <typename S, int N, int T0, int T1, typename F>
+// kSame: every input of S and the output of the functor's result type. Otherwise operands
+// are converted from and to their dtypes (TileArgs::dtype), each visited once per loop of
+// accesses; that kernel is built for casts only (kConvertingTiles), the build time of one
+// more kernel for every op being what it is.
+template <typename S, int N, int T0, int T1, bool kSame, typename F>
 __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
@@ -94,17 +102,35 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
         S(*sh)[kRow] = tiles[a.staged[k]];
         const char* p = at[k] + lane1 * a.stride32[k][1] + band1 * a.stride32[k][0];
         const int32_t step = kBand1 * a.stride32[k][0];
+        if constexpr (!kSame) {
+          VisitDType(a.dtype[k], [&](auto tag) {
+            using T = typename decltype(tag)::type;
 #pragma unroll
-        for (int g = 0; g < kPasses1; g += 4) {
-          S q[4] = {};
+            for (int g = 0; g < kPasses1; g += 4) {
+              T q[4] = {};
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
-              q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
+              for (int i = 0; i < 4; ++i) {
+                if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
+                  q[i] = *reinterpret_cast<const T*>(p + (g + i) * step);
+                }
+              }
+#pragma unroll
+              for (int i = 0; i < 4; ++i) sh[band1 + (g + i) * kBand1][lane1] = Convert<S>(q[i]);
             }
-          }
+          });
+        } else {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) sh[band1 + (g + i) * kBand1][lane1] = q[i];
+          for (int g = 0; g < kPasses1; g += 4) {
+            S q[4] = {};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
+                q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
+              }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sh[band1 + (g + i) * kBand1][lane1] = q[i];
+          }
         }
       }
       __syncthreads();
@@ -116,6 +142,21 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
       for (int k = 1; k <= N; ++k) {
         const char* p = at[k] + lane0 * a.stride32[k][0] + band0 * a.stride32[k][1];
         const int32_t step = kBand0 * a.stride32[k][1];
+        if constexpr (!kSame) {
+          if (a.staged[k] < 0) {
+            VisitDType(a.dtype[k], [&](auto tag) {
+              using T = typename decltype(tag)::type;
+#pragma unroll
+              for (int i = 0; i < kPasses0; ++i) {
+                x[k - 1][i] =
+                    full || (lane0 < n0 && band0 + i * kBand0 < n1)
+                        ? static_cast<C>(Convert<S>(*reinterpret_cast<const T*>(p + i * step)))
+                        : C{};
+              }
+            });
+            continue;
+          }
+        }
 #pragma unroll
         for (int i = 0; i < kPasses0; ++i) {
           const int i1 = band0 + i * kBand0;
@@ -130,14 +171,42 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
       }
       char* out = at[0] + lane0 * a.stride32[0][0] + band0 * a.stride32[0][1];
       const int32_t out_step = kBand0 * a.stride32[0][1];
+      if constexpr (!kSame) {
+        // Four results at a time, their dtype visited once a group.
+        constexpr int kGroup = kPasses0 < 4 ? kPasses0 : 4;
 #pragma unroll
-      for (int i = 0; i < kPasses0; ++i) {
-        if (full || (lane0 < n0 && band0 + i * kBand0 < n1)) {
-          C v[N];
+        for (int g = 0; g < kPasses0; g += kGroup) {
+          Out y[kGroup];
 #pragma unroll
-          for (int k = 0; k < N; ++k) v[k] = x[k][i];
-          *reinterpret_cast<Out*>(out + i * out_step) =
-              Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+          for (int i = 0; i < kGroup; ++i) {
+            C v[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = x[k][g + i];
+            // (Elements past the tile's edge are not computed.)
+            y[i] = full || (lane0 < n0 && band0 + (g + i) * kBand0 < n1)
+                       ? Convert<Out>(Call(f, v, std::make_index_sequence<N>{}))
+                       : Out{};
+          }
+          VisitDType(a.dtype[0], [&](auto tag) {
+            using T = typename decltype(tag)::type;
+#pragma unroll
+            for (int i = 0; i < kGroup; ++i) {
+              if (full || (lane0 < n0 && band0 + (g + i) * kBand0 < n1)) {
+                *reinterpret_cast<T*>(out + (g + i) * out_step) = Convert<T>(y[i]);
+              }
+            }
+          });
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kPasses0; ++i) {
+          if (full || (lane0 < n0 && band0 + i * kBand0 < n1)) {
+            C v[N];
+#pragma unroll
+            for (int k = 0; k < N; ++k) v[k] = x[k][i];
+            *reinterpret_cast<Out*>(out + i * out_step) =
+                Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+          }
         }
       }
       __syncthreads();

@@ -225,7 +225,7 @@ RemoteDevice::RemoteDevice(const WorkerLaunch& launch, std::unique_ptr<Worker> w
     : Device(runtime::DeviceInfo{}, budget, options),
       launch_(launch),
       staging_bytes_(options.staging_bytes),
-      tile_rule_(TileRule::kDenseSameTypes),
+      tile_rule_(TileRule::kDense),
       worker_(std::move(worker)) {}
 
 RemoteDevice::~RemoteDevice() {

@@ -343,7 +343,7 @@ TEST(CpuBackend, RunsTheKernelThePlanNames) {
   ThreadPool pool(2);
   // Planned for the CPU (every permuted plan tiled) and for the GPU (which the CPU must run
   // as well, e.g. a plan made before a device was chosen).
-  for (const TileRule rule : {TileRule::kAnyPermuted, TileRule::kDenseSameTypes}) {
+  for (const TileRule rule : {TileRule::kAnyPermuted, TileRule::kDense}) {
     for (const testing::KernelCase& c : testing::KernelCases(rng)) {
       auto op = c.Prepare(rule);
       ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();

@@ -303,6 +303,30 @@ TEST(Planner, ChoosesPathAndKernelPerLayout) {
 
 // The CPU's rule tiles every permuted plan (any dtypes, any rank, any number of staged
 // inputs) and stages what moves faster along dim 1 than along dim 0; other plans as above.
+// Under the CUDA rule, a cast through a transposed input or into a transposed output takes
+// the tiles (its tile kernel converts); other ops with a second dtype keep the cast rows.
+TEST(Planner, CastsThroughTransposesAreTiled) {
+  std::vector<std::byte> storage(64 * 48 * 8);
+  const auto view = [&](DType t, bool transposed) {
+    return TensorView{t, {64, 48}, transposed ? DimVector{1, 64} : DimVector{48, 1}, 0,
+                      storage.data(), static_cast<int64_t>(storage.size())};
+  };
+  const TensorView t32 = view(DType::kFloat32, true), d32 = view(DType::kFloat32, false);
+  const TensorView t16 = view(DType::kFloat16, true);
+  auto cast = PrepareOp("cast", {&t32, 1}, {{"dtype", DType::kBFloat16}});
+  ASSERT_TRUE(cast.ok()) << cast.status();
+  EXPECT_EQ(KernelName(cast->plan.kernel), KernelName(Kernel::kTiles));
+  OutputOptions transposed_out;
+  transposed_out.strides = {1, 64};
+  auto cast_out = PrepareOp("cast", {&d32, 1}, {{"dtype", DType::kInt8}}, transposed_out);
+  ASSERT_TRUE(cast_out.ok()) << cast_out.status();
+  EXPECT_EQ(KernelName(cast_out->plan.kernel), KernelName(Kernel::kTiles));
+  const TensorView mixed[] = {d32, t16};
+  auto add = PrepareOp("add", mixed, {});
+  ASSERT_TRUE(add.ok()) << add.status();
+  EXPECT_EQ(KernelName(add->plan.kernel), KernelName(Kernel::kCastRows));
+}
+
 TEST(Planner, CpuTileRuleTilesEveryPermutedPlan) {
   std::mt19937_64 rng(9);
   for (const testing::KernelCase& c : testing::KernelCases(rng)) {

@@ -24,7 +24,7 @@ struct KernelCase {
 
   std::vector<TensorView> Views() const;
   // Planned with `tiles` (the CUDA rule by default; `kernel` is what that rule chooses).
-  absl::StatusOr<PreparedOp> Prepare(TileRule tiles = TileRule::kDenseSameTypes) const;
+  absl::StatusOr<PreparedOp> Prepare(TileRule tiles = TileRule::kDense) const;
 };
 
 // Random values (exactly representable, away from overflow) in every case.
