@@ -128,6 +128,31 @@ grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, grpc::Slice data) 
   return grpc::ByteBuffer(slices, 2);
 }
 
+grpc::ByteBuffer ComputeResponseMessage(const std::string& meta, grpc::Slice data) {
+  constexpr uint8_t kOutputTag = (1 << 3) | 2;      // ComputeResponse.output
+  constexpr uint8_t kTensorDataTag = (5 << 3) | 2;  // Tensor.data
+  const size_t n = data.size();
+  // Protobuf leaves an empty bytes field out.
+  const size_t data_field = n == 0 ? 0 : 1 + VarintSize(n) + n;
+  std::string head;
+  head.resize(1 + 10 + meta.size() + 1 + 10);
+  auto* p = reinterpret_cast<uint8_t*>(head.data());
+  size_t h = 0;
+  p[h++] = kOutputTag;
+  h += PutVarint(p + h, meta.size() + data_field);
+  std::memcpy(p + h, meta.data(), meta.size());
+  h += meta.size();
+  if (n > 0) {
+    p[h++] = kTensorDataTag;
+    h += PutVarint(p + h, n);
+  }
+  head.resize(h);
+  grpc::Slice first(head);
+  if (n == 0) return grpc::ByteBuffer(&first, 1);
+  grpc::Slice slices[2] = {std::move(first), std::move(data)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
 bool ParseChunk(const grpc::ByteBuffer& buffer, ChunkRef* out) {
   out->slices_.clear();
   if (!buffer.Dump(&out->slices_).ok()) return false;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "grpcpp/support/byte_buffer.h"
@@ -22,6 +23,12 @@ namespace tc::wire {
 grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, const void* data, size_t n);
 // A chunk message over `data`, which the message keeps a reference to.
 grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, grpc::Slice data);
+
+// A ComputeResponse whose output is the Tensor `meta` (serialized, without data) with `data`
+// as its bytes: what protobuf writes for that message (field 1, then Tensor.data, field 5,
+// after the lower-numbered fields meta holds; meta must hold none numbered above 5), with the
+// data referenced, not copied. The data must stay valid until the message has been sent.
+grpc::ByteBuffer ComputeResponseMessage(const std::string& meta, grpc::Slice data);
 
 // A received chunk: where its bytes belong, and the slices they are in.
 class ChunkRef {

@@ -33,7 +33,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
   auto* reactor = new CountedUnaryReactor(env_.life);
   struct State {
     ComputeSpec spec;
-    v1::ComputeResponse result;
+    // In the message: ToInferResponse moves the bytes from there into the response.
+    ComputeReply result{ComputeReply::Bytes::kInMessage};
     std::optional<ShmTarget> output_shm;
     ShmReadBudget budget;
   };
@@ -45,7 +46,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
       [env, state, request, response, reactor](const absl::Status& s) {
         const auto finish = [state, request, response, reactor](absl::Status out) {
           if (out.ok()) {
-            out = ToInferResponse(*request, state->result, state->output_shm, response);
+            out = ToInferResponse(*request, state->result.message, state->output_shm, response);
           }
           reactor->Finish(ToGrpcStatus(out));
         };
@@ -141,7 +142,7 @@ class StreamInferReactor final : public PooledReactor<StreamInferBase> {
     }
     // The last request's bytes go, and with them what they counted against the budget.
     spec_ = ComputeSpec();
-    result_ = v1::ComputeResponse();
+    result_.ClearOutput();
     budget_ = ReadBudget(env_);
     // The request's computation keeps the reactor until it answers.
     Ref();
@@ -170,7 +171,8 @@ class StreamInferReactor final : public PooledReactor<StreamInferBase> {
     if (finished_) return;
     response_.Clear();
     if (out.ok()) {
-      out = ToInferResponse(request_, result_, output_shm_, response_.mutable_infer_response());
+      out = ToInferResponse(request_, result_.message, output_shm_,
+                            response_.mutable_infer_response());
     }
     if (!out.ok()) {
       response_.Clear();
@@ -189,7 +191,7 @@ class StreamInferReactor final : public PooledReactor<StreamInferBase> {
   ComputeSpec spec_;
   std::optional<ShmTarget> output_shm_;
   ShmReadBudget budget_;
-  v1::ComputeResponse result_;
+  ComputeReply result_{ComputeReply::Bytes::kInMessage};
   inf::ModelStreamInferResponse response_;
 };
 

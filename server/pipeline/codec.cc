@@ -203,11 +203,15 @@ absl::StatusOr<OutputOptions> DecodeOutputOptions(const v1::ComputeRequest& requ
   return o;
 }
 
-std::byte* PrepareOutput(const Plan& plan, v1::Tensor* t) {
+void SetOutputMeta(const Plan& plan, v1::Tensor* t) {
   t->set_dtype(DTypeToProto(plan.out_dtype));
   t->mutable_shape()->Assign(plan.out_shape.begin(), plan.out_shape.end());
   t->mutable_strides()->Assign(plan.out_strides.begin(), plan.out_strides.end());
   t->set_offset(0);
+}
+
+std::byte* PrepareOutput(const Plan& plan, v1::Tensor* t) {
+  SetOutputMeta(plan, t);
   std::string* data = t->mutable_data();
   data->resize(static_cast<size_t>(plan.out_storage_bytes));
   return reinterpret_cast<std::byte*>(data->data());

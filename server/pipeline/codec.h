@@ -80,6 +80,9 @@ absl::StatusOr<OutputOptions> DecodeOutputOptions(const v1::ComputeRequest& requ
 // dtype, shape, strides, offset and storage_bytes of `v` into `t` (no data).
 void SetTensorMeta(const TensorView& v, v1::Tensor* t);
 
+// The plan's output metadata into `t`: dtype, shape, strides, offset 0 (no data).
+void SetOutputMeta(const Plan& plan, v1::Tensor* t);
+
 // Fills `t` with the plan's output metadata and returns its data buffer (sized, zeroed, ready
 // for the backend to write).
 std::byte* PrepareOutput(const Plan& plan, v1::Tensor* t);

@@ -71,7 +71,7 @@ absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t li
 // The small-request fast path on a GPU: plans and hands the request to the device from the
 // gRPC thread. False (nothing finished) when it does not apply or the device is busy.
 bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                      const ComputeSpec* spec, v1::ComputeResponse* response,
+                      const ComputeSpec* spec, ComputeReply* reply,
                       std::shared_ptr<Call> call) {
   call->received += spec->inline_bytes();
   // No handles and nothing kept: no identity needed.
@@ -87,11 +87,11 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     call->received = 0;
     return false;
   }
-  std::byte* out = PrepareOutput(plan, response->mutable_output());
+  std::byte* out = reply->PrepareOutput(plan);
   std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
   if (!job->TryRunSmall(out, done)) {
     // Busy or short of memory: the ordinary path, which may wait.
-    response->clear_output();
+    reply->ClearOutput();
     call->received = 0;
     return false;
   }
@@ -102,8 +102,9 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
 }  // namespace
 
 void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                  const ComputeSpec* spec, v1::ComputeResponse* response,
+                  const ComputeSpec* spec, ComputeReply* reply,
                   std::shared_ptr<Call> call) {
+  v1::ComputeResponse* response = &reply->message;
   // The caller's identity, needed up front where tokens are required, else only where
   // resident tensors are touched.
   std::string owner;
@@ -122,8 +123,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     call->Finish(planned.status());
     return;
   }
-  // `spec` and `response` stay valid until Finish.
-  auto work = [&env, ctx, spec, response, call, owner] {
+  // `spec` and `reply` stay valid until Finish.
+  auto work = [&env, ctx, spec, reply, response, call, owner] {
     if (ctx->IsCancelled()) {
       call->Finish(absl::CancelledError("cancelled before it ran"));
       return;
@@ -172,8 +173,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
       return;
     }
     if (job->device().host_memory()) {
-      // The kernels write straight into the response.
-      std::byte* out = PrepareOutput(plan, response->mutable_output());
+      // The kernels write straight into the reply.
+      std::byte* out = reply->PrepareOutput(plan);
       call->sent = plan.out_storage_bytes;
       job->Run(out, [job, call](absl::Status s) { call->Finish(s); });
       return;
@@ -185,21 +186,21 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     }
     runtime::StoragePtr storage = *out;
     if (plan.out_storage_bytes <= job->device().max_read_back()) {
-      // Small: the device copies the result into the response as part of the run.
-      std::byte* host = PrepareOutput(plan, response->mutable_output());
+      // Small: the device copies the result into the reply as part of the run.
+      std::byte* host = reply->PrepareOutput(plan);
       call->sent = plan.out_storage_bytes;
       job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
                {host, plan.out_storage_bytes});
       return;
     }
-    job->Run(storage->data(), [&env, job, storage, response, call](absl::Status s) {
+    job->Run(storage->data(), [&env, job, storage, reply, call](absl::Status s) {
       if (!s.ok()) {
         call->Finish(s);
         return;
       }
       // Copying out blocks on the device: not on its completion thread.
-      env.pool->Schedule([job, storage, response, call] {
-        std::byte* host = PrepareOutput(job->plan(), response->mutable_output());
+      env.pool->Schedule([job, storage, reply, call] {
+        std::byte* host = reply->PrepareOutput(job->plan());
         call->sent = job->plan().out_storage_bytes;
         call->Finish(
             job->device().Read(job->lane(), *storage, 0, host, job->plan().out_storage_bytes));
@@ -215,7 +216,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
       work();
       return;
     }
-    if (TrySmallOnDevice(env, ctx, spec, response, call)) return;
+    if (TrySmallOnDevice(env, ctx, spec, reply, call)) return;
   }
   env.pool->Schedule(std::move(work));
 }

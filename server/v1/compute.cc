@@ -12,15 +12,20 @@ namespace tc::server {
 
 grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext* ctx,
                                                      const grpc::ByteBuffer* raw,
-                                                     v1::ComputeResponse* response) {
+                                                     grpc::ByteBuffer* response) {
   auto request = std::make_shared<v1::ComputeRequest>();
   const absl::Status parsed = ParseRequest(*raw, request.get());
   auto* reactor = new CountedUnaryReactor(env_.life);
-  // The request (which inline inputs point into) and its spec live until the call finishes.
+  // The request (which inline inputs point into), its spec and the reply live until the call
+  // finishes; the response's bytes are the reply's, its output data not copied.
   auto held = std::make_shared<std::optional<ComputeSpec>>();
+  auto reply = std::make_shared<ComputeReply>(ComputeReply::Bytes::kBeside);
   auto call = std::make_shared<Call>(
       &env_, "Compute", parsed.ok() ? OpLabel(*request) : "",
-      [reactor, request, held](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); });
+      [reactor, request, held, reply, response](const absl::Status& s) {
+        if (s.ok()) *response = reply->ToByteBuffer();
+        reactor->Finish(ToGrpcStatus(s));
+      });
   if (!call->Admit(*reactor)) return reactor;
   if (!parsed.ok()) {
     call->Finish(parsed);
@@ -41,7 +46,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     return reactor;
   }
   const ComputeSpec* decoded = &held->emplace(*std::move(spec));
-  StartCompute(env_, ctx, decoded, response, std::move(call));
+  StartCompute(env_, ctx, decoded, reply.get(), std::move(call));
   return reactor;
 }
 

@@ -13,23 +13,24 @@ namespace tc::server {
 class Call;
 
 // Compute and ComputeStream read their requests as bytes, parsed by ParseRequest
-// (server/parse.h) so that a request that does not parse gets a status saying why; their
-// responses are protobuf messages as usual.
+// (server/parse.h) so that a request that does not parse gets a status saying why. Compute
+// answers in bytes too (a ComputeReply's, whose output data is not copied into a message);
+// ComputeStream's responses are protobuf messages as usual.
 template <class Base>
 class WithParsedComputeRequests : public Base {
  public:
   WithParsedComputeRequests() {
     grpc::Service::MarkMethodCallback(
-        0, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, v1::ComputeResponse>(
+        0, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer, grpc::ByteBuffer>(
                [this](grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
-                      v1::ComputeResponse* response) { return Compute(ctx, request, response); }));
+                      grpc::ByteBuffer* response) { return Compute(ctx, request, response); }));
     grpc::Service::MarkMethodCallback(
         1, new grpc::internal::CallbackBidiHandler<grpc::ByteBuffer, v1::TensorStreamMessage>(
                [this](grpc::CallbackServerContext* ctx) { return ComputeStreamBytes(ctx); }));
   }
   virtual grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* request,
-                                            v1::ComputeResponse* response) = 0;
+                                            grpc::ByteBuffer* response) = 0;
   virtual grpc::ServerBidiReactor<grpc::ByteBuffer, v1::TensorStreamMessage>* ComputeStreamBytes(
       grpc::CallbackServerContext* ctx) = 0;
 };
@@ -49,7 +50,7 @@ class TensorServiceImpl final : public TensorServiceBase {
 
   grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
                                     const grpc::ByteBuffer* request,
-                                    v1::ComputeResponse* response) override;
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, v1::TensorStreamMessage>* ComputeStreamBytes(
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* ctx,
