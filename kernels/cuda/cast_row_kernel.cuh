@@ -121,8 +121,9 @@ __global__ void __launch_bounds__(256) CastRowKernel(F f, RowArgs<N + 1> a) {
 // a warp's accesses to a dense operand are consecutive elements whatever its alignment. The
 // launch takes it where the output's rows are not aligned for vector stores: CastRowKernel
 // then stores element by element 32 bytes apart across a warp (a float32 row slice ran at
-// 36% of copy bandwidth).
-template <typename S, int N, int E, int U, typename F>
+// 36% of copy bandwidth). kSame: every input of type S and the output of the functor's
+// result type, read and written as such (no dtype visited: a small kernel to compile).
+template <typename S, int N, int E, int U, bool kSame, typename F>
 __global__ void __launch_bounds__(256) SpreadRowKernel(F f, RowArgs<N + 1> a) {
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(256) SpreadRowKernel(F f, RowArgs<N + 1> a) {
         const char* in = row[k + 1];
         const int64_t step = a.step[k + 1];
         const bool repeated = a.access[k + 1] == Access::kBroadcast;
-        VisitDType(a.dtype[k + 1], [&](auto tag) {
+        const auto load = [&](auto tag) {
           using T = typename decltype(tag)::type;
           if (repeated) {
             const C one = ToCompute<S>(*reinterpret_cast<const T*>(in));
@@ -161,7 +162,12 @@ __global__ void __launch_bounds__(256) SpreadRowKernel(F f, RowArgs<N + 1> a) {
               x[k][i] = i < valid ? ToCompute<S>(*reinterpret_cast<const T*>(at + i * next)) : C{};
             }
           }
-        });
+        };
+        if constexpr (kSame) {
+          load(TypeTag<S>{});
+        } else {
+          VisitDType(a.dtype[k + 1], load);
+        }
       }
       Rounded y[kSlots];
 #pragma unroll
@@ -173,7 +179,7 @@ __global__ void __launch_bounds__(256) SpreadRowKernel(F f, RowArgs<N + 1> a) {
         // division error).
         y[i] = i < valid ? Convert<Rounded>(Call(f, v, std::make_index_sequence<N>{})) : Rounded{};
       }
-      VisitDType(a.dtype[0], [&](auto tag) {
+      const auto store = [&](auto tag) {
         using T = typename decltype(tag)::type;
         char* at = row[0] + e0 * a.step[0];
         const int64_t next = width * a.step[0];
@@ -181,7 +187,12 @@ __global__ void __launch_bounds__(256) SpreadRowKernel(F f, RowArgs<N + 1> a) {
         for (int i = 0; i < kSlots; ++i) {
           if (i < valid) *reinterpret_cast<T*>(at + i * next) = Convert<T>(y[i]);
         }
-      });
+      };
+      if constexpr (kSame) {
+        store(TypeTag<Rounded>{});
+      } else {
+        VisitDType(a.dtype[0], store);
+      }
     }
   }
 }

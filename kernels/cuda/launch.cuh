@@ -210,7 +210,7 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
 
 template <typename S, int N, typename F>
 absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
-                            const LaunchEnv& env) {
+                            const LaunchEnv& env, bool same_types) {
   constexpr int kE = kCastRun<S>;
   // Chunks per thread in flight: four of 8-byte types (two elements each), two for unary and
   // binary ops of narrower types; ternary ops hold three operands' chunks already.
@@ -219,15 +219,20 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
   dim3 grid, block;
   RowGrid(ra.rows, (ra.cols + kE - 1) / kE, kU, &grid, &block);
   // Outputs whose rows are not aligned for vector stores are written spread (coalesced
-  // across a warp), for compute types of 4 and 8 bytes (a float32 row slice at 99% of copy
-  // instead of 36%). Misaligned inputs beside an aligned output stay packed: a chunk's
-  // elements share sectors that L1 keeps (float32 offset by one element at copy speed). The
-  // narrower types keep the one kernel: their row slices gained less (float16 31% -> 59%)
-  // for the build time a second kernel of every op costs.
-  if constexpr (sizeof(S) >= 4) {
-    if (ra.access[0] == Access::kStrided) {
-      SpreadRowKernel<S, N, kE, kU><<<grid, block, 0, env.stream>>>(f, ra);
+  // across a warp): for compute types of 4 and 8 bytes with any operand dtypes (a float32
+  // row slice at 99% of copy instead of 36%), for narrower ones where every operand has the
+  // op's own dtype (float16 row slices 31% -> 59% on the H100), which keeps their second
+  // kernel small to build. Misaligned inputs beside an aligned output stay packed: a chunk's
+  // elements share sectors that L1 keeps (float32 offset by one element at copy speed).
+  if (ra.access[0] == Access::kStrided) {
+    if constexpr (sizeof(S) >= 4) {
+      SpreadRowKernel<S, N, kE, kU, false><<<grid, block, 0, env.stream>>>(f, ra);
       return CheckLaunch();
+    } else {
+      if (same_types) {
+        SpreadRowKernel<S, N, kE, kU, true><<<grid, block, 0, env.stream>>>(f, ra);
+        return CheckLaunch();
+      }
     }
   }
   CastRowKernel<S, N, kE, kU><<<grid, block, 0, env.stream>>>(f, ra);
@@ -305,12 +310,15 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
         return CheckLaunch();
       }
       report(Kernel::kCastRows);
-      return LaunchCastRows<S, N>(f, plan, base, env);
+      return LaunchCastRows<S, N>(f, plan, base, env, /*same_types=*/true);
     }
-    case Kernel::kCastRows:
+    case Kernel::kCastRows: {
       if (absl::Status st = CheckRowWidths<S>(plan, false); !st.ok()) return st;
       report(Kernel::kCastRows);
-      return LaunchCastRows<S, N>(f, plan, base, env);
+      bool same_types = plan.dtypes[0] == DTypeOf<Out>();
+      for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == DTypeOf<S>();
+      return LaunchCastRows<S, N>(f, plan, base, env, same_types);
+    }
     case Kernel::kGeneral:
       report(Kernel::kGeneral);
       return LaunchGeneral<S, N>(f, plan, base, env);
