@@ -149,14 +149,14 @@ RowArgs<kOps> MakeRowArgs(const Plan& plan, char* const* base, int elems) {
 }
 
 // Blocks of the row kernels: tx threads along a row (enough for its chunks at per_thread
-// each, rounded up to a power of two, at most 256), ty = 256 / tx rows side by side; as many
-// blocks as the data needs (rows past 65535 blocks are strided over).
+// each, rounded up to a power of two, at most `threads`), ty = threads / tx rows side by side;
+// as many blocks as the data needs (rows past 65535 blocks are strided over).
 inline void RowGrid(int64_t rows, int64_t chunks_per_row, int per_thread, dim3* grid,
-                    dim3* block) {
+                    dim3* block, int threads = 256) {
   const int64_t threads_per_row = (chunks_per_row + per_thread - 1) / per_thread;
   int tx = 1;
-  while (tx < 256 && tx < threads_per_row) tx *= 2;
-  const int ty = 256 / tx;
+  while (tx < threads && tx < threads_per_row) tx *= 2;
+  const int ty = threads / tx;
   const int64_t bx =
       std::max<int64_t>(1, std::min<int64_t>((threads_per_row + tx - 1) / tx, INT32_MAX));
   const int64_t by = std::max<int64_t>(1, std::min<int64_t>({(rows + ty - 1) / ty, int64_t{65535}}));
@@ -195,19 +195,27 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   for (int k = 0; k <= N; ++k) {
     if (ra.access[k] == Access::kStrided) return false;
   }
-  // Two packs per thread for 4- and 8-byte types, four for the float ops whose long dependent
-  // math needs more independent elements in flight, one for the float64 functions that hold
-  // many registers. Narrower types' 16-byte packs already carry 8 or 16 elements: one pack,
-  // but two for unary float16/bfloat16 ops, whose math per element is float32 math behind two
-  // conversions (on the H200 erf, sin, log 67-69% of copy with one pack, 74-80% with two;
-  // binary and integer ops lost 2-18 points with two).
+  // Packs per thread: where an op states its own (kRowPacks) that; else two for 4- and
+  // 8-byte types, four for float32 long math. Narrower types' 16-byte packs already carry 8
+  // or 16 elements: one pack, but two for unary float16/bfloat16 ops, whose math per element
+  // is float32 math behind two conversions (on the H200 erf, sin, log 67-69% of copy with one
+  // pack, 74-80% with two; binary and integer ops lost 2-18 points with two).
   constexpr bool kHalfUnary = N == 1 && sizeof(S) == 2 && IsFloating(DTypeOf<S>());
-  constexpr int kU = sizeof(S) == 4 && kLongMath<F>       ? 4
-                     : sizeof(S) == 8 && kWideDoubleMath<F> ? 1
-                     : sizeof(S) >= 4 || kHalfUnary         ? 2
-                                                            : 1;
+  constexpr RowPacks kPacks = kRowPacks<F>;
+  constexpr int kStated = !IsFloating(DTypeOf<S>()) ? 0
+                          : sizeof(S) == 2          ? kPacks.half
+                          : sizeof(S) == 4          ? kPacks.single
+                          : sizeof(S) == 8          ? kPacks.dbl
+                                                    : 0;
+  constexpr int kU = kStated > 0                       ? kStated
+                     : sizeof(S) == 4 && kLongMath<F> ? 4
+                     : sizeof(S) >= 4 || kHalfUnary   ? 2
+                                                      : 1;
+  // 128-thread blocks: the register file fits more of them than of 256 when the math holds
+  // many registers (H200: sigmoid float64 at four packs, 70 registers, 0.313 -> 0.284 ms; log
+  // float64 0.320 -> 0.291; float32 ops with fewer registers level).
   dim3 grid, block;
-  RowGrid(ra.rows, ra.cols / kV, kU, &grid, &block);
+  RowGrid(ra.rows, ra.cols / kV, kU, &grid, &block, 128);
   RowKernel<S, N, kV, kU><<<grid, block, 0, env.stream>>>(f, ra);
   return true;
 }
@@ -288,14 +296,14 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
   const auto report = [&env](Kernel k) {
     if (env.ran != nullptr) *env.ran = k;
   };
+  // Whether every operand is of the dtypes this functor has (its result type says whether the
+  // output is bool). The vectorized rows hold values in S, and so do the tiles but a cast's:
+  // the planner chose them only for those dtypes; the cast rows have a narrower kernel for it.
+  bool same_types = plan.dtypes[0] == DTypeOf<Out>();
+  for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == DTypeOf<S>();
   switch (plan.kernel) {
     case Kernel::kTiles:
     case Kernel::kRows: {
-      // Whether every operand is of the dtypes this functor has (its result type says
-      // whether the output is bool). The vectorized rows hold values in S, and so do the
-      // tiles but a cast's: the planner chose them only for those dtypes.
-      bool same_types = plan.dtypes[0] == DTypeOf<Out>();
-      for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == DTypeOf<S>();
       if (plan.kernel == Kernel::kTiles) {
         if (plan.num_staged < 1 || plan.num_staged > 2) {
           return absl::InternalError(
@@ -319,8 +327,6 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
     case Kernel::kCastRows: {
       if (absl::Status st = CheckRowWidths<S>(plan, false); !st.ok()) return st;
       report(Kernel::kCastRows);
-      bool same_types = plan.dtypes[0] == DTypeOf<Out>();
-      for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == DTypeOf<S>();
       return LaunchCastRows<S, N>(f, plan, base, env, same_types);
     }
     case Kernel::kGeneral:

@@ -92,21 +92,26 @@ inline constexpr bool kHasErrorFlag<F, std::void_t<decltype(std::declval<F&>().e
 
 // Tuning an op states about itself, beside its functor, so that no loop names an op.
 //
-// kLongMath<F>: each element takes long dependent math (pow, sigmoid, erf in float32), so the
-// CUDA row kernel keeps four 16-byte packs per thread in flight instead of two (H100, 2^26
-// float32 elements, back-to-back launches: pow 271.4 -> 268.1 us, sigmoid 186.8 -> 181.5, erf
-// 183.3 -> 181.3). Others measured stayed with two: exp, log, sin and relu ran 0.2-0.8%
-// slower with four, tanh 0.3% faster (within run-to-run spread), atan2 6% slower.
+// kLongMath<F>: each element takes long dependent math (transcendental functions, pow). The
+// planner unrolls fused trees holding such a call less (CatalogEntry::long_math), and the CUDA
+// row kernel keeps four 16-byte packs a thread in flight for its float32 form instead of two
+// (H200, 2^26 float32 elements uniform in [-4, 4], 128-thread blocks: erf 0.145 -> 0.137 ms,
+// sigmoid 0.147 -> 0.137, expm1 0.156 -> 0.136; copy 0.133).
 template <typename F>
 inline constexpr bool kLongMath = false;
 
-// kWideDoubleMath<F>: the float64 form holds so many registers that two packs a thread leave
-// few threads on an SM, so the CUDA row kernel takes one 16-byte pack (two elements) a thread
-// for it (H100, 2^26 float64 elements beside PyTorch in one run: erf 125 -> 39 registers,
-// 0.540 -> 0.392 ms; log 0.396 -> 0.367; tanh 0.391 -> 0.377). sigmoid, sin and silu ran
-// 4-6% slower with one; exp, gelu and gelu_tanh within 2%.
+// kRowPacks<F>: 16-byte packs a thread in the CUDA row kernel for F's float forms, by element
+// size, where measurement beat the default (0: two for 2-byte unary and 4-byte forms, four for
+// float32 long math, two for float64). More packs keep more loads in flight behind the math;
+// fewer keep the registers of long float64 math (erf: 125 with two, 39 with one) from
+// starving the SM of threads. The figures are beside each op (unary.h).
+struct RowPacks {
+  int half = 0;
+  int single = 0;
+  int dbl = 0;
+};
 template <typename F>
-inline constexpr bool kWideDoubleMath = false;
+inline constexpr RowPacks kRowPacks{};
 
 // Wordwise<F>: for storage types S in kTypes, Word<S>(a, b) gives in each byte of a 32-bit
 // word what F gives for the bytes of words a and b there, so that a kernel may apply F to

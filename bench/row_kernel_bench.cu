@@ -1,0 +1,180 @@
+// The CUDA row kernel alone, over the packs a thread keeps in flight (U) and the block size:
+// what the per-op choices (kLongMath, kRowPacks in kernels/ops/op_spec.h) and the row grid
+// (kernels/cuda/launch.cuh) were measured with. 2^26 elements of every type in one dense row,
+// values uniform in [-4, 4] (log in [0.01, 4]; integers in [0, 100)); each launch timed with
+// events, the median of 30 after 3 warm-up launches, beside a device copy of one operand's
+// bytes.
+//
+//   tensorcompute-row-kernel-bench            every op below
+//   tensorcompute-row-kernel-bench tanh f64   the lines whose name holds every word given
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/row_kernel.cuh"
+#include "kernels/ops/binary.h"
+#include "kernels/ops/unary.h"
+
+namespace tc::cuda {
+namespace {
+
+int Check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+  return 0;
+}
+
+template <typename S>
+__global__ void FillKernel(S* p, int64_t n, float lo, float hi) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    const float u = static_cast<float>(h & 0xffffff) / 16777216.0f;
+    const float v = lo + (hi - lo) * u;
+    p[i] = static_cast<S>(std::is_integral_v<S> ? floorf(v) : v);
+  }
+}
+
+template <typename Launch>
+float MedianMs(Launch&& launch) {
+  cudaEvent_t e0, e1;
+  Check(cudaEventCreate(&e0), "cudaEventCreate");
+  Check(cudaEventCreate(&e1), "cudaEventCreate");
+  std::vector<float> ms;
+  for (int i = 0; i < 33; ++i) {
+    Check(cudaEventRecord(e0), "cudaEventRecord");
+    launch();
+    Check(cudaEventRecord(e1), "cudaEventRecord");
+    Check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+    float t = 0;
+    Check(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
+    if (i >= 3) ms.push_back(t);
+  }
+  Check(cudaGetLastError(), "launch");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Buffers {
+  char* in[2] = {};
+  char* out = nullptr;
+  int64_t bytes = 0;  // per operand
+};
+
+std::vector<std::string> g_filter;
+
+bool Selected(const std::string& name) {
+  for (const std::string& w : g_filter) {
+    if (name.find(w) == std::string::npos) return false;
+  }
+  return true;
+}
+
+template <typename S, int N, int U, typename F>
+void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads, float copy_ms) {
+  constexpr int V = 16 / sizeof(S);
+  const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
+  RowArgs<N + 1> a{};
+  a.rows = 1;
+  a.inner_rows = 1;
+  a.cols = n;
+  a.base[0] = b.out;
+  for (int k = 0; k < N; ++k) a.base[k + 1] = b.in[k];
+  for (int k = 0; k <= N; ++k) {
+    a.step[k] = sizeof(S);
+    a.dtype[k] = DTypeOf<S>();
+    a.access[k] = Access::kVector;
+  }
+  const int64_t per_thread = static_cast<int64_t>(V) * U;
+  const dim3 block(threads, 1);
+  const dim3 grid(static_cast<unsigned>((n + per_thread * threads - 1) / (per_thread * threads)), 1);
+  const float ms = MedianMs([&] { RowKernel<S, N, V, U><<<grid, block>>>(f, a); });
+  cudaFuncAttributes attr{};
+  Check(cudaFuncGetAttributes(&attr, RowKernel<S, N, V, U, F>), "cudaFuncGetAttributes");
+  std::printf("%-22s U=%d threads=%3d registers=%3d  %.4f ms  %5.1f%% of copy\n", name.c_str(), U,
+              threads, attr.numRegs, ms,
+              100.0 * copy_ms * (N + 1) / 2 / ms);  // copy_ms moves 2 operands' bytes
+}
+
+template <typename S, int N, typename F>
+void Run(const char* op, const char* type, const F& f, const Buffers& b, float lo, float hi,
+         float copy_ms) {
+  const std::string name = std::string(op) + " " + type;
+  if (!Selected(name)) return;
+  const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
+  for (int k = 0; k < N; ++k) {
+    FillKernel<S><<<1024, 256>>>(reinterpret_cast<S*>(b.in[k]), n, lo, hi);
+  }
+  Check(cudaDeviceSynchronize(), "fill");
+  for (int threads : {128, 256}) {
+    TimeOne<S, N, 1>(name, f, b, threads, copy_ms);
+    TimeOne<S, N, 2>(name, f, b, threads, copy_ms);
+    TimeOne<S, N, 4>(name, f, b, threads, copy_ms);
+    TimeOne<S, N, 8>(name, f, b, threads, copy_ms);
+  }
+}
+
+int Main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) g_filter.push_back(argv[i]);
+  const int64_t kBytes = int64_t{1} << 28;
+  Buffers narrow, wide;
+  for (Buffers* b : {&narrow, &wide}) {
+    b->bytes = b == &narrow ? kBytes : 2 * kBytes;
+    for (char*& p : b->in) Check(cudaMalloc(&p, b->bytes), "cudaMalloc");
+    Check(cudaMalloc(&b->out, b->bytes), "cudaMalloc");
+  }
+  auto copy_ms = [](const Buffers& b) {
+    return MedianMs([&] { cudaMemcpyAsync(b.out, b.in[0], b.bytes, cudaMemcpyDeviceToDevice); });
+  };
+  // 2^26 elements of every type: 2- and 1-byte types use the front of the narrow buffers.
+  Buffers half = narrow, byte = narrow;
+  half.bytes = kBytes / 2;
+  byte.bytes = kBytes / 4;
+  const float copy1 = copy_ms(byte), copy2 = copy_ms(half), copy4 = copy_ms(narrow),
+              copy8 = copy_ms(wide);
+  std::printf("copy of 64, 128, 256, 512 MiB: %.4f, %.4f, %.4f, %.4f ms\n", copy1, copy2, copy4,
+              copy8);
+
+#define TC_UNARY_ALL(Op, name, lo, hi)                                        \
+  Run<Half, 1>(name, "f16", Op, half, lo, hi, copy2);                         \
+  Run<BFloat16, 1>(name, "bf16", Op, half, lo, hi, copy2);                    \
+  Run<float, 1>(name, "f32", Op, narrow, lo, hi, copy4);                      \
+  Run<double, 1>(name, "f64", Op, wide, lo, hi, copy8);
+  TC_UNARY_ALL(SigmoidOp{}, "sigmoid", -4, 4)
+  TC_UNARY_ALL(TanhOp{}, "tanh", -4, 4)
+  TC_UNARY_ALL(ExpOp{}, "exp", -4, 4)
+  TC_UNARY_ALL(Expm1Op{}, "expm1", -4, 4)
+  TC_UNARY_ALL(LogOp{}, "log", 0.01f, 4)
+  TC_UNARY_ALL(Log1pOp{}, "log1p", 0.01f, 4)
+  TC_UNARY_ALL(ErfOp{}, "erf", -4, 4)
+  TC_UNARY_ALL(SinOp{}, "sin", -4, 4)
+  TC_UNARY_ALL(CosOp{}, "cos", -4, 4)
+  TC_UNARY_ALL(SiluOp{}, "silu", -4, 4)
+  TC_UNARY_ALL((GeluOp{false}), "gelu", -4, 4)
+  TC_UNARY_ALL((GeluOp{true}), "gelu_tanh", -4, 4)
+#undef TC_UNARY_ALL
+  Run<float, 2>("add", "f32", AddOp{1.0}, narrow, 0, 100, copy4);
+  Run<Half, 2>("add", "f16", AddOp{1.0}, half, 0, 100, copy2);
+  Run<int8_t, 2>("add", "i8", AddOp{1.0}, byte, 0, 100, copy1);
+  Run<int8_t, 2>("mul", "i8", MulOp{}, byte, 0, 100, copy1);
+  Run<uint8_t, 2>("add", "u8", AddOp{1.0}, byte, 0, 100, copy1);
+  Run<int8_t, 1>("neg", "i8", NegOp{}, byte, -100, 100, copy1);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tc::cuda
+
+int main(int argc, char** argv) { return tc::cuda::Main(argc, argv); }
