@@ -17,11 +17,6 @@
 
 namespace tc::cuda {
 
-// Word ops take nothing from the functor (Wordwise<F>::Word); the call keeps the compiler from
-// calling the kernel's parameter unused.
-template <typename F>
-__device__ __forceinline__ void Stateless(const F&) {}
-
 // Same-dtype rows: every input of storage type S, each dense along the row (kVector) or
 // repeated (kBroadcast), the output of its own type dense along the row; every row start
 // aligned for V-element packs, cols a multiple of V. Each thread moves U packs per operand
@@ -36,7 +31,7 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
   // and put together again byte by byte.
   using Word = Wordwise<F>;
   constexpr bool kWords =
-      N == 2 && (Word::kTypes & DTypeBit(DTypeOf<S>())) != 0 && sizeof(Out) == sizeof(S);
+      N <= 2 && (Word::kTypes & DTypeBit(DTypeOf<S>())) != 0 && sizeof(Out) == sizeof(S);
   using Unit = std::conditional_t<kWords, uint4, Pack<S, V>>;
   static_assert(sizeof(Unit) == sizeof(Pack<S, V>));
   const int64_t packs = a.cols / V;
@@ -71,12 +66,16 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
       for (int u = 0; u < U; ++u) {
         const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
         if (!full && p >= packs) break;
-        if constexpr (kWords) {
-          Stateless(f);
-          const uint4 x = q[0][u], y = q[1][u];
+        if constexpr (kWords && N == 1) {
+          const uint4 x = q[0][u];
           reinterpret_cast<uint4*>(row[0])[p] =
-              make_uint4(Word::template Word<S>(x.x, y.x), Word::template Word<S>(x.y, y.y),
-                         Word::template Word<S>(x.z, y.z), Word::template Word<S>(x.w, y.w));
+              make_uint4(Word::template Word<S>(f, x.x), Word::template Word<S>(f, x.y),
+                         Word::template Word<S>(f, x.z), Word::template Word<S>(f, x.w));
+        } else if constexpr (kWords) {
+          const uint4 x = q[0][u], y = q[1][u];
+          reinterpret_cast<uint4*>(row[0])[p] = make_uint4(
+              Word::template Word<S>(f, x.x, y.x), Word::template Word<S>(f, x.y, y.y),
+              Word::template Word<S>(f, x.z, y.z), Word::template Word<S>(f, x.w, y.w));
         } else {
           // Taken out of q first: computing straight from q[k][u] held 38 registers instead of
           // 32 for a float16 multiply (six blocks per SM instead of eight, 1.3% slower).

@@ -66,6 +66,46 @@ struct SubOp {
   }
 };
 
+#if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
+// alpha * b in each byte of b (wrapping): the bytes in two halves, each 16-bit lane of a
+// 32-bit product holding one byte's product whole (at most 255 * 255), so that no lane carries
+// into the next. k: alpha as the byte's type takes it, as the functor does.
+__device__ __forceinline__ uint32_t ByteTimes(uint32_t b, uint32_t k) {
+  if (k == 1) return b;
+  const uint32_t even = ((b & 0x00ff00ffu) * k) & 0x00ff00ffu;
+  const uint32_t odd = (((b >> 8) & 0x00ff00ffu) * k) & 0x00ff00ffu;
+  return even | (odd << 8);
+}
+template <typename S>
+__device__ __forceinline__ uint32_t ByteAlpha(double alpha) {
+  return static_cast<uint8_t>(math::ScalarAs<S>(alpha));
+}
+
+// 1-byte add and sub four at a time (element by element, an int8 add of 2^26 elements ran at
+// 82% of copy on the H200). Bools (bytes 0 or 1) add as a or (alpha != 0 and b).
+template <>
+struct Wordwise<AddOp> {
+  static constexpr uint32_t kTypes =
+      DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool);
+  template <typename S>
+  static __device__ uint32_t Word(const AddOp& f, uint32_t a, uint32_t b) {
+    if constexpr (kIsBool<S>) {
+      return f.alpha != 0 ? (a | b) : a;
+    } else {
+      return __vadd4(a, ByteTimes(b, ByteAlpha<S>(f.alpha)));
+    }
+  }
+};
+template <>
+struct Wordwise<SubOp> {
+  static constexpr uint32_t kTypes = DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8);
+  template <typename S>
+  static __device__ uint32_t Word(const SubOp& f, uint32_t a, uint32_t b) {
+    return __vsub4(a, ByteTimes(b, ByteAlpha<S>(f.alpha)));
+  }
+};
+#endif
+
 struct MulOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;

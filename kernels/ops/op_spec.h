@@ -113,12 +113,12 @@ struct RowPacks {
 template <typename F>
 inline constexpr RowPacks kRowPacks{};
 
-// Wordwise<F>: for storage types S in kTypes, Word<S>(a, b) gives in each byte of a 32-bit
-// word what F gives for the bytes of words a and b there, so that a kernel may apply F to
-// four bytes at once. Bitwise and/or/xor act bit by bit on integers and bools (BitwiseWords);
-// logical and/or/xor on bools (whose bytes are 0 or 1: the server refuses others) are the
-// bitwise ones; max, min and comparisons of 1-byte types take the GPU's byte-wise SIMD
-// instructions (device code only).
+// Wordwise<F>: for storage types S in kTypes, Word<S>(f, a, b) (a unary op: Word<S>(f, a))
+// gives in each byte of a 32-bit word what functor f gives for the bytes of words a and b
+// there, so that a kernel may apply F to four bytes at once. Bitwise and/or/xor act bit by bit
+// on integers and bools (BitwiseWords); logical and/or/xor on bools (whose bytes are 0 or 1:
+// the server refuses others) are the bitwise ones; max, min and comparisons of 1-byte types
+// take the GPU's byte-wise SIMD instructions, as do add, sub, neg and abs (device code only).
 template <typename F>
 struct Wordwise {
   static constexpr uint32_t kTypes = 0;
@@ -127,8 +127,8 @@ struct Wordwise {
 template <typename Op, uint32_t kWordTypes>
 struct BitwiseWords {
   static constexpr uint32_t kTypes = kWordTypes;
-  template <typename S>
-  static TC_HOST_DEVICE uint32_t Word(uint32_t a, uint32_t b) {
+  template <typename S, typename F>
+  static TC_HOST_DEVICE uint32_t Word(const F&, uint32_t a, uint32_t b) {
     return Op{}(a, b);
   }
 };
@@ -142,7 +142,7 @@ struct BitwiseWords {
     static constexpr uint32_t kTypes =                                                   \
         DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool);       \
     template <typename S>                                                                \
-    static __device__ uint32_t Word(uint32_t a, uint32_t b) {                            \
+    static __device__ uint32_t Word(const F&, uint32_t a, uint32_t b) {                  \
       if constexpr (std::is_signed_v<S>) {                                               \
         return Signed(a, b);                                                             \
       } else {                                                                           \

@@ -41,6 +41,32 @@ TC_UNARY_OP(AbsOp,
     return std::fabs(a);
   }
 })
+#if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
+// 1-byte neg and abs four at a time (op_spec.h): both wrap (-(-128) and |-128| are -128), as
+// the functors do; abs leaves unsigned bytes and bools as they are.
+template <>
+struct Wordwise<NegOp> {
+  static constexpr uint32_t kTypes = DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8);
+  template <typename S>
+  static __device__ uint32_t Word(const NegOp&, uint32_t a) {
+    return __vneg4(a);
+  }
+};
+template <>
+struct Wordwise<AbsOp> {
+  static constexpr uint32_t kTypes =
+      DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool);
+  template <typename S>
+  static __device__ uint32_t Word(const AbsOp&, uint32_t a) {
+    if constexpr (std::is_signed_v<S>) {
+      return __vabs4(a);
+    } else {
+      return a;
+    }
+  }
+};
+#endif
+
 // NaN gives 0, as PyTorch's sign does; bool is unchanged.
 TC_UNARY_OP(SignOp,
             ("sign", kAllTypes, "-1, 0 or 1; NaN gives 0; bool unchanged"),
