@@ -9,6 +9,7 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/expr_kernels.h"
@@ -111,6 +112,10 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
   auto impl = std::make_unique<Impl>();
   impl->index = index;
   impl->staging_bytes = std::max<int64_t>(options.staging_bytes, 64 << 10);
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int copy_threads =
+      options.copy_threads > 0 ? options.copy_threads : std::clamp(hardware / 2, 1, 8);
+  if (copy_threads > 1) impl->copy_pool = std::make_unique<ThreadPool>(copy_threads - 1);
   cudaDeviceProp prop{};
   TC_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
   impl->multiprocessors = prop.multiProcessorCount;

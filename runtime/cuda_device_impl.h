@@ -13,6 +13,7 @@
 #include "runtime/cuda_device.h"
 #include "runtime/cuda_errors.h"
 #include "runtime/cuda_streams.h"
+#include "util/thread_pool.h"
 
 namespace tc::runtime {
 
@@ -22,6 +23,11 @@ struct CudaDevice::Impl {
   // Compute capability as 90 for 9.0: what expression kernels are compiled for.
   int arch = 0;
   int64_t staging_bytes = 0;
+  // Splits large host copies to and from the staging buffers (DeviceOptions::copy_threads);
+  // null where one thread copies.
+  std::unique_ptr<ThreadPool> copy_pool;
+  // memcpy, on the copy pool's threads and the caller's where `n` is large.
+  void HostCopy(void* dst, const void* src, int64_t n);
   // The stream-ordered memory pool (decision 5), cuda_memory.cc.
   cudaMemPool_t pool = nullptr;
   // Whether other processes can import the pool (DeviceOptions::shareable_memory).

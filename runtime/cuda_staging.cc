@@ -1,5 +1,6 @@
 // Copies between host and device through each stream's pair of pinned staging buffers
-// (decision 7): one fills while the other's copy runs. Memory the caller pinned skips them.
+// (decision 7): one fills while the other's copy runs; the host side of a large copy is split
+// among the device's copy threads. Memory the caller pinned skips them.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -11,6 +12,20 @@ namespace tc::runtime {
 using gpu::CudaLane;
 using gpu::kReadBackBytes;
 using gpu::Stream;
+
+void CudaDevice::Impl::HostCopy(void* dst, const void* src, int64_t n) {
+  // Pieces of at least 512 KiB: below that, waking the pool costs more than one thread's copy.
+  constexpr int64_t kPiece = int64_t{512} << 10;
+  if (copy_pool == nullptr || n < 2 * kPiece) {
+    std::memcpy(dst, src, static_cast<size_t>(n));
+    return;
+  }
+  auto* to = static_cast<std::byte*>(dst);
+  const auto* from = static_cast<const std::byte*>(src);
+  copy_pool->ParallelFor(n, kPiece, [&](int64_t begin, int64_t end) {
+    std::memcpy(to + begin, from + begin, static_cast<size_t>(end - begin));
+  });
+}
 
 absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
                                int64_t n) {
@@ -27,7 +42,7 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
     const int64_t len = std::min(chunk, n - done);
     // The buffer's previous copy must have left it before it is filled again.
     TC_CUDA_CHECK(cudaEventSynchronize(s.done[b]), "cudaEventSynchronize");
-    std::memcpy(s.pinned[b], from + done, static_cast<size_t>(len));
+    impl_->HostCopy(s.pinned[b], from + done, len);
     TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset + done, s.pinned[b],
                                             static_cast<size_t>(len), cudaMemcpyHostToDevice,
                                             s.stream),
@@ -73,8 +88,7 @@ absl::Status CudaDevice::WritePieces(Lane& lane, Storage& dst, int64_t offset,
         TC_CUDA_CHECK(cudaEventSynchronize(s.done[b]), "cudaEventSynchronize");
       }
       const int64_t len = std::min(chunk - filled, p.bytes - at);
-      std::memcpy(static_cast<std::byte*>(s.pinned[b]) + filled, from + at,
-                  static_cast<size_t>(len));
+      impl_->HostCopy(static_cast<std::byte*>(s.pinned[b]) + filled, from + at, len);
       filled += len;
       at += len;
       if (filled == chunk) {
@@ -168,7 +182,7 @@ absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, vo
   for (int64_t c = 0; c < chunks; ++c) {
     TC_CUDA_CHECK(cudaEventSynchronize(s.done[c & 1]), "cudaEventSynchronize");
     const int64_t at = c * chunk;
-    std::memcpy(to + at, s.pinned[c & 1], static_cast<size_t>(std::min(chunk, n - at)));
+    impl_->HostCopy(to + at, s.pinned[c & 1], std::min(chunk, n - at));
     if (c + 2 < chunks) {
       if (auto st = issue(c + 2); !st.ok()) return st;
     }

@@ -101,6 +101,9 @@ struct DeviceOptions {
   int streams = 4;
   // Pinned staging buffer size; two per lane.
   int64_t staging_bytes = int64_t{4} << 20;
+  // Host threads that move a large copy into and out of the staging buffers together (one
+  // thread's memcpy runs well under PCIe's rate); 0: half the hardware threads, at most 8.
+  int copy_threads = 0;
   // Test only: the device fails as it starts this many-th run (0: never). On a GPU the run
   // launches a kernel that traps, a real fault that leaves the CUDA context unusable; on the
   // CPU the run reports an internal error.

@@ -45,9 +45,12 @@ runtime::DeviceOptions DeviceOptionsFromFlags() {
   o.memory_wait = absl::Milliseconds(absl::GetFlag(FLAGS_memory_wait_ms));
   o.streams = absl::GetFlag(FLAGS_streams_per_device);
   o.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
+  o.copy_threads = absl::GetFlag(FLAGS_copy_threads);
   o.inject_fault_at_run = absl::GetFlag(FLAGS_test_inject_device_fault_at_run);
-  if (o.memory_budget < 0 || o.streams < 1 || o.staging_bytes < (64 << 10)) {
-    Fail("--memory_budget must be >= 0, --streams_per_device >= 1, --staging_bytes >= 65536");
+  if (o.memory_budget < 0 || o.streams < 1 || o.staging_bytes < (64 << 10) ||
+      o.copy_threads < 0 || o.copy_threads > 256) {
+    Fail("--memory_budget must be >= 0, --streams_per_device >= 1, --staging_bytes >= 65536, "
+         "--copy_threads 0 to 256");
   }
   return o;
 }

@@ -23,6 +23,9 @@ ABSL_FLAG(int64_t, memory_budget, 0,
 ABSL_FLAG(int, memory_wait_ms, 200,
           "How long a request waits for memory over the budget before RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, staging_bytes, int64_t{4} << 20, "Pinned staging buffer size (two per stream).");
+ABSL_FLAG(int, copy_threads, 0,
+          "GPU: host threads per device that copy large inputs into and results out of the "
+          "staging buffers together; 0: half the hardware threads, at most 8.");
 ABSL_FLAG(int64_t, test_inject_device_fault_at_run, 0,
           "Test only: a device fails at its N-th run (a trapping kernel on a GPU), to check "
           "that its requests then fail cleanly and health says so. 0: never.");
@@ -123,7 +126,7 @@ namespace tc::server {
 void ApplyEnvironment() {
   for (const char* name :
        {"address", "port", "port_file", "backend", "devices", "streams_per_device",
-        "memory_budget", "memory_wait_ms", "staging_bytes", "cpu_threads", "request_threads",
+        "memory_budget", "memory_wait_ms", "staging_bytes", "copy_threads", "cpu_threads", "request_threads",
         "max_message_bytes", "max_request_bytes", "max_elements", "max_rank",
         "max_concurrent_per_device", "chunk_bytes", "resident_quota_bytes",
         "resident_max_tensors", "resident_ttl_seconds", "resident_max_ttl_seconds",

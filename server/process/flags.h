@@ -16,6 +16,7 @@ ABSL_DECLARE_FLAG(int, streams_per_device);
 ABSL_DECLARE_FLAG(int64_t, memory_budget);
 ABSL_DECLARE_FLAG(int, memory_wait_ms);
 ABSL_DECLARE_FLAG(int64_t, staging_bytes);
+ABSL_DECLARE_FLAG(int, copy_threads);
 ABSL_DECLARE_FLAG(int64_t, test_inject_device_fault_at_run);
 ABSL_DECLARE_FLAG(std::string, test_inject_device_fault_devices);
 ABSL_DECLARE_FLAG(bool, test_shared_gpu);

@@ -57,13 +57,13 @@ void CheckBudget(const DeviceFactory& make) {
   EXPECT_EQ(d->memory_peak(), 900 << 10);
 }
 
-void CheckCopies(const DeviceFactory& make) {
-  DeviceOptions options;
-  options.staging_bytes = 64 << 10;  // So that copies span many staging chunks.
+namespace {
+
+void CheckCopiesWith(const DeviceFactory& make, const DeviceOptions& options,
+                     const std::vector<int64_t>& sizes) {
   std::unique_ptr<Device> d = make(options);
-  std::mt19937_64 rng(TestSeed());
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{65535}, int64_t{65536}, int64_t{65537},
-                    int64_t{3} * 65536 + 11, int64_t{1000003}}) {
+  std::mt19937_64 rng(TestSeed() + static_cast<uint64_t>(options.staging_bytes));
+  for (int64_t n : sizes) {
     std::vector<unsigned char> src(n), back(n);
     for (auto& b : src) b = static_cast<unsigned char>(rng());
     const int64_t pad = 13;
@@ -85,6 +85,21 @@ void CheckCopies(const DeviceFactory& make) {
     EXPECT_EQ(d->Read(*lane, **s, -1, back.data(), 1).code(), absl::StatusCode::kOutOfRange);
   }
   EXPECT_EQ(d->memory_in_use(), 0);
+}
+
+}  // namespace
+
+void CheckCopies(const DeviceFactory& make) {
+  DeviceOptions options;
+  options.staging_bytes = 64 << 10;  // So that copies span many staging chunks.
+  CheckCopiesWith(make, options,
+                  {1, 7, 65535, 65536, 65537, int64_t{3} * 65536 + 11, 1000003});
+  // Staging chunks large enough that the host side of each is split among copy threads (an
+  // odd count, so the pieces are uneven), and copies that end inside a chunk.
+  options.staging_bytes = int64_t{4} << 20;
+  options.copy_threads = 3;
+  CheckCopiesWith(make, options, {(int64_t{1} << 20) + 3, (int64_t{4} << 20) - 1,
+                                  (int64_t{9} << 20) + 5});
 }
 
 void CheckCopiesBetween(Device& from, Device& to) {
