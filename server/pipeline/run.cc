@@ -124,7 +124,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     return;
   }
   // `spec` and `reply` stay valid until Finish.
-  auto work = [&env, ctx, spec, reply, response, call, owner] {
+  auto work = [&env, ctx, spec, reply, call, owner] {
+    v1::ComputeResponse* response = &reply->message;
     if (ctx->IsCancelled()) {
       call->Finish(absl::CancelledError("cancelled before it ran"));
       return;
