@@ -212,8 +212,8 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
                      : sizeof(S) >= 4 || kHalfUnary   ? 2
                                                       : 1;
   // 128-thread blocks: the register file fits more of them than of 256 when the math holds
-  // many registers (H200: sigmoid float64 at four packs, 70 registers, 0.313 -> 0.284 ms; log
-  // float64 0.320 -> 0.291; float32 ops with fewer registers level).
+  // many registers (H200: sigmoid float64 at four packs, 70 registers, 0.287 -> 0.266 ms; log
+  // float64 0.317 -> 0.292; float32 ops with fewer registers level).
   dim3 grid, block;
   RowGrid(ra.rows, ra.cols / kV, kU, &grid, &block, 128);
   RowKernel<S, N, kV, kU><<<grid, block, 0, env.stream>>>(f, ra);

@@ -121,14 +121,15 @@ TC_UNARY_FLOAT_ROW_OP(ErfOp,
             ("erf", kAllTypes, "error function", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::erf(a); })
 // Long math (op_spec.h), with packs a thread for the CUDA row kernel where measured better
-// than the default. H200, 2^26 elements uniform in [-4, 4] (log: [0.01, 4]), one
-// launch each, median of 30, 128-thread blocks, in ms (copy of the same bytes: 0.069 for
-// 2-byte, 0.133 for 4-byte, 0.261 for 8-byte types), default -> chosen:
-//   float16: erf 0.094 -> 0.086, sigmoid 0.080 -> 0.077, tanh 0.076 -> 0.073 (bfloat16 erf
-//   0.096 -> 0.087); log, sin, silu level or slower with four.
-//   float64: tanh 0.346 (one pack) -> 0.315 (four), log 0.310 -> 0.291, sigmoid 0.322 ->
-//   0.284, sin 0.325 -> 0.285, exp 0.305 -> 0.268 (eight; four measured 0.388); erf keeps
-//   one (0.358; two 0.487, four 0.373).
+// than the default. H200, tensorcompute-row-kernel-bench (bench/results/
+// 2026-11-28-row-kernel-bench-h200.txt): 2^26 elements uniform in [-4, 4] (log: [0.01, 4]),
+// 128-thread blocks, in ms (a copy of one operand's bytes: 0.072 for 2-byte, 0.134 for 4-byte,
+// 0.261 for 8-byte types), default -> chosen:
+//   float16: erf 0.093 -> 0.086, sigmoid 0.081 -> 0.078, tanh 0.077 -> 0.074 (bfloat16 erf
+//   0.095 -> 0.087); log, sin, silu level or slower with four.
+//   float64: tanh 0.343 (one pack) -> 0.312 (four), log 0.308 -> 0.292, sigmoid 0.294 ->
+//   0.266, sin 0.297 -> 0.273, exp 0.307 -> 0.270 (eight; four measured 0.386); erf keeps
+//   one (0.352; two 0.489, four 0.373).
 template <>
 inline constexpr bool kLongMath<SigmoidOp> = true;
 template <>
@@ -253,10 +254,10 @@ struct GeluOp {
   }
 };
 
-// Packs a thread in the CUDA row kernel (measured as above): silu float32 0.146 -> 0.136 ms,
-// float64 0.313 -> 0.292 with four; gelu float32 0.150 -> 0.140 (tanh form 0.144 -> 0.137),
-// float16 0.105 -> 0.097 (tanh form 0.090 -> 0.081), bfloat16 0.107 -> 0.099 with four; gelu
-// float64 keeps two (the erf form is faster with eight, the tanh form slower).
+// Packs a thread in the CUDA row kernel (measured as above): silu float32 0.148 -> 0.137 ms,
+// float64 0.304 -> 0.289 with four; gelu float32 0.151 -> 0.139 (tanh form 0.146 -> 0.138),
+// float16 0.104 -> 0.096 (tanh form 0.090 -> 0.082), bfloat16 0.108 -> 0.099 with four; gelu
+// float64 keeps two (the erf form 0.355 -> 0.327 with eight, the tanh form 0.371 -> 0.424).
 template <>
 inline constexpr RowPacks kRowPacks<SiluOp>{0, 4, 4};
 template <>
