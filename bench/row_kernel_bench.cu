@@ -171,6 +171,7 @@ int Main(int argc, char** argv) {
   Run<int8_t, 2>("mul", "i8", MulOp{}, byte, 0, 100, copy1);
   Run<uint8_t, 2>("add", "u8", AddOp{1.0}, byte, 0, 100, copy1);
   Run<int8_t, 1>("neg", "i8", NegOp{}, byte, -100, 100, copy1);
+  Run<bool, 1>("logical_not", "bool", LogicalNotOp{}, byte, 0, 2, copy1);
   return 0;
 }
 

@@ -118,7 +118,8 @@ inline constexpr RowPacks kRowPacks{};
 // there, so that a kernel may apply F to four bytes at once. Bitwise and/or/xor act bit by bit
 // on integers and bools (BitwiseWords); logical and/or/xor on bools (whose bytes are 0 or 1:
 // the server refuses others) are the bitwise ones; max, min and comparisons of 1-byte types
-// take the GPU's byte-wise SIMD instructions, as do add, sub, neg and abs (device code only).
+// take the GPU's byte-wise SIMD instructions, as do add, sub, neg, abs, logical_not and
+// bitwise_not (device code only).
 template <typename F>
 struct Wordwise {
   static constexpr uint32_t kTypes = 0;

@@ -190,6 +190,32 @@ TC_UNARY_OP(BitwiseNotOp,
 TC_UNARY_OP(LogicalNotOp,
             ("logical_not", kAllTypes, "a == 0", TypeRule::kToBool),
             kAllTypes, bool, { return a == T(0); })
+#if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
+// Four bytes at a time (op_spec.h): logical_not of 1-byte types is a byte-wise == 0 (bools'
+// bytes are 0 or 1), bitwise_not a complement (of bools: of the low bit).
+template <>
+struct Wordwise<LogicalNotOp> {
+  static constexpr uint32_t kTypes =
+      DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool);
+  template <typename S>
+  static __device__ uint32_t Word(const LogicalNotOp&, uint32_t a) {
+    return __vseteq4(a, 0u);
+  }
+};
+template <>
+struct Wordwise<BitwiseNotOp> {
+  static constexpr uint32_t kTypes =
+      DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool);
+  template <typename S>
+  static __device__ uint32_t Word(const BitwiseNotOp&, uint32_t a) {
+    if constexpr (kIsBool<S>) {
+      return a ^ 0x01010101u;
+    } else {
+      return ~a;
+    }
+  }
+};
+#endif
 TC_UNARY_OP(IsnanOp,
             ("isnan", kAllTypes, "a is NaN", TypeRule::kToBool),
             kAllTypes, bool, { return math::IsNan(a); })
