@@ -14,7 +14,10 @@ bare=$(mktemp -d /tmp/tc-venv-XXXXXX)
 trap 'rm -rf "$venv" "$bare"' EXIT
 install() {
   /usr/bin/python3 -m venv --system-site-packages "$1"
-  "$1/bin/pip" install --quiet --no-build-isolation --no-deps --no-index "$repo/client/python" \
+  # One build of the package at a time: pip builds it in the source tree (build/, egg-info),
+  # which the tests running this script side by side share.
+  flock -w 600 /tmp/tensorcompute-client-python-build.lock \
+    "$1/bin/pip" install --quiet --no-build-isolation --no-deps --no-index "$repo/client/python" \
     2> >(grep -v -i "beta" >&2)
 }
 install "$venv"
