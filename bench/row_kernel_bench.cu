@@ -7,6 +7,9 @@
 //
 //   tensorcompute-row-kernel-bench            every op below
 //   tensorcompute-row-kernel-bench tanh f64   the lines whose name holds every word given
+//   tensorcompute-row-kernel-bench --waves erf f64
+//                                             also grids capped at 4, 16, 32 and 64 rounds of
+//                                             resident blocks, each thread looping over its packs
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cuda/row_kernel.cuh"
+#include "kernels/cuda/where_kernel.cuh"
 #include "kernels/ops/binary.h"
 #include "kernels/ops/unary.h"
 
@@ -74,6 +78,7 @@ struct Buffers {
 };
 
 std::vector<std::string> g_filter;
+bool g_waves = false;
 
 bool Selected(const std::string& name) {
   for (const std::string& w : g_filter) {
@@ -83,7 +88,8 @@ bool Selected(const std::string& name) {
 }
 
 template <typename S, int N, int U, typename F>
-void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads, float copy_ms) {
+void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads, float copy_ms,
+             int waves = 0) {
   constexpr int V = 16 / sizeof(S);
   const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
   RowArgs<N + 1> a{};
@@ -99,13 +105,28 @@ void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads,
   }
   const int64_t per_thread = static_cast<int64_t>(V) * U;
   const dim3 block(threads, 1);
-  const dim3 grid(static_cast<unsigned>((n + per_thread * threads - 1) / (per_thread * threads)), 1);
+  int64_t blocks = (n + per_thread * threads - 1) / (per_thread * threads);
+  char grid_note[32] = "";
+  if (waves > 0) {
+    // A grid of `waves` rounds of the blocks the SMs hold at once: the row kernel's grid-stride
+    // loop gives each thread several steps.
+    int per_sm = 0, sms = 0;
+    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, RowKernel<S, N, V, U, F>,
+                                                        threads, 0),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    Check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+    blocks = std::min<int64_t>(blocks, int64_t{waves} * per_sm * sms);
+    std::snprintf(grid_note, sizeof grid_note, " waves=%d (%lld blocks)", waves,
+                  static_cast<long long>(blocks));
+  }
+  const dim3 grid(static_cast<unsigned>(blocks), 1);
   const float ms = MedianMs([&] { RowKernel<S, N, V, U><<<grid, block>>>(f, a); });
   cudaFuncAttributes attr{};
   Check(cudaFuncGetAttributes(&attr, RowKernel<S, N, V, U, F>), "cudaFuncGetAttributes");
-  std::printf("%-22s U=%d threads=%3d registers=%3d  %.4f ms  %5.1f%% of copy\n", name.c_str(), U,
-              threads, attr.numRegs, ms,
-              100.0 * copy_ms * (N + 1) / 2 / ms);  // copy_ms moves 2 operands' bytes
+  std::printf("%-22s U=%d threads=%3d registers=%3d  %.4f ms  %5.1f%% of copy%s\n", name.c_str(),
+              U, threads, attr.numRegs, ms,
+              100.0 * copy_ms * (N + 1) / 2 / ms,  // copy_ms moves 2 operands' bytes
+              grid_note);
 }
 
 template <typename S, int N, typename F>
@@ -124,10 +145,68 @@ void Run(const char* op, const char* type, const F& f, const Buffers& b, float l
     TimeOne<S, N, 4>(name, f, b, threads, copy_ms);
     TimeOne<S, N, 8>(name, f, b, threads, copy_ms);
   }
+  if (!g_waves) return;
+  for (int waves : {4, 16, 32, 64}) {
+    TimeOne<S, N, 1>(name, f, b, 128, copy_ms, waves);
+    TimeOne<S, N, 2>(name, f, b, 128, copy_ms, waves);
+    TimeOne<S, N, 4>(name, f, b, 128, copy_ms, waves);
+  }
+}
+
+// where(cond, x, y): WhereRowKernel alone, values of S in b's inputs, a bool condition of
+// its own, 1, 2 and 4 chunks a thread (the launch takes one).
+template <typename S, int U>
+void TimeWhere(const std::string& name, const Buffers& b, const char* cond, float copy_ms) {
+  constexpr int V = 16 / sizeof(S);
+  const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
+  RowArgs<4> a{};
+  a.rows = 1;
+  a.inner_rows = 1;
+  a.cols = n;
+  a.base[0] = b.out;
+  a.base[1] = const_cast<char*>(cond);
+  a.base[2] = b.in[0];
+  a.base[3] = b.in[1];
+  for (int k = 0; k < 4; ++k) {
+    a.step[k] = k == 1 ? 1 : sizeof(S);
+    a.dtype[k] = k == 1 ? DType::kBool : DTypeOf<S>();
+    a.access[k] = Access::kVector;
+  }
+  const int64_t per_block = static_cast<int64_t>(V) * U * 128;
+  const dim3 grid(static_cast<unsigned>((n + per_block - 1) / per_block), 1), block(128, 1);
+  const float ms = MedianMs([&] { WhereRowKernel<S, V, U, kWholeChunks><<<grid, block>>>(a); });
+  cudaFuncAttributes attr{};
+  Check(cudaFuncGetAttributes(&attr, WhereRowKernel<S, V, U, kWholeChunks>),
+        "cudaFuncGetAttributes");
+  // Bytes moved: a bool and three S a element, against a copy's two S.
+  std::printf("%-22s U=%d threads=128 registers=%3d  %.4f ms  %5.1f%% of copy\n", name.c_str(), U,
+              attr.numRegs, ms,
+              100.0 * copy_ms * (1.0 + 3.0 * sizeof(S)) / (2.0 * sizeof(S)) / ms);
+}
+
+template <typename S>
+void RunWhere(const char* type, const Buffers& b, char* cond, float copy_ms) {
+  const std::string name = std::string("where ") + type;
+  if (!Selected(name)) return;
+  const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
+  FillKernel<uint8_t><<<1024, 256>>>(reinterpret_cast<uint8_t*>(cond), n, 0, 2);
+  for (int k = 0; k < 2; ++k) {
+    FillKernel<S><<<1024, 256>>>(reinterpret_cast<S*>(b.in[k]), n, -4, 4);
+  }
+  Check(cudaDeviceSynchronize(), "fill");
+  TimeWhere<S, 1>(name, b, cond, copy_ms);
+  TimeWhere<S, 2>(name, b, cond, copy_ms);
+  TimeWhere<S, 4>(name, b, cond, copy_ms);
 }
 
 int Main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) g_filter.push_back(argv[i]);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--waves") == 0) {
+      g_waves = true;
+    } else {
+      g_filter.push_back(argv[i]);
+    }
+  }
   const int64_t kBytes = int64_t{1} << 28;
   Buffers narrow, wide;
   for (Buffers* b : {&narrow, &wide}) {
@@ -172,6 +251,12 @@ int Main(int argc, char** argv) {
   Run<uint8_t, 2>("add", "u8", AddOp{1.0}, byte, 0, 100, copy1);
   Run<int8_t, 1>("neg", "i8", NegOp{}, byte, -100, 100, copy1);
   Run<bool, 1>("logical_not", "bool", LogicalNotOp{}, byte, 0, 2, copy1);
+  char* cond = nullptr;
+  Check(cudaMalloc(&cond, int64_t{1} << 26), "cudaMalloc");
+  RunWhere<int8_t>("i8", byte, cond, copy1);
+  RunWhere<Half>("f16", half, cond, copy2);
+  RunWhere<float>("f32", narrow, cond, copy4);
+  RunWhere<double>("f64", wide, cond, copy8);
   return 0;
 }
 

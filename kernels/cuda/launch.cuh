@@ -17,7 +17,9 @@
 // - rows with dynamic casting: the same three dims with any operand dtypes (mixed inputs,
 //   casts, `where` with a bool condition) and any steps along a row (strided slices,
 //   misaligned offsets), converted in registers; vector accesses for whichever operands
-//   allow them;
+//   allow them, misaligned dense ones of 8- and 16-byte chunks shifted into place; `where`
+//   whose values have the output's dtype takes a kernel of its own in these rows
+//   (WhereRowKernel: bits chosen by byte masks, nothing converted);
 // - general: any rank and strides (0 and negative included) and any operand dtypes,
 //   offsets from the linear index per dimension by 32-bit multiply-and-shift division;
 //   plans of 2^31 elements or more, or reaching past 2 GiB in an operand, run as pieces
@@ -39,6 +41,7 @@
 #include "kernels/cuda/launch_env.h"
 #include "kernels/cuda/row_kernel.cuh"
 #include "kernels/cuda/tile_kernel.cuh"
+#include "kernels/cuda/where_kernel.cuh"
 #include "kernels/engine.h"
 #include "kernels/ops/op_list.h"
 #include "kernels/planner.h"
@@ -164,6 +167,24 @@ inline void RowGrid(int64_t rows, int64_t chunks_per_row, int per_thread, dim3* 
   *block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
 }
 
+// Fewer blocks, at most `blocks` (kernels that loop over their rows and columns in grid-sized
+// steps): the grid along the rows shrinks first, then along each row.
+inline void CapGrid(int64_t blocks, dim3* grid) {
+  const int64_t y = std::min<int64_t>(grid->y, std::max<int64_t>(1, blocks / grid->x));
+  const int64_t x = std::min<int64_t>(grid->x, std::max<int64_t>(1, blocks / y));
+  *grid = dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
+}
+
+// Blocks of `threads` threads of `kernel` one SM holds at once (1 where that is not known).
+template <typename Kernel>
+int ResidentBlocks(Kernel kernel, int threads) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) != cudaSuccess) {
+    (void)cudaGetLastError();  // Not sticky: the grid is then capped lower.
+  }
+  return std::max(n, 1);
+}
+
 // The run lengths the row kernels are compiled for: a 16-byte pack of S in kRows; in
 // kCastRows, 8 elements, 2 of 8-byte types (a chunk of 16 bytes of S; casts compute in the
 // wider type, so a widening cast writes 16 bytes a chunk: with 8 float32 elements a chunk, a
@@ -201,7 +222,7 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // is float32 math behind two conversions (on the H200 erf, sin, log 67-69% of copy with one
   // pack, 74-80% with two; binary and integer ops lost 2-18 points with two).
   constexpr bool kHalfUnary = N == 1 && sizeof(S) == 2 && IsFloating(DTypeOf<S>());
-  constexpr RowPacks kPacks = kRowPacks<F>;
+  constexpr ByWidth kPacks = kRowPacks<F>;
   constexpr int kStated = !IsFloating(DTypeOf<S>()) ? 0
                           : sizeof(S) == 2          ? kPacks.half
                           : sizeof(S) == 4          ? kPacks.single
@@ -216,16 +237,64 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // float64 0.317 -> 0.292; float32 ops with fewer registers level).
   dim3 grid, block;
   RowGrid(ra.rows, ra.cols / kV, kU, &grid, &block, 128);
+  constexpr ByWidth kWavesBy = kRowWaves<F>;
+  constexpr int kWaves = !IsFloating(DTypeOf<S>()) ? 0
+                         : sizeof(S) == 2          ? kWavesBy.half
+                         : sizeof(S) == 4          ? kWavesBy.single
+                         : sizeof(S) == 8          ? kWavesBy.dbl
+                                                   : 0;
+  if constexpr (kWaves > 0) {
+    // Capped at kWaves rounds of the blocks the SMs hold at once; the kernel's loops over
+    // rows and packs take the rest.
+    static const int per_sm = ResidentBlocks(RowKernel<S, N, kV, kU, F>, 128);
+    CapGrid(int64_t{kWaves} * per_sm * std::max(env.multiprocessors, 1), &grid);
+  }
   RowKernel<S, N, kV, kU><<<grid, block, 0, env.stream>>>(f, ra);
   return true;
+}
+
+// where with a bool condition and values of the output's dtype: WhereRowKernel, one chunk a
+// thread (H200, 2^26 elements: 104-113% of copy with one, two or four for every element
+// size; fewer registers with one).
+template <typename S>
+absl::Status LaunchWhereRows(const Plan& plan, char* const* base, const LaunchEnv& env) {
+  constexpr int kV = kRowVector<S>;
+  const RowArgs<4> ra = MakeRowArgs<4>(plan, base, kV);
+  // What the operands need beyond whole aligned chunks: misaligned dense inputs whose chunks
+  // shift into place, or element by element (strided operands, a misaligned condition of
+  // chunks that do not shift, a misaligned output).
+  int mode = kWholeChunks;
+  for (int k = 0; k < 4; ++k) {
+    if (ra.access[k] != Access::kStrided) continue;
+    const bool shifts = k > 0 && ra.step[k] == ItemSize(plan.dtypes[k]) &&
+                        (k == 1 ? kShiftable<bool, kV> : kShiftable<S, kV>);
+    mode = std::max<int>(mode, shifts ? kShiftedChunks : kAnyStep);
+  }
+  dim3 grid, block;
+  RowGrid(ra.rows, (ra.cols + kV - 1) / kV, 1, &grid, &block, 128);
+  if (mode == kWholeChunks) {
+    WhereRowKernel<S, kV, 1, kWholeChunks><<<grid, block, 0, env.stream>>>(ra);
+  } else if (mode == kShiftedChunks) {
+    WhereRowKernel<S, kV, 1, kShiftedChunks><<<grid, block, 0, env.stream>>>(ra);
+  } else {
+    WhereRowKernel<S, kV, 1, kAnyStep><<<grid, block, 0, env.stream>>>(ra);
+  }
+  return CheckLaunch();
 }
 
 template <typename S, int N, typename F>
 absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
                             const LaunchEnv& env, bool same_types) {
+  if constexpr (std::is_same_v<F, WhereOp>) {
+    if (plan.dtypes[1] == DType::kBool && plan.dtypes[0] == DTypeOf<S>() &&
+        plan.dtypes[2] == DTypeOf<S>() && plan.dtypes[3] == DTypeOf<S>()) {
+      return LaunchWhereRows<S>(plan, base, env);
+    }
+  }
   constexpr int kE = kCastRun<S>;
   // Chunks per thread in flight: four of 8-byte types (two elements each), two for unary and
-  // binary ops of narrower types; ternary ops hold three operands' chunks already.
+  // binary ops of narrower types; ternary ops hold three operands' chunks already (two of a
+  // float16 where measured 0.288 ms on the H200 against 0.194 with one).
   constexpr int kU = sizeof(S) == 8 ? (N <= 2 ? 4 : 2) : N <= 2 ? 2 : 1;
   const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kE);
   dim3 grid, block;

@@ -100,18 +100,29 @@ inline constexpr bool kHasErrorFlag<F, std::void_t<decltype(std::declval<F&>().e
 template <typename F>
 inline constexpr bool kLongMath = false;
 
-// kRowPacks<F>: 16-byte packs a thread in the CUDA row kernel for F's float forms, by element
-// size, where measurement beat the default (0: two for 2-byte unary and 4-byte forms, four for
-// float32 long math, two for float64). More packs keep more loads in flight behind the math;
-// fewer keep the registers of long float64 math (erf: 125 with two, 39 with one) from
-// starving the SM of threads. The figures are beside each op (unary.h).
-struct RowPacks {
+// Per float width: a value for F's float16/bfloat16, float32 and float64 forms (0: the
+// default).
+struct ByWidth {
   int half = 0;
   int single = 0;
   int dbl = 0;
 };
+
+// kRowPacks<F>: 16-byte packs a thread in the CUDA row kernel for F's float forms, where
+// measurement beat the default (two for 2-byte unary and 4-byte forms, four for float32 long
+// math, two for float64). More packs keep more loads in flight behind the math; fewer keep the
+// registers of long float64 math (erf: 125 with two, 39 with one) from starving the SM of
+// threads. The figures are beside each op (unary.h).
 template <typename F>
-inline constexpr RowPacks kRowPacks{};
+inline constexpr ByWidth kRowPacks{};
+
+// kRowWaves<F>: where nonzero, the row kernel's grid for F's float forms is that many rounds
+// of the blocks the GPU holds at once, each thread looping over several steps of its row (0:
+// a block for every 128 threads' packs, each thread one step). Long float64 math at one pack
+// a thread spends much of its time starting threads: on the H200 erf 0.354 ms with a block per
+// 256 elements, 0.300 with 16 rounds (figures beside each op in unary.h).
+template <typename F>
+inline constexpr ByWidth kRowWaves{};
 
 // Wordwise<F>: for storage types S in kTypes, Word<S>(f, a, b) (a unary op: Word<S>(f, a))
 // gives in each byte of a 32-bit word what functor f gives for the bytes of words a and b

@@ -127,9 +127,11 @@ TC_UNARY_FLOAT_ROW_OP(ErfOp,
 // 0.261 for 8-byte types), default -> chosen:
 //   float16: erf 0.093 -> 0.086, sigmoid 0.081 -> 0.078, tanh 0.077 -> 0.074 (bfloat16 erf
 //   0.095 -> 0.087); log, sin, silu level or slower with four.
-//   float64: tanh 0.343 (one pack) -> 0.312 (four), log 0.308 -> 0.292, sigmoid 0.294 ->
-//   0.266, sin 0.297 -> 0.273, exp 0.307 -> 0.270 (eight; four measured 0.386); erf keeps
-//   one (0.352; two 0.489, four 0.373).
+//   float64: log 0.308 -> 0.292, sigmoid 0.294 -> 0.266, sin 0.297 -> 0.273, exp 0.307 ->
+//   0.270 (eight; four measured 0.386); erf and tanh one pack in a grid of 16 rounds of
+//   resident blocks (kRowWaves): erf 0.354 (a block per 128 threads' packs) -> 0.300 (one,
+//   two, four rounds 0.342, 0.323, 0.312; two packs 0.41 in any grid), tanh 0.313 (four packs)
+//   -> 0.282.
 template <>
 inline constexpr bool kLongMath<SigmoidOp> = true;
 template <>
@@ -145,19 +147,23 @@ inline constexpr bool kLongMath<Log1pOp> = true;
 template <>
 inline constexpr bool kLongMath<Expm1Op> = true;
 template <>
-inline constexpr RowPacks kRowPacks<SigmoidOp>{4, 0, 4};
+inline constexpr ByWidth kRowPacks<SigmoidOp>{4, 0, 4};
 template <>
-inline constexpr RowPacks kRowPacks<ErfOp>{4, 0, 1};
+inline constexpr ByWidth kRowPacks<ErfOp>{4, 0, 1};
 template <>
-inline constexpr RowPacks kRowPacks<TanhOp>{4, 0, 4};
+inline constexpr ByWidth kRowPacks<TanhOp>{4, 0, 1};
 template <>
-inline constexpr RowPacks kRowPacks<ExpOp>{0, 0, 8};
+inline constexpr ByWidth kRowWaves<ErfOp>{0, 0, 16};
 template <>
-inline constexpr RowPacks kRowPacks<LogOp>{0, 0, 4};
+inline constexpr ByWidth kRowWaves<TanhOp>{0, 0, 16};
 template <>
-inline constexpr RowPacks kRowPacks<SinOp>{0, 0, 4};
+inline constexpr ByWidth kRowPacks<ExpOp>{0, 0, 8};
 template <>
-inline constexpr RowPacks kRowPacks<CosOp>{0, 0, 4};
+inline constexpr ByWidth kRowPacks<LogOp>{0, 0, 4};
+template <>
+inline constexpr ByWidth kRowPacks<SinOp>{0, 0, 4};
+template <>
+inline constexpr ByWidth kRowPacks<CosOp>{0, 0, 4};
 // Integers are already whole: floor, ceil, round and trunc return them unchanged.
 TC_UNARY_OP(FloorOp,
             ("floor", kNumericTypes, "round down; integers unchanged"),
@@ -283,10 +289,13 @@ struct GeluOp {
 // Packs a thread in the CUDA row kernel (measured as above): silu float32 0.148 -> 0.137 ms,
 // float64 0.304 -> 0.289 with four; gelu float32 0.151 -> 0.139 (tanh form 0.146 -> 0.138),
 // float16 0.104 -> 0.096 (tanh form 0.090 -> 0.082), bfloat16 0.108 -> 0.099 with four; gelu
-// float64 keeps two (the erf form 0.355 -> 0.327 with eight, the tanh form 0.371 -> 0.424).
+// float64 one pack in 16 rounds of resident blocks (kRowWaves): the erf form 0.358 (two
+// packs) -> 0.328, the tanh form 0.375 -> 0.321.
 template <>
-inline constexpr RowPacks kRowPacks<SiluOp>{0, 4, 4};
+inline constexpr ByWidth kRowPacks<SiluOp>{0, 4, 4};
 template <>
-inline constexpr RowPacks kRowPacks<GeluOp>{4, 4, 0};
+inline constexpr ByWidth kRowPacks<GeluOp>{4, 4, 1};
+template <>
+inline constexpr ByWidth kRowWaves<GeluOp>{0, 0, 16};
 
 }  // namespace tc

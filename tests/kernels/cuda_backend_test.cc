@@ -529,6 +529,61 @@ TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
   }
 }
 
+// One-dimensional views at every element offset within 16 bytes beside dense operands and a
+// dense output: the cast-row kernel's loads of dense misaligned chunks (aligned blocks
+// shifted into place), full chunks and the partial last one, same and mixed dtypes, and
+// where's own row kernel (condition and values misaligned, repeated, 0-dim), bit for bit the
+// CPU's result.
+TEST_F(CudaBackendTest, OffsetViewsMatchCpu) {
+  uint64_t x = testing::TestSeed() ^ 0x0ff5e7ull;
+  CpuBackend cpu_backend;
+  const auto view = [](DType dt, const std::vector<std::byte>& s, int64_t n, int64_t offset) {
+    return TensorView{dt, {n}, {1}, offset, s.data(), static_cast<int64_t>(s.size())};
+  };
+  for (const DType t : {DType::kInt8, DType::kUInt8, DType::kFloat16, DType::kBFloat16,
+                        DType::kFloat64, DType::kInt64}) {
+    for (const int64_t n : {int64_t{5}, int64_t{4099}, int64_t{70001}}) {
+      const int64_t per16 = 16 / ItemSize(t);
+      const std::vector<std::byte> a = RandomBytes(t, n + per16, x), b = RandomBytes(t, n + per16, x);
+      const std::vector<std::byte> f = RandomBytes(DType::kFloat32, n, x);
+      std::vector<std::byte> cond = RandomBytes(DType::kBool, n + 16, x);
+      for (std::byte& c : cond) c &= std::byte{1};
+      for (int64_t s = 0; s < per16; ++s) {
+        struct Case {
+          const char* op;
+          std::vector<TensorView> inputs;
+        };
+        const Case cases[] = {
+            {"mul", {view(t, a, n, s), view(t, b, n, 0)}},
+            {"add", {view(t, b, n, 0), view(t, a, n, s)}},
+            {"sub", {view(t, a, n, s), view(t, b, n, (s + 1) % per16)}},
+            {"mul", {view(t, a, n, s), view(DType::kFloat32, f, n, 0)}},
+            {"where", {view(DType::kBool, cond, n, s % 16), view(t, a, n, s), view(t, b, n, 0)}},
+            {"where", {view(DType::kBool, cond, n, 0), view(t, b, n, 0), view(t, a, n, s)}},
+            {"where", {TensorView{DType::kBool, {}, {}, s, cond.data(),
+                                  static_cast<int64_t>(cond.size())},
+                       view(t, a, n, s), view(t, b, n, 0)}},
+            {"where", {view(DType::kBool, cond, n, 3), TensorView{t, {}, {}, s, a.data(),
+                                                                  static_cast<int64_t>(a.size())},
+                       view(t, b, n, s)}},
+        };
+        for (const Case& c : cases) {
+          auto op = PrepareOp(c.op, c.inputs, {}, OutputOptions{});
+          ASSERT_TRUE(op.ok()) << c.op << ": " << op.status();
+          const DeviceRun r = RunOnDevice(*op, c.inputs);
+          const std::string where = absl::StrCat(c.op, " on ", DTypeName(t), ", ", n,
+                                                 " elements, offset ", s, " (",
+                                                 DTypeName(c.inputs[0].dtype), " first)");
+          ASSERT_TRUE(r.status.ok()) << where << ": " << r.status;
+          std::vector<std::byte> cpu(static_cast<size_t>(op->plan.out_storage_bytes));
+          ASSERT_TRUE(cpu_backend.Run(*op, c.inputs, cpu.data()).ok());
+          EXPECT_EQ(std::memcmp(r.out.data(), cpu.data(), cpu.size()), 0) << where;
+        }
+      }
+    }
+  }
+}
+
 std::unique_ptr<runtime::Device> MakeCuda(const runtime::DeviceOptions& options) {
   auto d = runtime::CudaDevice::Create(0, options);
   EXPECT_TRUE(d.ok()) << d.status();
