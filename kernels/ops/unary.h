@@ -127,11 +127,11 @@ TC_UNARY_FLOAT_ROW_OP(ErfOp,
 // 0.261 for 8-byte types), default -> chosen:
 //   float16: erf 0.093 -> 0.086, sigmoid 0.081 -> 0.078, tanh 0.077 -> 0.074 (bfloat16 erf
 //   0.095 -> 0.087); log, sin, silu level or slower with four.
-//   float64: log 0.308 -> 0.292, sigmoid 0.294 -> 0.266, sin 0.297 -> 0.273, exp 0.307 ->
-//   0.270 (eight; four measured 0.386); erf and tanh one pack in a grid of 16 rounds of
-//   resident blocks (kRowWaves): erf 0.354 (a block per 128 threads' packs) -> 0.300 (one,
-//   two, four rounds 0.342, 0.323, 0.312; two packs 0.41 in any grid), tanh 0.313 (four packs)
-//   -> 0.282.
+//   float64: sigmoid 0.294 -> 0.266, sin 0.297 -> 0.273, exp 0.307 -> 0.270 (eight; four
+//   measured 0.386); erf, tanh, log and log1p one pack in a grid of 16 rounds of resident
+//   blocks (kRowWaves): erf 0.354 (a block per 128 threads' packs) -> 0.300 (one, two, four
+//   rounds 0.342, 0.323, 0.312; 32 and 64 rounds 0.307, 0.315; two packs 0.41 in any grid),
+//   tanh 0.313 (four packs) -> 0.282, log 0.288 (four) -> 0.268, log1p 0.458 (two) -> 0.380.
 template <>
 inline constexpr bool kLongMath<SigmoidOp> = true;
 template <>
@@ -159,7 +159,13 @@ inline constexpr ByWidth kRowWaves<TanhOp>{0, 0, 16};
 template <>
 inline constexpr ByWidth kRowPacks<ExpOp>{0, 0, 8};
 template <>
-inline constexpr ByWidth kRowPacks<LogOp>{0, 0, 4};
+inline constexpr ByWidth kRowPacks<LogOp>{0, 0, 1};
+template <>
+inline constexpr ByWidth kRowPacks<Log1pOp>{0, 0, 1};
+template <>
+inline constexpr ByWidth kRowWaves<LogOp>{0, 0, 16};
+template <>
+inline constexpr ByWidth kRowWaves<Log1pOp>{0, 0, 16};
 template <>
 inline constexpr ByWidth kRowPacks<SinOp>{0, 0, 4};
 template <>
@@ -290,12 +296,15 @@ struct GeluOp {
 // float64 0.304 -> 0.289 with four; gelu float32 0.151 -> 0.139 (tanh form 0.146 -> 0.138),
 // float16 0.104 -> 0.096 (tanh form 0.090 -> 0.082), bfloat16 0.108 -> 0.099 with four; gelu
 // float64 one pack in 16 rounds of resident blocks (kRowWaves): the erf form 0.358 (two
-// packs) -> 0.328, the tanh form 0.375 -> 0.321.
+// packs) -> 0.328, the tanh form 0.375 -> 0.321; silu float64 keeps four packs in 16 rounds
+// (0.285 -> 0.278).
 template <>
 inline constexpr ByWidth kRowPacks<SiluOp>{0, 4, 4};
 template <>
 inline constexpr ByWidth kRowPacks<GeluOp>{4, 4, 1};
 template <>
 inline constexpr ByWidth kRowWaves<GeluOp>{0, 0, 16};
+template <>
+inline constexpr ByWidth kRowWaves<SiluOp>{0, 0, 16};
 
 }  // namespace tc
