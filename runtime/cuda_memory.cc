@@ -47,6 +47,9 @@ absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget, bool share
 absl::StatusOr<std::byte*> CudaDevice::RawAllocate(int64_t bytes, bool zero, Lane* lane,
                                                     void** tag) {
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  // Whole 16-byte blocks: kernels that read a misaligned run as the aligned blocks around it
+  // (LoadUnaligned) may read the rest of the block that holds a storage's last byte.
+  bytes = (bytes + 15) / 16 * 16;
   // Out of memory is the caller's RESOURCE_EXHAUSTED; anything else (a context broken by an
   // earlier fault answers every call with that fault) is a device failure.
   const auto allocated = [&](cudaError_t e) -> absl::Status {
