@@ -136,9 +136,9 @@ __device__ __forceinline__ void WhereChunk(const RowArgs<4>& a, char* const (&ro
 // where over rows: operand 1 the bool condition, 2 and 3 the values, 0 the output, all of
 // storage type S but the condition. Chunks of V elements (16 bytes of S), U of them a thread
 // per step, every load issued before the first use; kMode (WhereLoads) what else the
-// operands need, so that the common case holds no registers for the rest (the casting row
-// kernel that took where before held 73 to 96: a third of the SM's threads, a float16 where
-// at 56-61% of copy on the H200). Where a thread's U chunks are not all whole (short rows, a
+// operands need, so that the common case holds no registers for the rest (45-48; a version
+// choosing element by element held 96, a third of the SM's threads, and ran a float16 where
+// at 56% of copy on the H200, the casting row kernel that took it before at 61%). Where a thread's U chunks are not all whole (short rows, a
 // row's end), it takes them one at a time, the partial one element by element.
 template <typename S, int V, int U, int kMode>
 __global__ void __launch_bounds__(128) WhereRowKernel(RowArgs<4> a) {
