@@ -17,6 +17,7 @@
 #include "server/calls/call.h"
 #include "server/calls/grpc_status.h"
 #include "server/pipeline/service_env.h"
+#include "server/process/auth.h"
 
 namespace tc::server {
 
@@ -31,6 +32,7 @@ class PooledReactor : public Base {
   PooledReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env, const char* method)
       : ctx_(ctx), env_(env), identity_(env.auth->Identify(*ctx)),
         owner_(identity_.ok() ? *identity_ : std::string()),
+        deadline_(DeadlineOf(*ctx)), session_(SessionKey(*ctx, owner_)),
         call_(&env, method, std::string(),
               [this](const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }),
         entered_(call_.Enter()) {}
@@ -120,10 +122,16 @@ class PooledReactor : public Base {
     });
   }
 
+  // Valid until the call is done: work posted after a cancellation may run later, and reads
+  // the deadline and session key taken here instead.
   grpc::CallbackServerContext* ctx_;
   const ServiceEnv& env_;
   const absl::StatusOr<std::string> identity_;
   const std::string owner_;
+  // The call's deadline and session key (SessionKey), taken while the context is sure to be
+  // there.
+  const absl::Time deadline_;
+  const std::string session_;
   // The call: its op label and bytes for the metrics (call_.set_op, call_.received, .sent).
   Call call_;
   // Counted as in flight until destroyed; false when refused for the drain.

@@ -79,8 +79,8 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
     auto spec = DecodeCompute(*header_, /*allow_streamed=*/true, env_.options);
     if (!spec.ok()) return spec.status();
     spec_ = std::make_unique<ComputeSpec>(*std::move(spec));
-    auto job = ComputeJob::Prepare(*spec_, owner_, env_, DeadlineOf(*ctx_), true,
-                                   SessionKey(*ctx_, owner_));
+    auto job = ComputeJob::Prepare(*spec_, owner_, env_, deadline_, true,
+                                   session_);
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
     return absl::OkStatus();
@@ -95,7 +95,7 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
       FinishOnce(s);
       return;
     }
-    auto out = job_->AllocateOutput(DeadlineOf(*ctx_));
+    auto out = job_->AllocateOutput(deadline_);
     if (!out.ok()) {
       FinishOnce(out.status());
       return;

@@ -102,13 +102,13 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
     if (auto s = env_.resident->CheckQuota(owner_, view_.storage_bytes); !s.ok()) return s;
     ttl_ = h.ttl_seconds();
     auto placed =
-        PlaceResident(*env_.devices, *env_.resident, owner_, SessionKey(*ctx_, owner_),
+        PlaceResident(*env_.devices, *env_.resident, owner_, session_,
                       view_.storage_bytes,
                       h.has_device() ? std::optional<int>(h.device()) : std::nullopt);
     if (!placed.ok()) return placed.status();
     runtime::Device& d = **placed;
     // Zeroed: a tensor whose parts are still to come must not show old memory.
-    auto storage = d.Allocate(view_.storage_bytes, true, DeadlineOf(*ctx_));
+    auto storage = d.Allocate(view_.storage_bytes, true, deadline_);
     if (!storage.ok()) return storage.status();
     storage_ = *std::move(storage);
     lane_ = d.AcquireLane();
