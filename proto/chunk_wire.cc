@@ -54,6 +54,19 @@ class Reader {
     }
     return false;
   }
+  // Appends the next n bytes to `out` and moves past them; false if fewer are left.
+  bool Copy(uint64_t n, std::string* out) {
+    while (n > 0 && i_ < slices_.size()) {
+      const uint64_t step = std::min<uint64_t>(slices_[i_].size() - at_, n);
+      out->append(reinterpret_cast<const char*>(slices_[i_].begin() + at_),
+                  static_cast<size_t>(step));
+      at_ += step;
+      pos_ += step;
+      n -= step;
+      Normalize();
+    }
+    return n == 0;
+  }
   // Moves past n bytes; false if fewer are left.
   bool Skip(uint64_t n) {
     while (n > 0 && i_ < slices_.size()) {
@@ -194,12 +207,117 @@ bool ParseChunk(const grpc::ByteBuffer& buffer, ChunkRef* out) {
   return true;  // A chunk without data.
 }
 
-void ChunkRef::CopyTo(void* dst) const {
+namespace {
+
+constexpr int kWireVarint = 0, kWireFixed64 = 1, kWireLength = 2, kWireFixed32 = 5;
+
+void AppendVarint(uint64_t v, std::string* out) {
+  uint8_t b[10];
+  out->append(reinterpret_cast<const char*>(b), PutVarint(b, v));
+}
+
+// Copies one field (its tag already read and written to `out`) of wire type `type` from `r`,
+// ending no later than `end`. False where it is malformed or a group.
+bool CopyField(Reader& r, int type, size_t end, std::string* out) {
+  uint64_t v = 0;
+  switch (type) {
+    case kWireVarint:
+      if (!r.Varint(&v)) return false;
+      AppendVarint(v, out);
+      break;
+    case kWireFixed64:
+      if (!r.Copy(8, out)) return false;
+      break;
+    case kWireFixed32:
+      if (!r.Copy(4, out)) return false;
+      break;
+    case kWireLength:
+      if (!r.Varint(&v) || v > end - std::min(end, r.position())) return false;
+      AppendVarint(v, out);
+      if (!r.Copy(v, out)) return false;
+      break;
+    default:
+      return false;  // Groups (3, 4) and the wire types no one defines.
+  }
+  return r.position() <= end;
+}
+
+}  // namespace
+
+bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out) {
+  constexpr uint64_t kInputsField = 2;  // ComputeRequest.inputs
+  constexpr uint64_t kDataField = 5;    // Tensor.data
+  out->rest_.clear();
+  out->taken_.clear();
+  out->slices_.clear();
+  if (!buffer.Dump(&out->slices_).ok()) return false;
+  const size_t total = buffer.Length();
+  Reader r(out->slices_);
+  int input = 0;
+  std::string tensor;
+  while (r.position() < total) {
+    uint64_t tag = 0;
+    if (!r.Varint(&tag) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
+    const int type = static_cast<int>(tag & 7);
+    if ((tag >> 3) != kInputsField || type != kWireLength) {
+      AppendVarint(tag, &out->rest_);
+      if (!CopyField(r, type, total, &out->rest_)) return false;
+      continue;
+    }
+    uint64_t len = 0;
+    if (!r.Varint(&len) || len > total - r.position()) return false;
+    const size_t end = r.position() + static_cast<size_t>(len);
+    // The tensor's fields, its data taken out where it is large.
+    tensor.clear();
+    bool has_data = false;
+    while (r.position() < end) {
+      uint64_t inner = 0;
+      if (!r.Varint(&inner) || inner > UINT32_MAX || (inner >> 3) == 0) return false;
+      const int inner_type = static_cast<int>(inner & 7);
+      if ((inner >> 3) == kDataField && inner_type == kWireLength) {
+        // A second one would replace the first (protobuf keeps the last): left to protobuf.
+        if (has_data) return false;
+        has_data = true;
+        uint64_t n = 0;
+        if (!r.Varint(&n) || n > end - std::min(end, r.position())) return false;
+        if (n >= static_cast<uint64_t>(min_bytes) && n > 0) {
+          out->taken_.push_back({input, r.position(), static_cast<int64_t>(n)});
+          if (!r.Skip(n)) return false;
+          continue;
+        }
+        AppendVarint(inner, &tensor);
+        AppendVarint(n, &tensor);
+        if (!r.Copy(n, &tensor)) return false;
+        continue;
+      }
+      AppendVarint(inner, &tensor);
+      if (!CopyField(r, inner_type, end, &tensor)) return false;
+    }
+    if (r.position() != end) return false;
+    AppendVarint(tag, &out->rest_);
+    AppendVarint(tensor.size(), &out->rest_);
+    out->rest_.append(tensor);
+    ++input;
+  }
+  return true;
+}
+
+namespace {
+
+void CopyPieces(const std::vector<grpc::Slice>& slices, size_t first, int64_t size, void* dst) {
   auto* d = static_cast<std::byte*>(dst);
-  ForEachPiece([&d](const uint8_t* p, size_t n) {
+  ForEachPieceOf(slices, first, size, [&d](const uint8_t* p, size_t n) {
     std::memcpy(d, p, n);
     d += n;
   });
 }
+
+}  // namespace
+
+void SplitRequest::CopyTo(const Taken& t, void* dst) const {
+  CopyPieces(slices_, t.first, t.size, dst);
+}
+
+void ChunkRef::CopyTo(void* dst) const { CopyPieces(slices_, first_, size_, dst); }
 
 }  // namespace tc::wire

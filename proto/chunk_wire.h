@@ -1,4 +1,5 @@
-// DataChunk messages on the wire without protobuf copies of their bytes.
+// DataChunk messages on the wire without protobuf copies of their bytes, and the large inline
+// inputs of a ComputeRequest read the same way.
 //
 // ComputeStreamRequest, TensorStreamMessage and UploadRequest all carry a chunk as field 2:
 // DataChunk {int32 tensor = 1; int64 offset = 2; bytes data = 3}. A chunk written here is a
@@ -30,6 +31,25 @@ grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, grpc::Slice data);
 // data referenced, not copied. The data must stay valid until the message has been sent.
 grpc::ByteBuffer ComputeResponseMessage(const std::string& meta, grpc::Slice data);
 
+// Calls fn(pointer, length) for each contiguous piece of the `size` bytes that start at byte
+// `first` of the concatenated `slices`, in order.
+template <class Fn>
+void ForEachPieceOf(const std::vector<grpc::Slice>& slices, size_t first, int64_t size, Fn&& fn) {
+  size_t skip = first;
+  int64_t left = size;
+  for (const grpc::Slice& s : slices) {
+    if (left == 0) break;
+    if (skip >= s.size()) {
+      skip -= s.size();
+      continue;
+    }
+    const size_t n = std::min<size_t>(s.size() - skip, static_cast<size_t>(left));
+    fn(s.begin() + skip, n);
+    left -= static_cast<int64_t>(n);
+    skip = 0;
+  }
+}
+
 // A received chunk: where its bytes belong, and the slices they are in.
 class ChunkRef {
  public:
@@ -41,19 +61,7 @@ class ChunkRef {
   // Calls fn(pointer, length) for each contiguous piece, in order.
   template <class Fn>
   void ForEachPiece(Fn&& fn) const {
-    size_t skip = first_;
-    int64_t left = size_;
-    for (const grpc::Slice& s : slices_) {
-      if (left == 0) break;
-      if (skip >= s.size()) {
-        skip -= s.size();
-        continue;
-      }
-      const size_t n = std::min<size_t>(s.size() - skip, static_cast<size_t>(left));
-      fn(s.begin() + skip, n);
-      left -= static_cast<int64_t>(n);
-      skip = 0;
-    }
+    ForEachPieceOf(slices_, first_, size_, fn);
   }
 
  private:
@@ -64,6 +72,36 @@ class ChunkRef {
   size_t first_ = 0;  // Where the bytes start in the concatenated slices.
   std::vector<grpc::Slice> slices_;
 };
+
+// A ComputeRequest as received, its large inline inputs' bytes (Tensor.data of `inputs`, field
+// 2, then 5) left in the slices gRPC received them in.
+class SplitRequest {
+ public:
+  // One input's bytes taken out of the message.
+  struct Taken {
+    int input = 0;     // Its index among the request's inputs.
+    size_t first = 0;  // Where its bytes start in the concatenated slices.
+    int64_t size = 0;
+  };
+  // The message without the bytes taken out (their tensors hold no data field): for protobuf.
+  const std::string& rest() const { return rest_; }
+  const std::vector<Taken>& taken() const { return taken_; }
+  // Copies one taken input's bytes to `dst` (t.size bytes).
+  void CopyTo(const Taken& t, void* dst) const;
+
+ private:
+  friend bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes,
+                                  SplitRequest* out);
+  std::string rest_;
+  std::vector<Taken> taken_;
+  std::vector<grpc::Slice> slices_;
+};
+
+// Takes the data of every input whose data field is at least `min_bytes` long out of the
+// ComputeRequest in `buffer`. False where the message is not well-formed protobuf, holds
+// groups, or gives one tensor's data more than once: parse those with protobuf (which
+// decides what they mean, or what is wrong with them).
+bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out);
 
 // True when `buffer` is a message whose only field is a chunk (field 2) laid out as protobuf
 // writes it: its fields in order, each at most once, nothing unknown. False for anything

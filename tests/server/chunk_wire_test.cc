@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tensorcompute/v1/tensor_service.pb.h"
 
@@ -135,6 +136,116 @@ TEST(ChunkWireTest, LeavesEverythingElseToProtobuf) {
   EXPECT_FALSE(parses(std::string("\x12\x02\x20\x01", 4)));
   // A data length that runs past the end.
   EXPECT_FALSE(parses(std::string("\x12\x03\x1a\x09x", 5)));
+}
+
+// What SplitComputeRequest makes of `wire` agrees with protobuf: where it splits and the rest
+// parses, putting the taken bytes back gives what protobuf parses from `wire` itself. Returns
+// how many inputs' bytes were taken (-1: not split, left to protobuf).
+int SplitAgrees(const std::string& wire, int64_t min_bytes, std::mt19937_64& rng) {
+  SplitRequest split;
+  if (!SplitComputeRequest(Sliced(wire, rng), min_bytes, &split)) return -1;
+  v1::ComputeRequest whole, rebuilt;
+  const bool parses = whole.ParseFromString(wire);
+  const bool rest_parses = rebuilt.ParseFromString(split.rest());
+  EXPECT_EQ(parses, rest_parses);
+  if (!parses || !rest_parses) return -1;
+  for (const SplitRequest::Taken& t : split.taken()) {
+    EXPECT_GE(t.size, min_bytes);
+    EXPECT_LT(t.input, rebuilt.inputs_size());
+    if (t.input >= rebuilt.inputs_size()) return -1;
+    EXPECT_TRUE(rebuilt.inputs(t.input).data().empty());
+    std::string bytes(static_cast<size_t>(t.size), '\0');
+    split.CopyTo(t, bytes.data());
+    rebuilt.mutable_inputs(t.input)->set_data(bytes);
+  }
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(whole, rebuilt))
+      << whole.ShortDebugString() << "\n" << rebuilt.ShortDebugString();
+  return static_cast<int>(split.taken().size());
+}
+
+v1::ComputeRequest RandomRequest(std::mt19937_64& rng, int64_t min_bytes) {
+  v1::ComputeRequest r;
+  if (rng() % 2) r.set_op("add");
+  if (rng() % 3 == 0) r.set_expression("a * b + 1");
+  const int n = static_cast<int>(rng() % 5);
+  for (int i = 0; i < n; ++i) {
+    v1::Tensor* t = r.add_inputs();
+    t->set_dtype(static_cast<v1::DType>(rng() % 12));
+    for (int d = 0; d < static_cast<int>(rng() % 4); ++d) t->add_shape(static_cast<int64_t>(rng() % 300));
+    if (rng() % 2) t->add_strides(-static_cast<int64_t>(rng() % 5));
+    if (rng() % 2) t->set_offset(static_cast<int64_t>(rng() % 1000));
+    // Empty, short of the threshold, at it, or past it.
+    const int64_t sizes[] = {0, min_bytes - 1, min_bytes, min_bytes + static_cast<int64_t>(rng() % 200)};
+    std::string data(static_cast<size_t>(std::max<int64_t>(0, sizes[rng() % 4])), '\0');
+    for (char& c : data) c = static_cast<char>(rng());
+    t->set_data(data);
+    if (rng() % 5 == 0) t->set_handle("h");
+    if (rng() % 5 == 0) t->set_region("r");
+    if (rng() % 3 == 0) t->set_storage_bytes(static_cast<int64_t>(rng() % 99));
+  }
+  if (rng() % 2) (*r.mutable_attributes())["alpha"].set_float_value(0.5);
+  if (rng() % 2) r.add_output_strides(3);
+  if (rng() % 2) r.set_keep_output_resident(true);
+  if (rng() % 2) r.set_output_region("out");
+  if (rng() % 3 == 0) r.add_input_names("x");
+  return r;
+}
+
+TEST(SplitComputeRequestTest, TakesLargeInputsOutAndKeepsEverythingElse) {
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t min_bytes = 16;
+  int taken = 0;
+  for (int k = 0; k < 2000; ++k) {
+    const v1::ComputeRequest r = RandomRequest(rng, min_bytes);
+    int large = 0;
+    for (const v1::Tensor& t : r.inputs()) large += static_cast<int64_t>(t.data().size()) >= min_bytes;
+    const int got = SplitAgrees(r.SerializeAsString(), min_bytes, rng);
+    ASSERT_EQ(got, large) << r.ShortDebugString();
+    taken += got;
+  }
+  EXPECT_GT(taken, 0);
+}
+
+TEST(SplitComputeRequestTest, AgreesWithProtobufOnDamagedMessages) {
+  std::mt19937_64 rng(std::random_device{}());
+  // (Protobuf logs every string that is not UTF-8.)
+  google::protobuf::LogSilencer quiet;
+  for (int k = 0; k < 300; ++k) {
+    const std::string good = RandomRequest(rng, 8).SerializeAsString();
+    // Truncated anywhere.
+    for (size_t n = 0; n < good.size(); n += 1 + rng() % 3) SplitAgrees(good.substr(0, n), 8, rng);
+    // Bytes changed at random.
+    for (int m = 0; m < 20 && !good.empty(); ++m) {
+      std::string bad = good;
+      for (int j = 0; j < 1 + static_cast<int>(rng() % 3); ++j) bad[rng() % bad.size()] = static_cast<char>(rng());
+      SplitAgrees(bad, 8, rng);
+    }
+  }
+}
+
+TEST(SplitComputeRequestTest, LeavesOddEncodingsToProtobuf) {
+  std::mt19937_64 rng(std::random_device{}());
+  // One tensor whose data comes twice: protobuf keeps the second.
+  const std::string twice("\x12\x0c\x2a\x04" "abcd" "\x2a\x04" "wxyz", 14);
+  v1::ComputeRequest check;
+  ASSERT_TRUE(check.ParseFromString(twice));
+  EXPECT_EQ(check.inputs(0).data(), "wxyz");
+  EXPECT_EQ(SplitAgrees(twice, 2, rng), -1);
+  // A group (wire type 3) inside a tensor, and at the top.
+  EXPECT_EQ(SplitAgrees(std::string("\x12\x02\x33\x34", 4), 2, rng), -1);
+  EXPECT_EQ(SplitAgrees(std::string("\x1b\x1c", 2), 2, rng), -1);
+  // A tensor's length past the message's end; a data length past the tensor's end.
+  EXPECT_EQ(SplitAgrees(std::string("\x12\x09\x2a\x02" "ab", 6), 2, rng), -1);
+  EXPECT_EQ(SplitAgrees(std::string("\x12\x04\x2a\x05" "ab" "\x0a\x01" "x", 9), 2, rng), -1);
+  // Fields of the tensor after its data, and inputs split by other fields: still taken.
+  v1::ComputeRequest r;
+  r.set_op("add");
+  r.add_inputs()->set_data(std::string(40, 'a'));
+  r.add_inputs()->set_data("b");
+  std::string wire = r.SerializeAsString() + std::string("\x12\x2c\x2a\x28", 4) +
+                     std::string(40, 'c') + std::string("\x10\x05\x50\x03", 4);
+  ASSERT_EQ(wire.size(), r.ByteSizeLong() + 48);
+  EXPECT_EQ(SplitAgrees(wire, 32, rng), 2);
 }
 
 }  // namespace
