@@ -268,10 +268,15 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
     auto s = job->device_->Allocate(v.storage_bytes, false, deadline, job->lane_.get());
     if (!s.ok()) return s.status();
     if (copy) {
-      // A pinned region copies straight from its mapping; anything else through staging.
+      // A pinned region copies straight from its mapping, an input parsed into pinned memory
+      // straight from there; anything else through staging.
       runtime::Device& d = *job->device_;
-      const bool pinned = job->regions_[i] != nullptr && job->regions_[i]->pin != nullptr &&
-                          d.Reaches(v.data, v.storage_bytes);
+      const InputSpec& in = spec.inputs[static_cast<size_t>(i)];
+      const bool pinned_host =
+          (job->regions_[i] != nullptr && job->regions_[i]->pin != nullptr) ||
+          (in.source == InputSource::kInline && in.pinned &&
+           reinterpret_cast<const char*>(v.data) == in.bytes.data());
+      const bool pinned = pinned_host && d.Reaches(v.data, v.storage_bytes);
       absl::Status w = pinned ? d.WritePinned(*job->lane_, **s, 0, v.data, v.storage_bytes)
                               : d.Write(*job->lane_, **s, 0, v.data, v.storage_bytes);
       if (!w.ok()) return w;

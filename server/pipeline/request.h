@@ -44,6 +44,9 @@ struct InputSpec {
   // kInline: the storage, in the request or in ComputeSpec::owned (checked against the view
   // when the job is prepared).
   absl::string_view bytes;
+  // kInline: `bytes` lie in host memory pinned for the devices (HostBuffers), copied to one
+  // without staging.
+  bool pinned = false;
   std::string handle;
   std::string region;
   int64_t region_offset = 0;

@@ -194,15 +194,21 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
                {host, plan.out_storage_bytes});
       return;
     }
-    job->Run(storage->data(), [&env, job, storage, reply, call](absl::Status s) {
+    std::byte* host = reply->PrepareOutput(plan);
+    call->sent = plan.out_storage_bytes;
+    if (reply->output_pinned() && job->device().Reaches(host, plan.out_storage_bytes)) {
+      // Pinned: the device copies the result straight into the reply as part of the run.
+      job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
+               {host, plan.out_storage_bytes, /*pinned=*/true});
+      return;
+    }
+    job->Run(storage->data(), [&env, job, storage, host, call](absl::Status s) {
       if (!s.ok()) {
         call->Finish(s);
         return;
       }
       // Copying out blocks on the device: not on its completion thread.
-      env.pool->Schedule([job, storage, reply, call] {
-        std::byte* host = reply->PrepareOutput(job->plan());
-        call->sent = job->plan().out_storage_bytes;
+      env.pool->Schedule([job, storage, host, call] {
         call->Finish(
             job->device().Read(job->lane(), *storage, 0, host, job->plan().out_storage_bytes));
       });

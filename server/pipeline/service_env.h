@@ -10,6 +10,7 @@
 #include "runtime/device.h"
 #include "server/data/regions.h"
 #include "server/data/resident.h"
+#include "server/pipeline/host_buffers.h"
 #include "server/process/auth.h"
 #include "server/process/metrics.h"
 #include "tensorcompute/v1/tensor_service.pb.h"
@@ -74,6 +75,8 @@ struct ServiceEnv {
   const Auth* auth;
   ServiceOptions options;
   Lifecycle* life;
+  // Reused host buffers for large unary inputs and outputs; null: plain memory per request.
+  HostBuffers* host_buffers = nullptr;
 };
 
 }  // namespace tc::server

@@ -64,6 +64,9 @@ ABSL_FLAG(int64_t, chunk_bytes, int64_t{1} << 20, "Chunk size of streamed replie
 ABSL_FLAG(int64_t, malloc_cushion_bytes, int64_t{256} << 20,
           "Free memory the allocator may keep while calls are in flight (reused by the next "
           "chunks instead of faulting fresh pages in); all of it goes back once none is.");
+ABSL_FLAG(int64_t, host_buffer_bytes, int64_t{1} << 30,
+          "Idle host buffers kept for the inputs and outputs of large unary calls (pinned for "
+          "the GPUs, so that their copies skip staging), reused from call to call; 0: none.");
 ABSL_FLAG(int64_t, resident_quota_bytes, int64_t{16} << 30,
           "Bytes of resident tensors one client may keep.");
 ABSL_FLAG(int, resident_max_tensors, 4096, "Resident tensors one client may keep.");

@@ -35,6 +35,7 @@ ABSL_DECLARE_FLAG(int, max_rank);
 ABSL_DECLARE_FLAG(int, max_concurrent_per_device);
 ABSL_DECLARE_FLAG(int64_t, chunk_bytes);
 ABSL_DECLARE_FLAG(int64_t, malloc_cushion_bytes);
+ABSL_DECLARE_FLAG(int64_t, host_buffer_bytes);
 ABSL_DECLARE_FLAG(int64_t, resident_quota_bytes);
 ABSL_DECLARE_FLAG(int, resident_max_tensors);
 ABSL_DECLARE_FLAG(int64_t, resident_ttl_seconds);

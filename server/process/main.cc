@@ -153,6 +153,15 @@ int main(int argc, char** argv) {
         });
   }
   auto request_pool = std::make_unique<tc::ThreadPool>(absl::GetFlag(FLAGS_request_threads));
+  // Large unary inputs and outputs in reused buffers, pinned where the devices take pinned
+  // memory (one device's pin serves them all).
+  std::unique_ptr<tc::server::HostBuffers> host_buffers;
+  if (absl::GetFlag(FLAGS_host_buffer_bytes) > 0) {
+    tc::runtime::Device* first = &devices.at(0);
+    host_buffers = std::make_unique<tc::server::HostBuffers>(
+        absl::GetFlag(FLAGS_host_buffer_bytes),
+        [first](void* p, int64_t n) { return first->PinHost(p, n, /*read_only=*/false); });
+  }
 
   tc::server::ResidentOptions resident_options;
   resident_options.quota_bytes = absl::GetFlag(FLAGS_resident_quota_bytes);
@@ -214,7 +223,7 @@ int main(int argc, char** argv) {
   const tc::server::Auth auth = tc::server::MakeAuth();
   tc::server::Lifecycle life;
   tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, regions.get(),
-                                        &metrics, &auth, options, &life);
+                                        &metrics, &auth, options, &life, host_buffers.get());
   // The open inference protocol (KServe v2) on the same port, through the same engine.
   tc::server::InferenceServiceImpl inference(
       tc::server::ServiceEnv{&devices, request_pool.get(), &resident, regions.get(), &metrics,

@@ -14,15 +14,19 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
                                                      const grpc::ByteBuffer* raw,
                                                      grpc::ByteBuffer* response) {
   auto request = std::make_shared<v1::ComputeRequest>();
-  const absl::Status parsed = ParseRequest(*raw, request.get());
+  // Large inline inputs go from gRPC's slices into the server's reused buffers.
+  auto outside = std::make_shared<OutsideData>();
+  const absl::Status parsed =
+      ParseComputeRequest(*raw, request.get(), env_.host_buffers, outside.get());
   auto* reactor = new CountedUnaryReactor(env_.life);
-  // The request (which inline inputs point into), its spec and the reply live until the call
-  // finishes; the response's bytes are the reply's, its output data not copied.
+  // The request and the buffers outside it (which inline inputs point into), its spec and the
+  // reply live until the call finishes; the response's bytes are the reply's, its output data
+  // not copied.
   auto held = std::make_shared<std::optional<ComputeSpec>>();
-  auto reply = std::make_shared<ComputeReply>(ComputeReply::Bytes::kBeside);
+  auto reply = std::make_shared<ComputeReply>(ComputeReply::Bytes::kBeside, env_.host_buffers);
   auto call = std::make_shared<Call>(
       &env_, "Compute", parsed.ok() ? OpLabel(*request) : "",
-      [reactor, request, held, reply, response](const absl::Status& s) {
+      [reactor, request, outside, held, reply, response](const absl::Status& s) {
         if (s.ok()) *response = reply->ToByteBuffer();
         reactor->Finish(ToGrpcStatus(s));
       });
@@ -38,10 +42,11 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
       return reactor;
     }
   }
-  auto spec = DecodeCompute(*request, /*allow_streamed=*/false, env_.options);
+  auto spec = DecodeCompute(*request, /*allow_streamed=*/false, env_.options, outside.get());
   if (!spec.ok()) {
     // What arrived counts, whatever it asked for.
     for (const v1::Tensor& t : request->inputs()) call->received += t.data().size();
+    for (absl::string_view b : outside->bytes) call->received += b.size();
     call->Finish(spec.status());
     return reactor;
   }

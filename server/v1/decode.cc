@@ -3,12 +3,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "proto/chunk_wire.h"
 #include "server/pipeline/job.h"
+#include "server/pipeline/parse.h"
 
 namespace tc::server {
 
 absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, bool allow_streamed,
-                                          const ServiceOptions& limits) {
+                                          const ServiceOptions& limits,
+                                          const OutsideData* outside) {
   ComputeSpec spec;
   // The op first: "unknown op" is the more useful message when the inputs are wrong too.
   const bool expression = !request.expression().empty();
@@ -35,6 +38,14 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
     const v1::Tensor& t = request.inputs(i);
     InputSpec& in = spec.inputs[static_cast<size_t>(i)];
     in.what = absl::StrCat("input ", i);
+    // The tensor's bytes: in the message, or taken out of it as it was parsed.
+    absl::string_view data = t.data();
+    bool pinned = false;
+    if (outside != nullptr && static_cast<size_t>(i) < outside->bytes.size() &&
+        outside->bytes[static_cast<size_t>(i)].data() != nullptr) {
+      data = outside->bytes[static_cast<size_t>(i)];
+      pinned = outside->pinned[static_cast<size_t>(i)];
+    }
     // The limits first, as KServe v2 checks them: a shape past them is refused whatever its
     // bytes. (A whole resident tensor's shape is its own, checked when it is found.)
     if (auto s = CheckSize(absl::MakeConstSpan(t.shape().data(), static_cast<size_t>(t.shape_size())),
@@ -43,7 +54,7 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
       return s.status();
     }
     if (!t.handle().empty()) {
-      if (!t.data().empty()) {
+      if (!data.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(in.what, ": both handle and data are set"));
       }
       in.source = InputSource::kResident;
@@ -52,14 +63,14 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
                  t.strides_size() == 0 && t.offset() == 0;
       if (in.whole) continue;
     } else if (!t.region().empty()) {
-      if (!t.data().empty()) {
+      if (!data.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(in.what, ": both region and data are set"));
       }
       in.source = InputSource::kRegion;
       in.region = t.region();
       in.region_offset = t.region_offset();
       in.storage_bytes = t.storage_bytes();
-    } else if (t.data().empty() && t.storage_bytes() > 0) {
+    } else if (data.empty() && t.storage_bytes() > 0) {
       if (!allow_streamed && !request.plan_only()) {
         return absl::InvalidArgumentError(absl::StrCat(
             in.what, ": storage_bytes is ", t.storage_bytes(),
@@ -69,7 +80,8 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
       in.storage_bytes = t.storage_bytes();
     } else {
       in.source = InputSource::kInline;
-      in.bytes = t.data();
+      in.bytes = data;
+      in.pinned = pinned;
     }
     auto view = DecodeView(t, in.what);
     if (!view.ok()) return view.status();
@@ -97,6 +109,39 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
   spec.output_region = request.output_region();
   spec.output_region_offset = request.output_region_offset();
   return spec;
+}
+
+absl::Status ParseComputeRequest(const grpc::ByteBuffer& buffer, v1::ComputeRequest* request,
+                                 HostBuffers* buffers, OutsideData* outside) {
+  outside->bytes.clear();
+  outside->pinned.clear();
+  outside->buffers.clear();
+  wire::SplitRequest split;
+  if (buffers == nullptr || static_cast<int64_t>(buffer.Length()) < kOutsideBytes ||
+      !wire::SplitComputeRequest(buffer, kOutsideBytes, &split) || split.taken().empty() ||
+      !request->ParseFromString(split.rest())) {
+    // Small, nothing large inline, or not well-formed: protobuf decides (and names what is
+    // wrong).
+    request->Clear();
+    return ParseRequest(buffer, request);
+  }
+  const auto n = static_cast<size_t>(request->inputs_size());
+  outside->bytes.resize(n);
+  outside->pinned.resize(n, false);
+  for (const wire::SplitRequest::Taken& t : split.taken()) {
+    HostBuffers::Lease b = buffers->Acquire(t.size);
+    if (b == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no host memory for input ", t.input, "'s ", t.size, " bytes"));
+    }
+    split.CopyTo(t, b->data());
+    const auto i = static_cast<size_t>(t.input);
+    outside->bytes[i] = absl::string_view(reinterpret_cast<const char*>(b->data()),
+                                          static_cast<size_t>(t.size));
+    outside->pinned[i] = b->pinned();
+    outside->buffers.push_back(std::move(b));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace tc::server

@@ -5,8 +5,10 @@ namespace tc::server {
 TensorServiceImpl::TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
                                      ResidentStore* resident, RegionStore* regions,
                                      Metrics* metrics, const Auth* auth,
-                                     ServiceOptions options, Lifecycle* life)
-    : env_{devices, request_pool, resident, regions, metrics, auth, std::move(options), life} {}
+                                     ServiceOptions options, Lifecycle* life,
+                                     HostBuffers* host_buffers)
+    : env_{devices, request_pool, resident, regions, metrics, auth, std::move(options), life,
+           host_buffers} {}
 
 absl::Status ShuttingDown() {
   return absl::UnavailableError("the server is shutting down; retry on another replica");

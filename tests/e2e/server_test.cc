@@ -6,6 +6,7 @@
 #include <limits>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -133,6 +134,75 @@ TEST_F(ServerTest, BoolViewsLeaveUnreachedBytesAlone) {
     EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument) << streamed;
     EXPECT_NE(out.status().message().find("byte 0 is 189"), std::string::npos) << out.status();
   }
+}
+
+// Inputs and outputs of a MiB or more go through the server's reused buffers: views into
+// them, outputs with gaps (zero, whatever an earlier call left in a reused buffer), checks on
+// their bytes, over calls one after another.
+TEST_F(ServerTest, LargeUnaryCallsThroughReusedBuffers) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> value(-100, 100);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = value(rng);
+    return v;
+  };
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    // An output of about 2.8 MB, then one with gaps whose storage takes a buffer of the same
+    // size (2.4 MB, both rounded to 3 MiB).
+    const std::vector<float> x = random(700001), y = random(700001);
+    auto full = client_->Compute("add", {Floats({700001}, x), Floats({700001}, y)});
+    ASSERT_TRUE(full.ok()) << full.status();
+    std::vector<float> got = Values(*full);
+    ASSERT_EQ(got.size(), x.size());
+    for (size_t i = 0; i < x.size(); i += 997) ASSERT_EQ(got[i], x[i] + y[i]) << i;
+
+    // a: n elements read backwards from an offset; b contiguous; the output every other
+    // element.
+    const int64_t n = 300007;
+    const std::vector<float> a = random(static_cast<size_t>(n) + 5), b = random(n);
+    v1::ComputeRequest r;
+    r.set_op("add");
+    v1::Tensor* ta = r.add_inputs();
+    *ta = Floats({n}, a);
+    ta->add_strides(-1);
+    ta->set_offset(n + 4);
+    *r.add_inputs() = Floats({n}, b);
+    r.add_output_strides(2);
+    auto out = client_->Compute(r);
+    ASSERT_TRUE(out.ok()) << out.status();
+    got = Values(*out);
+    ASSERT_EQ(got.size(), static_cast<size_t>(2 * n - 1));
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[static_cast<size_t>(2 * i)], a[static_cast<size_t>(n + 4 - i)] + b[static_cast<size_t>(i)]) << i;
+      if (i + 1 < n) {
+        ASSERT_EQ(got[static_cast<size_t>(2 * i + 1)], 0.0f) << i;
+      }
+    }
+  }
+  // A large bool input is checked byte by byte; a large data field beside a handle refused.
+  v1::ComputeRequest bad;
+  bad.set_op("logical_not");
+  v1::Tensor* t = bad.add_inputs();
+  t->set_dtype(v1::bool_);
+  t->add_shape(int64_t{2} << 20);
+  t->mutable_data()->assign(size_t{2} << 20, '\1');
+  (*t->mutable_data())[1500000] = 7;
+  auto refused = client_->Compute(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("byte 1500000 is 7"), std::string::npos) << refused.status();
+  (*t->mutable_data())[1500000] = 0;
+  auto fine = client_->Compute(bad);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(fine->data()[1500000], 1);
+  EXPECT_EQ(fine->data()[0], 0);
+  t->set_handle("resident-1");
+  refused = client_->Compute(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("both handle and data are set"), std::string::npos)
+      << refused.status();
+  ExpectHealthy();
 }
 
 TEST_F(ServerTest, OutputDtypeAndLayoutOptions) {
