@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fuzz/fuzz_env.h"
+#include "google/protobuf/util/field_comparator.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "proto/chunk_wire.h"
 #include "server/v1/decode.h"
@@ -34,7 +35,12 @@ void CheckSplit(const uint8_t* data, size_t size, bool parsed,
     split.CopyTo(t, bytes.data());
     rebuilt.mutable_inputs(t.input)->set_data(bytes);
   }
-  if (!google::protobuf::util::MessageDifferencer::Equals(request, rebuilt)) std::abort();
+  // Field by field, NaN equal to NaN (a double attribute may hold one).
+  google::protobuf::util::DefaultFieldComparator values;
+  values.set_treat_nan_as_equal(true);
+  google::protobuf::util::MessageDifferencer differ;
+  differ.set_field_comparator(&values);
+  if (!differ.Compare(request, rebuilt)) std::abort();
 }
 
 }  // namespace
