@@ -40,7 +40,8 @@ absl::string_view PathName(Path p);
 // The loop family a backend runs a plan with, chosen here, once, from the plan's geometry and
 // dtypes. Backends switch on it and check only what a plan cannot know: where the pointers
 // they are given point (a kRows plan whose operands do not start on a 16-byte boundary runs
-// as kCastRows). The CPU runs kRows, kCastRows and kGeneral through one row loop.
+// as kCastRows; on the GPU, one whose misaligned operands are dense inputs of 1- or 2-byte
+// types beside an aligned output stays kRows, its packs shifted into place). The CPU runs kRows, kCastRows and kGeneral through one row loop.
 enum class Kernel : uint8_t {
   // Two dims (and a batch dim) where some input is dense along dim 1 and the output along dim
   // 0 (a transposed input or output): inputs staged through tiles (Plan::staged) so that both

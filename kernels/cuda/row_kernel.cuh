@@ -21,8 +21,11 @@ namespace tc::cuda {
 // repeated (kBroadcast), the output of its own type dense along the row; every row start
 // aligned for V-element packs, cols a multiple of V. Each thread moves U packs per operand
 // per step, all loads issued before the first use; only the last step of a row checks
-// bounds.
-template <typename S, int N, int V, int U, typename F>
+// bounds. kShifted: inputs may also be dense but misaligned (Access::kStrided with a step of
+// one element), their packs loaded from the aligned 16-byte blocks around them and shifted
+// into place (LoadUnaligned); a variant of its own, so that aligned launches keep their
+// registers.
+template <typename S, int N, int V, int U, typename F, bool kShifted = false>
 __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
@@ -52,6 +55,17 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
           for (int u = 0; u < U; ++u) {
             const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
             if (full || p < packs) q[k][u] = in[p];
+          }
+        } else if (kShifted && a.access[k + 1] == Access::kStrided) {
+          static_assert(sizeof(Unit) == 16);
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
+            if (full || p < packs) {
+              uint32_t w[4];
+              LoadUnaligned<16>(row[k + 1] + p * 16, w);
+              memcpy(&q[k][u], w, sizeof(w));
+            }
           }
         } else {
           const S one = *reinterpret_cast<const S*>(row[k + 1]);

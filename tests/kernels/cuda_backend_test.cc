@@ -403,15 +403,16 @@ TEST_F(CudaBackendTest, MoreThanTwoToThe31Elements) {
 }
 
 // Device copies of a case's inputs, run through cuda::LaunchOp as the runtime does; says which
-// kernel family ran. `shift` moves every input (and the output) that many bytes past an
-// allocation's aligned start.
+// kernel family ran. `shift` moves every input, and `out_shift` the output (-1: by `shift`
+// too), that many bytes past an allocation's aligned start.
 struct DeviceRun {
   absl::Status status;
   Kernel ran = Kernel::kGeneral;
   std::vector<std::byte> out;
 };
 
-DeviceRun RunOnDevice(const PreparedOp& op, const std::vector<TensorView>& inputs, int64_t shift = 0) {
+DeviceRun RunOnDevice(const PreparedOp& op, const std::vector<TensorView>& inputs, int64_t shift = 0,
+                      int64_t out_shift = -1) {
   DeviceRun r;
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -429,7 +430,7 @@ DeviceRun RunOnDevice(const PreparedOp& op, const std::vector<TensorView>& input
     data.push_back(d);
   }
   const size_t out_bytes = static_cast<size_t>(op.plan.out_storage_bytes);
-  std::byte* out = alloc(op.plan.out_storage_bytes) + shift;
+  std::byte* out = alloc(op.plan.out_storage_bytes) + (out_shift < 0 ? shift : out_shift);
   cudaMemset(out, 0, out_bytes);
   int* error = reinterpret_cast<int*>(alloc(sizeof(int)));
   cudaMemset(error, 0, sizeof(int));
@@ -456,7 +457,9 @@ TEST_F(CudaBackendTest, RunsTheKernelThePlanNames) {
     EXPECT_EQ(testing::CheckKernelCase(c, *op, r.out), "") << c.name << " (seed " << seed << ")";
   }
   // What only the launch knows: rows whose first elements are not 16-byte aligned take the
-  // casting row kernel, which moves them element by element.
+  // casting row kernel, which moves them element by element. Misaligned inputs beside an
+  // aligned output may also take the same-dtype row kernel's shifted loads (1- and 2-byte
+  // types): either way, the same results.
   for (const testing::KernelCase& c : testing::KernelCases(rng)) {
     auto op = c.Prepare();
     ASSERT_TRUE(op.ok());
@@ -465,6 +468,15 @@ TEST_F(CudaBackendTest, RunsTheKernelThePlanNames) {
     ASSERT_TRUE(r.status.ok()) << c.name << ": " << r.status;
     EXPECT_EQ(KernelName(r.ran), KernelName(Kernel::kCastRows)) << c.name << ", shifted by 4 bytes";
     EXPECT_EQ(testing::CheckKernelCase(c, *op, r.out), "") << c.name << ", shifted (seed " << seed << ")";
+    // Every shift that keeps each operand's elements aligned to their size.
+    int64_t item = 1;
+    for (int k = 0; k < op->plan.num_operands; ++k) item = std::max(item, ItemSize(op->plan.dtypes[k]));
+    for (int64_t shift = item; shift < 16; shift += item) {
+      const DeviceRun in_only = RunOnDevice(*op, c.Views(), shift, /*out_shift=*/0);
+      ASSERT_TRUE(in_only.status.ok()) << c.name << ": " << in_only.status;
+      EXPECT_EQ(testing::CheckKernelCase(c, *op, in_only.out), "")
+          << c.name << ", inputs shifted by " << shift << " (seed " << seed << ")";
+    }
   }
 }
 
