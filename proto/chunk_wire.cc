@@ -44,9 +44,10 @@ class Reader {
     Normalize();
     return true;
   }
-  bool Varint(uint64_t* v) {
+  // A varint of at most `max_bytes` bytes (protobuf reads tags and lengths in at most 5).
+  bool Varint(uint64_t* v, int max_bytes = 10) {
     *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int shift = 0; shift < 7 * max_bytes && shift < 64; shift += 7) {
       uint8_t b;
       if (!Byte(&b)) return false;
       *v |= static_cast<uint64_t>(b & 0x7f) << shift;
@@ -232,7 +233,7 @@ bool CopyField(Reader& r, int type, size_t end, std::string* out) {
       if (!r.Copy(4, out)) return false;
       break;
     case kWireLength:
-      if (!r.Varint(&v) || v > end - std::min(end, r.position())) return false;
+      if (!r.Varint(&v, 5) || v > INT32_MAX || v > end - std::min(end, r.position())) return false;
       AppendVarint(v, out);
       if (!r.Copy(v, out)) return false;
       break;
@@ -257,7 +258,7 @@ bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, Spli
   std::string tensor;
   while (r.position() < total) {
     uint64_t tag = 0;
-    if (!r.Varint(&tag) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
+    if (!r.Varint(&tag, 5) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
     const int type = static_cast<int>(tag & 7);
     if ((tag >> 3) != kInputsField || type != kWireLength) {
       AppendVarint(tag, &out->rest_);
@@ -265,21 +266,21 @@ bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, Spli
       continue;
     }
     uint64_t len = 0;
-    if (!r.Varint(&len) || len > total - r.position()) return false;
+    if (!r.Varint(&len, 5) || len > INT32_MAX || len > total - r.position()) return false;
     const size_t end = r.position() + static_cast<size_t>(len);
     // The tensor's fields, its data taken out where it is large.
     tensor.clear();
     bool has_data = false;
     while (r.position() < end) {
       uint64_t inner = 0;
-      if (!r.Varint(&inner) || inner > UINT32_MAX || (inner >> 3) == 0) return false;
+      if (!r.Varint(&inner, 5) || inner > UINT32_MAX || (inner >> 3) == 0) return false;
       const int inner_type = static_cast<int>(inner & 7);
       if ((inner >> 3) == kDataField && inner_type == kWireLength) {
         // A second one would replace the first (protobuf keeps the last): left to protobuf.
         if (has_data) return false;
         has_data = true;
         uint64_t n = 0;
-        if (!r.Varint(&n) || n > end - std::min(end, r.position())) return false;
+        if (!r.Varint(&n, 5) || n > INT32_MAX || n > end - std::min(end, r.position())) return false;
         if (n >= static_cast<uint64_t>(min_bytes) && n > 0) {
           out->taken_.push_back({input, r.position(), static_cast<int64_t>(n)});
           if (!r.Skip(n)) return false;

@@ -249,6 +249,11 @@ TEST(SplitComputeRequestTest, LeavesOddEncodingsToProtobuf) {
       "\xf3\xff\xff\xff",
       29);
   EXPECT_EQ(SplitAgrees(nan_attribute, 2, rng), 0);
+  // A tag in six bytes (found by the fuzzer): protobuf reads tags in at most five.
+  const std::string long_tag("\x0a\x01" "a" "\x85\x8b\x8a\x8a\x8d\x00\x02\x00\x00\x00", 13);
+  v1::ComputeRequest refused;
+  EXPECT_FALSE(refused.ParseFromString(long_tag));
+  EXPECT_EQ(SplitAgrees(long_tag, 2, rng), -1);
   // Fields of the tensor after its data, and inputs split by other fields: still taken.
   v1::ComputeRequest r;
   r.set_op("add");
