@@ -113,12 +113,24 @@ std::vector<grpc::GenericStub*> Client::Lanes(int n) {
     grpc::ChannelArguments args = args_;
     // Distinct arguments: a connection of its own rather than a shared subchannel.
     args.SetInt("tensorcompute.client.lane", static_cast<int>(lanes_.size()));
+    // A lane's calls wait for its connection (LaneCall), so a connect that did not take is
+    // tried again soon rather than after gRPC's default second.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     lanes_.push_back(std::make_unique<grpc::GenericStub>(
         grpc::CreateCustomChannel(target_, creds_, args)));
   }
   std::vector<grpc::GenericStub*> out;
   for (int i = 0; i < n; ++i) out.push_back(lanes_[i].get());
   return out;
+}
+
+void Client::LaneCall(const grpc::GenericStub& stub, grpc::ClientContext& ctx) const {
+  // Lanes connect when first used, after the server has answered on the home channel. gRPC 1.51
+  // can fail a good TCP connect with an unrelated errno (it reads errno after other calls; fixed
+  // upstream since), which would fail a call that does not wait: a lane's call waits for its
+  // connection instead, up to the call's deadline.
+  if (&stub != generic_.get()) ctx.set_wait_for_ready(true);
 }
 
 void Client::SetDeadline(grpc::ClientContext& ctx) const {
@@ -459,6 +471,7 @@ absl::Status Client::SendUpload(grpc::GenericStub& stub, const v1::UploadRequest
   const int64_t chunk = chunk_bytes > 0 ? chunk_bytes : options_.chunk_bytes;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
+  LaneCall(stub, ctx);
   bool sent_header = false;
   int64_t at = begin;
   auto next = [&](grpc::ByteBuffer* out) {
@@ -586,6 +599,7 @@ absl::Status Client::DownloadParts(const std::string& handle, int64_t bytes, std
     if (begin >= end) return absl::OkStatus();
     grpc::ClientContext ctx;
     SetDeadline(ctx);
+    LaneCall(*lanes[k], ctx);
     v1::DownloadRequest req;
     req.set_handle(handle);
     req.set_offset(begin);

@@ -191,6 +191,8 @@ class Client {
 
   // The deadline and the token.
   void SetDeadline(grpc::ClientContext& ctx) const;
+  // Marks a call on one of the spread lanes (not the home channel) to wait for its connection.
+  void LaneCall(const grpc::GenericStub& stub, grpc::ClientContext& ctx) const;
   absl::Status setup_error_;
 
   ClientOptions options_;
