@@ -12,7 +12,8 @@
 //   C++ client library (ComputeStreamed on one stream; Compute, which spreads by itself; both
 //   assemble the output), and through shared-memory regions (tensors already in regions; and
 //   copied in from ordinary memory and out again); GB/s counts the bytes of 2 inputs and 1
-//   output.
+//   output. Two rows time the client library's spread halves alone (the two inputs uploaded,
+//   one output-sized tensor downloaded): GB/s of those bytes.
 // - expressions: sigmoid(a * b + c) * d as one expression request against the four op
 //   requests it replaces, inputs and outputs inline or resident (--expression_elements).
 #include <civetweb.h>
@@ -803,6 +804,11 @@ int main(int argc, char** argv) {
         modes.push_back(absl::StrCat("client library, ", spread.size(), " connections"));
         modes.push_back(absl::StrCat("client library, ", spread.size(),
                                      " connections, ComputeFrom into new memory"));
+        // The spread call's two halves alone: where its time goes.
+        modes.push_back(absl::StrCat("client library, ", spread.size(),
+                                     " connections, the two inputs' upload alone"));
+        modes.push_back(absl::StrCat("client library, ", spread.size(),
+                                     " connections, the output's download alone"));
         modes.push_back("shared memory");
         modes.push_back("shared memory, copy in and out");
       }
@@ -814,10 +820,47 @@ int main(int argc, char** argv) {
       for (const std::string& mode : modes) {
         std::vector<double> times;
         bool all_ok = true;
+        double mode_bytes = bytes;
+        if (absl::EndsWith(mode, "upload alone")) mode_bytes = 2.0 * static_cast<double>(n) * 4;
+        if (absl::EndsWith(mode, "download alone")) mode_bytes = static_cast<double>(n) * 4;
         for (int r = 0; r < reps; ++r) {
           bool ok = false;
           double s = 0;
-          if (mode == "unary") {
+          if (absl::EndsWith(mode, "upload alone")) {
+            // Both inputs made resident over every connection, as the spread call uploads
+            // them (released after the clock stops).
+            const auto t0 = std::chrono::steady_clock::now();
+            std::vector<std::string> made;
+            ok = true;
+            for (const v1::Tensor& in : req.inputs()) {
+              v1::Tensor meta;
+              meta.set_dtype(in.dtype());
+              *meta.mutable_shape() = in.shape();
+              auto up = client.UploadFrom(
+                  meta, {in.data().data(), static_cast<int64_t>(in.data().size())}, 0);
+              ok = ok && up.ok() && up->bytes_received() == n * 4;
+              if (up.ok()) made.push_back(up->tensor().handle());
+            }
+            s = Seconds(std::chrono::steady_clock::now() - t0);
+            ok = client.Release(made).ok() && ok;
+          } else if (absl::EndsWith(mode, "download alone")) {
+            // A resident tensor of the output's size read back over every connection into
+            // memory written before (made resident before the clock starts).
+            v1::Tensor meta;
+            meta.set_dtype(req.inputs(0).dtype());
+            *meta.mutable_shape() = req.inputs(0).shape();
+            const std::string& d = req.inputs(0).data();
+            auto up = client.UploadFrom(meta, {d.data(), static_cast<int64_t>(d.size())}, 0);
+            std::string dst(d.size(), '\0');
+            const auto t0 = std::chrono::steady_clock::now();
+            ok = up.ok() && client
+                                .DownloadInto(up->tensor().handle(), n * 4,
+                                              reinterpret_cast<std::byte*>(dst.data()))
+                                .ok();
+            s = Seconds(std::chrono::steady_clock::now() - t0);
+            ok = ok && dst == d;
+            if (up.ok()) ok = client.Release({up->tensor().handle()}).ok() && ok;
+          } else if (mode == "unary") {
             const auto t0 = std::chrono::steady_clock::now();
             grpc::ClientContext ctx;
             Deadline(ctx);
@@ -872,9 +915,9 @@ int main(int argc, char** argv) {
           times.push_back(s);
         }
         const double med = Median(times);
-        large.push_back({t.name, mode, mib, med, bytes / med / 1e9, all_ok});
+        large.push_back({t.name, mode, mib, med, mode_bytes / med / 1e9, all_ok});
         std::fprintf(stderr, "large %s %lld MiB %s: %.3f s, %.2f GB/s%s\n", t.name,
-                     static_cast<long long>(mib), mode.c_str(), med, bytes / med / 1e9,
+                     static_cast<long long>(mib), mode.c_str(), med, mode_bytes / med / 1e9,
                      all_ok ? "" : " (ERRORS)");
       }
     }
@@ -915,7 +958,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\nServer-side time per small request (its own latency histogram, concurrency 1): %.1f us\n\n",
               server_us);
-  std::printf("Large requests (float32 add of two inputs; GB/s counts 2 inputs in + 1 output out):\n\n");
+  std::printf("Large requests (float32 add of two inputs; GB/s counts 2 inputs in + 1 output out; the rows of a half alone, its own bytes):\n\n");
   std::printf("| MiB per input | service | mode | seconds | GB/s |\n|---|---|---|---|---|\n");
   for (const LargeResult& r : large) {
     std::printf("| %lld | %s | %s | %.3f | %.2f%s |\n", static_cast<long long>(r.mib),
