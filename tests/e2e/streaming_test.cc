@@ -8,8 +8,13 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+
+#include <atomic>
+#include <cerrno>
 
 #include "client/client.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -17,6 +22,26 @@
 #include "tests/support/server_binary.h"
 #include "tests/support/server_process.h"
 #include "tests/support/wire_tensors.h"
+
+// The next this many TCP connects of this process (IPv4 or IPv6: gRPC connects to 127.0.0.1
+// through an IPv6 socket) fail at once with an unrelated errno, as gRPC 1.51 can report a
+// good one (it reads errno after other calls): libc's connect, interposed for this binary.
+std::atomic<int> g_failing_connects{0};
+
+extern "C" int connect(int fd, const struct sockaddr* addr, socklen_t len) {
+  using Connect = int (*)(int, const struct sockaddr*, socklen_t);
+  static const Connect real = reinterpret_cast<Connect>(dlsym(RTLD_NEXT, "connect"));
+  if (addr != nullptr && (addr->sa_family == AF_INET || addr->sa_family == AF_INET6)) {
+    int left = g_failing_connects.load();
+    while (left > 0 && !g_failing_connects.compare_exchange_weak(left, left - 1)) {
+    }
+    if (left > 0) {
+      errno = ENOENT;
+      return -1;
+    }
+  }
+  return real(fd, addr, len);
+}
 
 namespace tc {
 namespace {
@@ -208,6 +233,27 @@ TEST_F(StreamingTest, ComputeSpreadOverConnectionsMatchesUnary) {
   EXPECT_EQ(info->resident_tensors(), 0);
   server_->ExpectMemoryBackTo(0);
   server_->ExpectHealthy();
+}
+
+// Lanes whose first connects fail (gRPC 1.51 can fail a good one) connect again and the
+// spread call goes through.
+TEST_F(StreamingTest, SpreadLanesConnectAgainAfterAFailedConnect) {
+  client::ClientOptions o;
+  o.connections = 4;
+  o.spread_bytes = 1;
+  Client spread(server_->target(), o);
+  auto x = RandomFloats(40009, std::random_device()());
+  v1::ComputeRequest req = AddRequest(Floats({40009}, x), Floats({}, {2.0f}));
+  ASSERT_TRUE(spread.ServerInfo().ok());  // The home connection, before any lane.
+  g_failing_connects = 8;
+  auto got = spread.Compute(req);
+  const int left = g_failing_connects.exchange(0);
+  EXPECT_EQ(left, 0) << "the lanes did not connect";
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<float> out = Values(*got);
+  ASSERT_EQ(out.size(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(out[i], x[i] + 2.0f) << i;
+  server_->ExpectMemoryBackTo(0);
 }
 
 TEST_F(StreamingTest, ResidentTensorsAreViewsWithoutCopies) {
