@@ -40,6 +40,8 @@ class CudaDevice final : public Device {
                      int64_t n) override;
   absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                     int64_t n) override;
+  absl::Status ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                          int64_t n) override;
   absl::Status CopyFromDevice(Lane& lane, Storage& dst, int64_t offset, const Device& from,
                               const std::byte* src, int64_t n) override;
   absl::Status Sync(Lane& lane) override;

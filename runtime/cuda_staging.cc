@@ -190,4 +190,21 @@ absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, vo
   return absl::OkStatus();
 }
 
+absl::Status CudaDevice::ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                                    int64_t n) {
+  if (offset < 0 || n < 0 || offset > src.bytes() - n) {
+    return absl::OutOfRangeError("read past the end of the storage");
+  }
+  if (n == 0) return absl::OkStatus();
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
+  std::lock_guard<std::mutex> lock(s.mu);
+  TC_CUDA_CHECK(cudaMemcpyAsync(dst, src.data() + offset, static_cast<size_t>(n),
+                                cudaMemcpyDeviceToHost, s.stream),
+                "cudaMemcpyAsync to host");
+  TC_CUDA_CHECK(cudaEventRecord(s.done[0], s.stream), "cudaEventRecord");
+  TC_CUDA_CHECK(cudaEventSynchronize(s.done[0]), "cudaEventSynchronize");
+  return absl::OkStatus();
+}
+
 }  // namespace tc::runtime

@@ -173,6 +173,12 @@ class Device {
   // Storage -> host, in lane order: returns once the bytes are in `dst`.
   virtual absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
                             int64_t n) = 0;
+  // The same into memory the device reaches directly (Reaches(dst, n): pinned by PinHost),
+  // without staging.
+  virtual absl::Status ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                                  int64_t n) {
+    return Read(lane, src, offset, dst, n);
+  }
   // Waits for everything issued on the lane so far.
   virtual absl::Status Sync(Lane& lane) = 0;
 

@@ -119,4 +119,10 @@ int64_t HostBuffers::lent_bytes() const {
   return state_->lent_bytes;
 }
 
+grpc::Slice LeasedSlice(HostBuffers::Lease lease, size_t n) {
+  auto* held = new HostBuffers::Lease(std::move(lease));
+  return grpc::Slice((*held)->data(), n,
+                     [](void* p) { delete static_cast<HostBuffers::Lease*>(p); }, held);
+}
+
 }  // namespace tc::server

@@ -13,6 +13,8 @@
 #include <memory>
 #include <mutex>
 
+#include <grpcpp/support/slice.h>
+
 namespace tc::server {
 
 class HostBuffers {
@@ -61,5 +63,9 @@ class HostBuffers {
   // Shared with every lease's deleter: a buffer given back after the pool is gone is freed.
   std::shared_ptr<State> state_;
 };
+
+// The first `n` bytes of a leased buffer as a slice that holds the lease: the buffer goes back
+// to the pool once gRPC has sent the slice and let it go.
+grpc::Slice LeasedSlice(HostBuffers::Lease lease, size_t n);
 
 }  // namespace tc::server

@@ -47,12 +47,7 @@ grpc::ByteBuffer ComputeReply::ToByteBuffer() {
   const size_t n = size_;
   size_ = 0;
   if (lease_ != nullptr) {
-    // The slice holds the lease: the buffer goes back to the pool once gRPC has sent it.
-    auto* held = new HostBuffers::Lease(std::move(lease_));
-    std::byte* data = (*held)->data();
-    grpc::Slice slice(
-        data, n, [](void* p) { delete static_cast<HostBuffers::Lease*>(p); }, held);
-    return wire::ComputeResponseMessage(meta, std::move(slice));
+    return wire::ComputeResponseMessage(meta, LeasedSlice(std::move(lease_), n));
   }
   std::byte* data = data_.release();
   grpc::Slice slice(

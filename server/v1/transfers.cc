@@ -271,15 +271,36 @@ class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc
           }
           const int64_t at = (k - 1) * chunk;
           const int64_t len = std::min(chunk, length - at);
-          grpc::Slice data(static_cast<size_t>(len));
           call_.sent += len;
-          auto s = tensor_->storage->device().Read(*lane_, *tensor_->storage, begin + at,
-                                                   const_cast<uint8_t*>(data.begin()), len);
+          runtime::Device& device = tensor_->storage->device();
+          // Large chunks are read into one of the server's reused buffers (pinned where the
+          // device takes that: no staging, no fresh pages) and sent from it.
+          HostBuffers::Lease lease;
+          if (env_.host_buffers != nullptr && len >= kPooledChunkBytes) {
+            lease = env_.host_buffers->Acquire(len);
+          }
+          if (lease != nullptr) {
+            const bool direct = lease->pinned() && device.Reaches(lease->data(), len);
+            auto s = direct ? device.ReadPinned(*lane_, *tensor_->storage, begin + at,
+                                                lease->data(), len)
+                            : device.Read(*lane_, *tensor_->storage, begin + at, lease->data(),
+                                          len);
+            if (!s.ok()) return s;
+            *m = wire::ChunkMessage(0, begin + at,
+                                    LeasedSlice(std::move(lease), static_cast<size_t>(len)));
+            return absl::OkStatus();
+          }
+          grpc::Slice data(static_cast<size_t>(len));
+          auto s = device.Read(*lane_, *tensor_->storage, begin + at,
+                               const_cast<uint8_t*>(data.begin()), len);
           if (!s.ok()) return s;
           *m = wire::ChunkMessage(0, begin + at, std::move(data));
           return absl::OkStatus();
         });
   }
+
+  // Chunks from this size on are sent from the server's reused host buffers.
+  static constexpr int64_t kPooledChunkBytes = int64_t{256} << 10;
 
   std::shared_ptr<ResidentTensor> tensor_;
   std::unique_ptr<runtime::Lane> lane_;

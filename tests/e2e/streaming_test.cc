@@ -256,6 +256,35 @@ TEST_F(StreamingTest, SpreadLanesConnectAgainAfterAFailedConnect) {
   server_->ExpectMemoryBackTo(0);
 }
 
+// Downloads in chunks large enough to be read into the server's reused host buffers: whole,
+// and in parts that start off any chunk or page boundary, twice (the second time into
+// buffers that held the first tensor's bytes), exactly the bytes uploaded.
+TEST_F(StreamingTest, LargeDownloadChunksAreExact) {
+  const uint64_t seed = std::random_device()();
+  client::ClientOptions o;
+  o.chunk_bytes = (int64_t{1} << 20) + 12;
+  o.connections = 3;
+  o.spread_bytes = 1;
+  Client c(server_->target(), o);
+  for (int round = 0; round < 2; ++round) {
+    const int64_t n = (int64_t{5} << 18) + 13 + round * 1001;  // 5 MiB and some, as floats
+    const std::vector<float> x = RandomFloats(n, seed + round);
+    auto up = c.Upload(Floats({n}, x));
+    ASSERT_TRUE(up.ok()) << up.status();
+    const std::string handle = up->tensor().handle();
+    auto whole = c.Download(handle);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    EXPECT_EQ(Values(*whole), x) << "round " << round;
+    // Three parts of n * 4 / 3 bytes each (odd offsets), over three connections.
+    std::vector<float> parts(n, -1.0f);
+    ASSERT_TRUE(c.DownloadInto(handle, n * 4, reinterpret_cast<std::byte*>(parts.data())).ok());
+    EXPECT_EQ(parts, x) << "round " << round;
+    ASSERT_TRUE(c.Release({handle}).ok());
+  }
+  server_->ExpectMemoryBackTo(0);
+  server_->ExpectHealthy();
+}
+
 TEST_F(StreamingTest, ResidentTensorsAreViewsWithoutCopies) {
   // A 3x4 matrix uploaded once, then used whole and as its transpose.
   std::vector<float> m(12);
