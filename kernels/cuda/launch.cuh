@@ -261,12 +261,39 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   }
   if constexpr (kMayShift) {
     if (shifted) {
-      RowKernel<S, N, kV, kU, F, true><<<grid, block, 0, env.stream>>>(f, ra);
+      RowKernel<S, N, kV, kU, F, kShiftedInputs><<<grid, block, 0, env.stream>>>(f, ra);
       return true;
     }
   }
   RowKernel<S, N, kV, kU><<<grid, block, 0, env.stream>>>(f, ra);
   return true;
+}
+
+// Rows of 1- and 2-byte types whose output is dense but not aligned for packs (a row slice's
+// sum into a contiguous output of odd cols, an output at an odd offset): RowKernel's peeled
+// variant, for unary and binary ops without long math whose operands are all of the op's own
+// dtype, dense or repeated along the row; false (nothing launched) for anything else.
+template <typename S, int N, typename F>
+bool LaunchPeeledRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
+  using R = decltype(ResultOf<F, OpMath<S>>(std::make_index_sequence<N>{}));
+  if constexpr (N <= 2 && !kLongMath<F> && sizeof(S) <= 2 && !std::is_same_v<R, bool>) {
+    constexpr int kV = kRowVector<S>;
+    const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kV);
+    for (int k = 0; k <= N; ++k) {
+      if (plan.dtypes[k] != DTypeOf<S>()) return false;
+      if (ra.access[k] != Access::kBroadcast && ra.step[k] != static_cast<int64_t>(sizeof(S))) {
+        return false;
+      }
+    }
+    if (ra.access[0] == Access::kBroadcast) return false;
+    dim3 grid, block;
+    RowGrid(ra.rows, std::max<int64_t>(1, ra.cols / kV), 1, &grid, &block, 128);
+    RowKernel<S, N, kV, 1, F, kPeeledRows><<<grid, block, 0, env.stream>>>(f, ra);
+    return true;
+  } else {
+    (void)f, (void)plan, (void)base, (void)env;
+    return false;
+  }
 }
 
 // where with a bool condition and values of the output's dtype: WhereRowKernel, one chunk a
@@ -322,6 +349,7 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
   // kernel small to build. Misaligned inputs beside an aligned output stay packed: a chunk's
   // elements share sectors that L1 keeps (float32 offset by one element at copy speed).
   if (ra.access[0] == Access::kStrided) {
+    if (same_types && LaunchPeeledRows<S, N>(f, plan, base, env)) return CheckLaunch();
     if constexpr (sizeof(S) >= 4) {
       SpreadRowKernel<S, N, kE, kU, false><<<grid, block, 0, env.stream>>>(f, ra);
       return CheckLaunch();

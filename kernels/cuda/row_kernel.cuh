@@ -17,15 +17,27 @@
 
 namespace tc::cuda {
 
+// Which rows a RowKernel takes beyond aligned ones; each a variant of its own, so that aligned
+// launches keep their registers.
+enum RowMode : int {
+  kAlignedRows,
+  // Inputs may also be dense but misaligned (Access::kStrided with a step of one element),
+  // their packs loaded from the aligned 16-byte blocks around them and shifted into place
+  // (LoadUnaligned).
+  kShiftedInputs,
+  // The output too may start anywhere (dense, its rows misaligned, any cols): each row's
+  // first elements up to the output's first 16-byte boundary, and its last ones past the
+  // whole packs, element by element; the packs between them stored aligned, every dense input
+  // shifted into place. Outputs of the inputs' own type.
+  kPeeledRows,
+};
+
 // Same-dtype rows: every input of storage type S, each dense along the row (kVector) or
 // repeated (kBroadcast), the output of its own type dense along the row; every row start
-// aligned for V-element packs, cols a multiple of V. Each thread moves U packs per operand
-// per step, all loads issued before the first use; only the last step of a row checks
-// bounds. kShifted: inputs may also be dense but misaligned (Access::kStrided with a step of
-// one element), their packs loaded from the aligned 16-byte blocks around them and shifted
-// into place (LoadUnaligned); a variant of its own, so that aligned launches keep their
-// registers.
-template <typename S, int N, int V, int U, typename F, bool kShifted = false>
+// aligned for V-element packs, cols a multiple of V (but see RowMode). Each thread moves U
+// packs per operand per step, all loads issued before the first use; only the last step of a
+// row checks bounds.
+template <typename S, int N, int V, int U, typename F, int kMode = kAlignedRows>
 __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
@@ -37,26 +49,51 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
       N <= 2 && (Word::kTypes & DTypeBit(DTypeOf<S>())) != 0 && sizeof(Out) == sizeof(S);
   using Unit = std::conditional_t<kWords, uint4, Pack<S, V>>;
   static_assert(sizeof(Unit) == sizeof(Pack<S, V>));
-  const int64_t packs = a.cols / V;
+  static_assert(kMode != kPeeledRows || sizeof(Out) == sizeof(S));
+  int64_t packs = a.cols / V;
   const int64_t tile = static_cast<int64_t>(blockDim.x) * U;
   // Short rows: a block spans several rows (blockDim.y of them).
   for (int64_t r = blockIdx.y * static_cast<int64_t>(blockDim.y) + threadIdx.y; r < a.rows;
        r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
     char* row[N + 1];
     RowStarts(a, r, row);
+    if constexpr (kMode == kPeeledRows) {
+      // The row from the output's first 16-byte boundary on: the elements before it (head)
+      // and after the last whole pack, one a thread of the row's first block.
+      const auto misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(row[0]) % 16);
+      const int64_t to_boundary = ((16 - misaligned) % 16) / static_cast<int>(sizeof(S));
+      const int64_t head = to_boundary < a.cols ? to_boundary : a.cols;
+      packs = (a.cols - head) / V;
+#pragma unroll
+      for (int k = 0; k <= N; ++k) row[k] += head * a.step[k];
+      if (blockIdx.x == 0) {
+        const int64_t body = packs * V;
+        const int64_t extra = a.cols - body;  // head + tail
+        for (int64_t t = threadIdx.x; t < extra; t += blockDim.x) {
+          const int64_t e = t < head ? t - head : body + (t - head);
+          C v[N];
+#pragma unroll
+          for (int k = 0; k < N; ++k) {
+            v[k] = static_cast<C>(*reinterpret_cast<const S*>(row[k + 1] + e * a.step[k + 1]));
+          }
+          *reinterpret_cast<Out*>(row[0] + e * static_cast<int64_t>(sizeof(Out))) =
+              Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+        }
+      }
+    }
     for (int64_t p0 = blockIdx.x * tile + threadIdx.x; p0 < packs; p0 += gridDim.x * tile) {
       const bool full = p0 + (U - 1) * static_cast<int64_t>(blockDim.x) < packs;
       Unit q[N][U];
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        if (a.access[k + 1] == Access::kVector) {
+        if (kMode != kPeeledRows && a.access[k + 1] == Access::kVector) {
           const auto* in = reinterpret_cast<const Unit*>(row[k + 1]);
 #pragma unroll
           for (int u = 0; u < U; ++u) {
             const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
             if (full || p < packs) q[k][u] = in[p];
           }
-        } else if (kShifted && a.access[k + 1] == Access::kStrided) {
+        } else if (kMode != kAlignedRows && a.access[k + 1] != Access::kBroadcast) {
           static_assert(sizeof(Unit) == 16);
 #pragma unroll
           for (int u = 0; u < U; ++u) {
