@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, concurrency, "1,16,64", "Concurrencies of the small-reque
 ABSL_FLAG(double, small_seconds, 3, "Duration of each small-request run.");
 ABSL_FLAG(std::string, large_mib, "64,256", "Input sizes of the large runs, MiB.");
 ABSL_FLAG(int, large_reps, 3, "Repetitions of each large run (the median is reported).");
+ABSL_FLAG(std::string, large_modes, "",
+          "Only the large runs whose mode contains one of these ';'-separated strings "
+          "(\"unary\", \"client library, 8\", ...); empty: all.");
 ABSL_FLAG(int, parallel_streams, 8, "Connections a large tensor is spread over.");
 ABSL_FLAG(int64_t, chunk_bytes, int64_t{1} << 20, "Chunk size of streamed requests.");
 ABSL_FLAG(int, rss_gib, 0,
@@ -811,6 +814,18 @@ int main(int argc, char** argv) {
                                      " connections, the output's download alone"));
         modes.push_back("shared memory");
         modes.push_back("shared memory, copy in and out");
+      }
+      if (const std::string only = absl::GetFlag(FLAGS_large_modes); !only.empty()) {
+        std::vector<std::string> kept;
+        for (const std::string& mode : modes) {
+          for (absl::string_view word : absl::StrSplit(only, ';', absl::SkipEmpty())) {
+            if (absl::StrContains(mode, word)) {
+              kept.push_back(mode);
+              break;
+            }
+          }
+        }
+        modes = kept;
       }
       tc::client::ClientOptions copts;
       copts.max_message_bytes = kMaxMessage;
