@@ -97,10 +97,12 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
                                   bytes, absl::StrCat("shared-memory region '",
                                                       Echo(request->name()), "'"))
                             : absl::StatusOr<std::shared_ptr<void>>(file.status());
-    call.Finish(charge.ok() ? Adopt(*id, request->name(),
-                                    std::make_shared<Region>(*std::move(file),
-                                                             *std::move(charge)))
-                            : charge.status());
+    // Decided (and every reference but the store's let go) before the reply.
+    const absl::Status adopted =
+        charge.ok() ? Adopt(*id, request->name(),
+                            std::make_shared<Region>(*std::move(file), *std::move(charge)))
+                    : charge.status();
+    call.Finish(adopted);
   }
   return call.reactor;
 }
@@ -146,9 +148,13 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
         absl::StrCat("a shared-memory region named '", Echo(name), "' is already registered")));
     return call.reactor;
   }
-  auto region =
-      OpenCudaRegion(*device, request->raw_handle(), static_cast<int64_t>(request->byte_size()));
-  call.Finish(region.ok() ? Adopt(*id, name, *std::move(region)) : region.status());
+  absl::Status adopted;
+  {
+    auto region = OpenCudaRegion(*device, request->raw_handle(),
+                                 static_cast<int64_t>(request->byte_size()));
+    adopted = region.ok() ? Adopt(*id, name, *std::move(region)) : region.status();
+  }
+  call.Finish(adopted);
   return call.reactor;
 }
 

@@ -43,9 +43,15 @@ grpc::ServerUnaryReactor* TensorServiceImpl::RegisterRegion(
   }
   // Pinning a large mapping for the GPU takes milliseconds: on the pool.
   env_.pool->Schedule([this, request, response, call, owner = *std::move(id)] {
-    auto r = env_.regions->Claim(owner, request->ticket(), request->name());
-    if (r.ok()) SetRegionInfo(**r, response);
-    call->Finish(r.status());
+    absl::Status status;
+    {
+      auto r = env_.regions->Claim(owner, request->ticket(), request->name());
+      status = r.status();
+      if (r.ok()) SetRegionInfo(**r, response);
+    }
+    // The region let go before the reply: an UnregisterRegion the caller sends as soon as it
+    // has the reply then leaves no reference here that would keep its bytes counted.
+    call->Finish(status);
   });
   return call->reactor;
 }
