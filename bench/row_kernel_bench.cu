@@ -87,10 +87,9 @@ bool Selected(const std::string& name) {
   return true;
 }
 
-template <typename S, int N, int U, typename F>
+template <typename S, int N, int U, int V = static_cast<int>(16 / sizeof(S)), typename F>
 void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads, float copy_ms,
              int waves = 0) {
-  constexpr int V = 16 / sizeof(S);
   const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
   RowArgs<N + 1> a{};
   a.rows = 1;
@@ -123,8 +122,8 @@ void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads,
   const float ms = MedianMs([&] { RowKernel<S, N, V, U><<<grid, block>>>(f, a); });
   cudaFuncAttributes attr{};
   Check(cudaFuncGetAttributes(&attr, RowKernel<S, N, V, U, F>), "cudaFuncGetAttributes");
-  std::printf("%-22s U=%d threads=%3d registers=%3d  %.4f ms  %5.1f%% of copy%s\n", name.c_str(),
-              U, threads, attr.numRegs, ms,
+  std::printf("%-22s V=%2d U=%d threads=%3d registers=%3d  %.4f ms  %5.1f%% of copy%s\n",
+              name.c_str(), V, U, threads, attr.numRegs, ms,
               100.0 * copy_ms * (N + 1) / 2 / ms,  // copy_ms moves 2 operands' bytes
               grid_note);
 }
@@ -144,6 +143,13 @@ void Run(const char* op, const char* type, const F& f, const Buffers& b, float l
     TimeOne<S, N, 2>(name, f, b, threads, copy_ms);
     TimeOne<S, N, 4>(name, f, b, threads, copy_ms);
     TimeOne<S, N, 8>(name, f, b, threads, copy_ms);
+    if constexpr (sizeof(S) <= 2 && (Wordwise<F>::kTypes & DTypeBit(DTypeOf<S>())) == 0) {
+      // Packs of 8 and 4 bytes: fewer elements a thread, for math that is long per element
+      // (word ops take whole 16-byte words).
+      TimeOne<S, N, 1, static_cast<int>(8 / sizeof(S))>(name, f, b, threads, copy_ms);
+      TimeOne<S, N, 2, static_cast<int>(8 / sizeof(S))>(name, f, b, threads, copy_ms);
+      TimeOne<S, N, 1, static_cast<int>(4 / sizeof(S))>(name, f, b, threads, copy_ms);
+    }
   }
   if (!g_waves) return;
   for (int waves : {4, 16, 32, 64}) {
@@ -248,6 +254,12 @@ int Main(int argc, char** argv) {
   Run<Half, 2>("add", "f16", AddOp{1.0}, half, 0, 100, copy2);
   Run<int8_t, 2>("add", "i8", AddOp{1.0}, byte, 0, 100, copy1);
   Run<int8_t, 2>("mul", "i8", MulOp{}, byte, 0, 100, copy1);
+  Run<Half, 2>("remainder", "f16", RemainderOp{}, half, 0.5f, 2, copy2);
+  Run<BFloat16, 2>("remainder", "bf16", RemainderOp{}, half, 0.5f, 2, copy2);
+  Run<float, 2>("remainder", "f32", RemainderOp{}, narrow, 0.5f, 2, copy4);
+  Run<Half, 2>("atan2", "f16", Atan2Op{}, half, -4, 4, copy2);
+  Run<BFloat16, 2>("atan2", "bf16", Atan2Op{}, half, -4, 4, copy2);
+  Run<Half, 2>("pow", "f16", PowOp{}, half, 0.5f, 2, copy2);
   Run<uint8_t, 2>("add", "u8", AddOp{1.0}, byte, 0, 100, copy1);
   Run<int8_t, 1>("neg", "i8", NegOp{}, byte, -100, 100, copy1);
   Run<bool, 1>("logical_not", "bool", LogicalNotOp{}, byte, 0, 2, copy1);

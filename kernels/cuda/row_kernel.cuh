@@ -94,14 +94,16 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
             if (full || p < packs) q[k][u] = in[p];
           }
         } else if (kMode != kAlignedRows && a.access[k + 1] != Access::kBroadcast) {
-          static_assert(sizeof(Unit) == 16);
+          if constexpr (kMode != kAlignedRows) {
+            static_assert(sizeof(Unit) == 16);
 #pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
-            if (full || p < packs) {
-              uint32_t w[4];
-              LoadUnaligned<16>(row[k + 1] + p * 16, w);
-              memcpy(&q[k][u], w, sizeof(w));
+            for (int u = 0; u < U; ++u) {
+              const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
+              if (full || p < packs) {
+                uint32_t w[4];
+                LoadUnaligned<16>(row[k + 1] + p * 16, w);
+                memcpy(&q[k][u], w, sizeof(w));
+              }
             }
           }
         } else {
