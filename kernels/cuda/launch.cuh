@@ -349,6 +349,21 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
   // op's own dtype (float16 row slices 31% -> 59% on the H100), which keeps their second
   // kernel small to build. Misaligned inputs beside an aligned output stay packed: a chunk's
   // elements share sectors that L1 keeps (float32 offset by one element at copy speed).
+  // Inputs that step over elements along the row (a stride of two or three elements) are
+  // read spread too where the compute type is 4 or 8 bytes wide: a warp's loads then share
+  // sectors, where a thread's own chunk of strided elements touches a sector per element.
+  if constexpr (sizeof(S) >= 4) {
+    bool stepping = false;
+    for (int k = 1; k <= N; ++k) {
+      const int64_t item = ItemSize(plan.dtypes[k]);
+      stepping = stepping || (ra.access[k] == Access::kStrided && ra.step[k] != item &&
+                              ra.step[k] != -item);
+    }
+    if (stepping && ra.access[0] != Access::kStrided) {
+      SpreadRowKernel<S, N, kE, kU, false><<<grid, block, 0, env.stream>>>(f, ra);
+      return CheckLaunch();
+    }
+  }
   if (ra.access[0] == Access::kStrided) {
     if (same_types && LaunchPeeledRows<S, N>(f, plan, base, env)) return CheckLaunch();
     if constexpr (sizeof(S) >= 4) {
