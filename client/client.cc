@@ -256,7 +256,7 @@ absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
          s.error_code() != grpc::StatusCode::CANCELLED)) {
       return FromGrpc(s);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 20 << (attempt - 1))));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 100 << (attempt - 1))));
   }
   v1::Tensor* out = resp.mutable_output();
   if (allocate && !out->data().empty()) {

@@ -128,7 +128,7 @@ std::string ServiceConfig(int attempts, bool balanced) {
   if (attempts > 1) {
     retry = absl::StrCat(
         R"(,"retryPolicy":{"maxAttempts":)", attempts,
-        R"(,"initialBackoff":"0.02s","maxBackoff":"0.5s","backoffMultiplier":2,)"
+        R"(,"initialBackoff":"0.1s","maxBackoff":"0.5s","backoffMultiplier":2,)"
         R"("retryableStatusCodes":["UNAVAILABLE"]})");
   }
   return absl::StrCat(

@@ -592,7 +592,7 @@ class Client:
                         e.code() not in (grpc.StatusCode.UNAVAILABLE,
                                          grpc.StatusCode.CANCELLED)):
                     raise
-            time.sleep(min(0.5, 0.02 * 2 ** (attempt - 1)))
+            time.sleep(min(0.5, 0.1 * 2 ** (attempt - 1)))
             attempt += 1
 
     def _input(self, x) -> pb.Tensor:

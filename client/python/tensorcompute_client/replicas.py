@@ -65,7 +65,7 @@ def service_config(attempts: int, balanced: bool) -> str:
                        {"service": "tensorcompute.v1.TensorService", "method": "ListOps"},
                        {"service": "grpc.health.v1.Health", "method": "Check"}]}
     if attempts > 1:
-        method["retryPolicy"] = {"maxAttempts": attempts, "initialBackoff": "0.02s",
+        method["retryPolicy"] = {"maxAttempts": attempts, "initialBackoff": "0.1s",
                                  "maxBackoff": "0.5s", "backoffMultiplier": 2,
                                  "retryableStatusCodes": ["UNAVAILABLE"]}
     config = {"methodConfig": [method],
