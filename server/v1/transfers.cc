@@ -279,20 +279,14 @@ class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc
           if (env_.host_buffers != nullptr && len >= kPooledChunkBytes) {
             lease = env_.host_buffers->Acquire(len);
           }
-          if (lease != nullptr) {
-            const bool direct = lease->pinned() && device.Reaches(lease->data(), len);
-            auto s = direct ? device.ReadPinned(*lane_, *tensor_->storage, begin + at,
-                                                lease->data(), len)
-                            : device.Read(*lane_, *tensor_->storage, begin + at, lease->data(),
-                                          len);
-            if (!s.ok()) return s;
-            *m = wire::ChunkMessage(0, begin + at,
-                                    LeasedSlice(std::move(lease), static_cast<size_t>(len)));
-            return absl::OkStatus();
-          }
-          grpc::Slice data(static_cast<size_t>(len));
-          auto s = device.Read(*lane_, *tensor_->storage, begin + at,
-                               const_cast<uint8_t*>(data.begin()), len);
+          const bool direct =
+              lease != nullptr && lease->pinned() && device.Reaches(lease->data(), len);
+          grpc::Slice data = lease != nullptr
+                                 ? LeasedSlice(std::move(lease), static_cast<size_t>(len))
+                                 : grpc::Slice(static_cast<size_t>(len));
+          auto* dst = const_cast<uint8_t*>(data.begin());
+          auto s = direct ? device.ReadPinned(*lane_, *tensor_->storage, begin + at, dst, len)
+                          : device.Read(*lane_, *tensor_->storage, begin + at, dst, len);
           if (!s.ok()) return s;
           *m = wire::ChunkMessage(0, begin + at, std::move(data));
           return absl::OkStatus();
