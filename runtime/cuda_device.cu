@@ -346,13 +346,36 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
                 });
 }
 
+bool CudaDevice::TryRun(Lane& lane, const PreparedOp& op, const std::vector<TensorView>& inputs,
+                        std::byte* out, std::function<void(absl::Status)>& done) {
+  // What Run reports at once, it reports.
+  if (op.plan.numel == 0 || failed() || inputs.size() >= static_cast<size_t>(kMaxIterOperands)) {
+    return false;
+  }
+  Stream& s = *static_cast<CudaLane&>(lane).stream;
+  const int slot_index = TryAcquireSlot(s);
+  if (slot_index < 0) return false;
+  const std::byte* data[kMaxIterOperands - 1] = {};
+  for (size_t k = 0; k < inputs.size(); ++k) data[k] = inputs[k].data;
+  std::shared_ptr<const cuda::ReadyLaunch> ready =
+      ReadyAtOnce(op, out, absl::MakeConstSpan(data, inputs.size()), impl_->multiprocessors,
+                  impl_->arch);
+  if (ready == nullptr) {
+    ReleaseSlot(s, slot_index);
+    return false;
+  }
+  auto finish = [done = std::move(done), ready](absl::Status st) { done(std::move(st)); };
+  RunOn(s, ready->enqueue, out, std::move(finish), {}, ready->label, slot_index);
+  return true;
+}
+
 void CudaDevice::RunOn(Stream& s, const Launch& launch, std::byte* out,
                        std::function<void(absl::Status)> done, ReadBack read_back,
-                       const std::string& label) {
+                       const std::string& label, int slot_index) {
   // (Issue makes this device current.)
   // A slot for this run's results, taken before the stream's lock: one frees up as the
   // waiter reports earlier runs, and the waiter never needs that lock.
-  const int slot_index = AcquireSlot(s);
+  if (slot_index < 0) slot_index = AcquireSlot(s);
   Slot& slot = s.slots[slot_index];
   // The stream's flag is reset, set by the kernel and copied out in stream order.
   const auto before = [&]() -> absl::Status {

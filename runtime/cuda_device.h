@@ -65,6 +65,8 @@ class CudaDevice final : public Device {
                    std::byte* host_out, std::function<void(absl::Status)>& done) override;
   void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
            std::function<void(absl::Status)> done, ReadBack read_back = {}) override;
+  bool TryRun(Lane& lane, const PreparedOp& op, const std::vector<TensorView>& inputs,
+              std::byte* out, std::function<void(absl::Status)>& done) override;
 
   // A CUDA error as a status; one that leaves the context unusable also fails the device.
   absl::Status CudaFailure(int cuda_error, absl::string_view what);
@@ -90,10 +92,12 @@ class CudaDevice final : public Device {
              const std::function<absl::Status()>& before,
              const std::function<absl::Status()>& after,
              std::unique_ptr<gpu::Completion> completion);
-  // Run's part once its kernels are known: a result slot, the flag's reset, the launch, the
-  // flag and any read-back out; `done` reports `label`'s run.
+  // Run's part once its kernels are known: a result slot (`slot_index`, or one waited for
+  // where it is -1), the flag's reset, the launch, the flag and any read-back out; `done`
+  // reports `label`'s run.
   void RunOn(gpu::Stream& s, const Launch& launch, std::byte* out,
-             std::function<void(absl::Status)> done, ReadBack read_back, const std::string& label);
+             std::function<void(absl::Status)> done, ReadBack read_back, const std::string& label,
+             int slot_index = -1);
   std::unique_ptr<Impl> impl_;
 };
 

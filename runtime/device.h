@@ -257,6 +257,15 @@ class Device {
   // The most bytes (inputs, output and padding) TryRunSmall takes; 0 where it never does.
   virtual int64_t max_small_bytes() const { return 0; }
 
+  // Run, where it starts at once and the caller need not wait: false, leaving `done` unused,
+  // where it would first wait (no free result slot, a kernel still to compile) or fail; the
+  // caller then calls Run from a thread that may wait. Otherwise `done` is taken as with Run.
+  virtual bool TryRun(Lane& /*lane*/, const PreparedOp& /*op*/,
+                      const std::vector<TensorView>& /*inputs*/, std::byte* /*out*/,
+                      std::function<void(absl::Status)>& /*done*/) {
+    return false;
+  }
+
   // Runs `op` over `inputs` (views whose data point at this device's memory) into `out`
   // (laid out as op.plan.out_strides, op.plan.out_storage_bytes long), then copies `read_back`
   // (at most max_read_back() bytes of `out`) to the host. `done` is called once, perhaps

@@ -411,6 +411,10 @@ void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
   device_->Run(*lane_, prepared_, views_, out, std::move(done), read_back);
 }
 
+bool ComputeJob::TryRun(std::byte* out, std::function<void(absl::Status)>& done) {
+  return device_->TryRun(*lane_, prepared_, views_, out, done);
+}
+
 bool ComputeJob::TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done) {
   return device_->TryRunSmall(*lane_, prepared_, views_, host_out, done);
 }

@@ -72,6 +72,38 @@ class CudaIpcTest(unittest.TestCase):
         y = self.alice.compute("mul", out, out)
         torch.testing.assert_close(y, torch.sigmoid(x) ** 2)
 
+    def test_many_calls_at_once_new_expressions_and_errors(self):
+        # Requests wholly in the caller's GPU memory start on the server's gRPC thread where
+        # a result slot is free; more at once than a stream has slots, and a new expression
+        # (its kernel still to compile), take the long way: every result still right.
+        import concurrent.futures
+        g = torch.Generator(device="cuda").manual_seed(int(time.time()))
+        n = (1 << 22) + 3
+        xs = [torch.randn(n, device="cuda", generator=g) for _ in range(4)]
+        scale = 1.5 + (time.time_ns() % 997) / 997  # A new expression's text each run.
+
+        def work(k):
+            x, y = xs[k % 4], xs[(k + 1) % 4]
+            out = torch.empty_like(x)
+            for _ in range(6):
+                self.alice.compute("mul", x, y, out=out)
+                torch.testing.assert_close(out, x * y, rtol=0, atol=0)
+            got = self.alice.eval(f"a * {scale!r} + b", x, y)
+            torch.testing.assert_close(got, x * scale + y)
+            return k
+
+        with concurrent.futures.ThreadPoolExecutor(24) as pool:
+            self.assertEqual(sorted(pool.map(work, range(24))), list(range(24)))
+        i = torch.randint(-9, 9, (1031,), device="cuda", dtype=torch.int32, generator=g)
+        z = i.clone()
+        z[517] = 0
+        with self.assertRaises(grpc.RpcError) as caught:
+            self.alice.compute("floor_divide", i, z, out=torch.empty_like(i))
+        self.assertEqual(caught.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("division by zero", caught.exception.details())
+        # The server goes on.
+        torch.testing.assert_close(self.alice.compute("add", i, i), i + i)
+
     def test_other_identities_cannot_use_a_shared_allocation(self):
         from tensorcompute_client.v1 import tensor_service_pb2 as pb
         x = torch.ones(1024, device="cuda")
