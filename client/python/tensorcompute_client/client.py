@@ -133,10 +133,16 @@ _TORCH_NAMES = {"bool": pb.bool, "uint8": pb.uint8, "int8": pb.int8, "int16": pb
                 "bfloat16": pb.bfloat16, "float32": pb.float32, "float64": pb.float64}
 
 
+_TORCH_WIRE = {}  # torch dtype -> wire dtype, filled as met
+
+
 def _torch_wire(dtype) -> int:
-    wire = _TORCH_NAMES.get(str(dtype).replace("torch.", ""))
+    wire = _TORCH_WIRE.get(dtype)
     if wire is None:
-        raise TypeError(f"dtype {dtype} is not supported by tensorcompute")
+        wire = _TORCH_NAMES.get(str(dtype).replace("torch.", ""))
+        if wire is None:
+            raise TypeError(f"dtype {dtype} is not supported by tensorcompute")
+        _TORCH_WIRE[dtype] = wire
     return wire
 
 
@@ -764,10 +770,14 @@ class Client:
         if native is None:
             return self.stub.Compute(request, timeout=self.timeout,
                                      metadata=self.metadata).output
-        req = pb.ComputeRequest()
-        req.CopyFrom(request)
-        keep = [_take_data(t) for t in req.inputs]  # The bytes stay alive through the call.
-        meta, raw = native.compute(req, [(_address(d), len(d)) for d in keep])
+        if any(t.data for t in request.inputs):
+            req = pb.ComputeRequest()
+            req.CopyFrom(request)
+            keep = [_take_data(t) for t in req.inputs]  # The bytes stay alive through the call.
+            where = [(_address(d), len(d)) for d in keep]
+        else:  # Nothing inline (regions, handles, GPU memory): sent as it is.
+            req, where = request, [(0, 0)] * len(request.inputs)
+        meta, raw = native.compute(req, where)
         if raw is not None:
             meta.data = raw.tobytes()
         return meta

@@ -101,6 +101,10 @@ class _CudaDriver:
 
     def __init__(self):
         self.lib = ctypes.CDLL("libcuda.so.1")
+        self._attrs = (ctypes.c_int * len(self._ATTRIBUTES))(*self._ATTRIBUTES)
+        # pointer_info's result buffers, one set per thread (made once: a call is then one
+        # driver call and little else).
+        self._buffers = threading.local()
 
     def _check(self, what, result):
         if result != 0:
@@ -115,12 +119,15 @@ class _CudaDriver:
         `ptr`, in one driver call. The buffer id is unique to the allocation for the life of
         the process, so a cache keyed by it never mistakes a new allocation for a freed one."""
         n = len(self._ATTRIBUTES)
-        values = (ctypes.c_uint64 * n)()
-        data = (ctypes.c_void_p * n)(*[ctypes.addressof(values) + 8 * k for k in range(n)])
-        attrs = (ctypes.c_int * n)(*self._ATTRIBUTES)
+        b = self._buffers
+        if not hasattr(b, "values"):
+            b.values = (ctypes.c_uint64 * n)()
+            b.data = (ctypes.c_void_p * n)(*[ctypes.addressof(b.values) + 8 * k
+                                            for k in range(n)])
         self._check("cuPointerGetAttributes",
-                    self.lib.cuPointerGetAttributes(n, attrs, data, ctypes.c_uint64(ptr)))
-        return values[0], values[1], values[2], (values[3] & 0xFF) != 0
+                    self.lib.cuPointerGetAttributes(n, self._attrs, b.data, ctypes.c_uint64(ptr)))
+        v = b.values
+        return v[0], v[1], v[2], (v[3] & 0xFF) != 0
 
     def ipc_handle(self, base: int) -> bytes:
         handle = (ctypes.c_char * 64)()
