@@ -203,7 +203,7 @@ struct FmodOp {
     if constexpr (kIsInt<T>) {
       return math::ZeroDivisor(b, error) ? T(0) : math::TruncMod(a, b);
     } else {
-      return std::fmod(a, b);
+      return math::FmodFloat(a, b);
     }
   }
 };

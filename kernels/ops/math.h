@@ -195,12 +195,39 @@ TC_HOST_DEVICE T FloorModInt(T a, T b) {
   return WrapSub(a, WrapMul(IntQuotient<true>(a, b), b));
 }
 
+// C's fmod, exact. On the device, float operands whose quotient is below 2^23 (every pair of
+// float16 or bfloat16 values whose exponents are close, most float32 ones) skip fmodf's loop:
+// t = trunc(|a| / |b|) with the division rounded, so one off where it rounded across an
+// integer; |a| - t * |b| in one fma, whose sign or size shows an off t (the fma of an off t
+// may round, but never across 0 or |b|, which are exact); with t right the value lies in
+// [0, |b|) on |b|'s grid, so that fma is exact. The rest (zero, infinite or NaN operands,
+// larger quotients) go to fmod.
+template <typename T>
+TC_HOST_DEVICE T FmodFloat(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) {
+    const float x = fabsf(a), y = fabsf(b);
+    if (x < y * 0x1p23f && y <= 0x1.fffffep127f) {
+      const float t = truncf(__fdiv_rn(x, y));
+      float r = fmaf(-t, y, x);
+      if (r < 0.0f) {
+        r = fmaf(1.0f - t, y, x);
+      } else if (r >= y) {
+        r = fmaf(-1.0f - t, y, x);
+      }
+      return copysignf(r, a);
+    }
+  }
+#endif
+  return std::fmod(a, b);
+}
+
 // PyTorch's floor division of floating values: exact where floor(a / b) would be off by one
 // because the quotient rounded.
 template <typename T>
 TC_HOST_DEVICE T FloorDivFloat(T a, T b) {
   if (b == T(0)) return a / b;
-  const T mod = std::fmod(a, b);
+  const T mod = FmodFloat(a, b);
   T div = (a - mod) / b;
   if (mod != T(0) && ((b < T(0)) != (mod < T(0)))) div -= T(1);
   if (div == T(0)) return std::copysign(T(0), a / b);
@@ -211,7 +238,7 @@ TC_HOST_DEVICE T FloorDivFloat(T a, T b) {
 
 template <typename T>
 TC_HOST_DEVICE T FloorModFloat(T a, T b) {
-  T m = std::fmod(a, b);
+  T m = FmodFloat(a, b);
   if (m != T(0) && ((b < T(0)) != (m < T(0)))) m += b;
   return m;
 }

@@ -121,6 +121,61 @@ TEST_F(CudaBackendTest, QuantizedOpsMatchCpuOnEveryPair) {
   }
 }
 
+// floor_divide, remainder and fmod of a by b (contiguous, broadcast against each other) on
+// the device, bit for bit the CPU's result; a NaN matches any NaN.
+void ExpectDivisionMatchesCpu(runtime::DeviceBackend& gpu_backend, CpuBackend& cpu_backend,
+                              DType t, const std::vector<std::byte>& a, const DimVector& a_shape,
+                              const std::vector<std::byte>& b, const DimVector& b_shape) {
+  const int64_t item = ItemSize(t);
+  const auto contiguous = [](const DimVector& shape) {
+    DimVector strides(shape.size());
+    int64_t step = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      strides[d] = step;
+      step *= shape[d];
+    }
+    return strides;
+  };
+  const auto is_nan = [t](const std::byte* p) {
+    if (t == DType::kFloat32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      return std::isnan(f);
+    }
+    if (t == DType::kFloat64) {
+      double f;
+      std::memcpy(&f, p, 8);
+      return std::isnan(f);
+    }
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    if (t == DType::kFloat16) return (h & 0x7c00) == 0x7c00 && (h & 0x03ff) != 0;
+    if (t == DType::kBFloat16) return (h & 0x7f80) == 0x7f80 && (h & 0x007f) != 0;
+    return false;
+  };
+  const TensorView inputs[] = {
+      {t, a_shape, contiguous(a_shape), 0, a.data(), static_cast<int64_t>(a.size())},
+      {t, b_shape, contiguous(b_shape), 0, b.data(), static_cast<int64_t>(b.size())}};
+  for (const char* name : {"floor_divide", "remainder", "fmod"}) {
+    auto op = PrepareOp(name, inputs, {});
+    ASSERT_TRUE(op.ok()) << op.status();
+    const size_t bytes = static_cast<size_t>(op->plan.out_storage_bytes);
+    std::vector<std::byte> gpu(bytes), cpu(bytes);
+    ASSERT_TRUE(gpu_backend.Run(*op, inputs, gpu.data()).ok()) << name;
+    ASSERT_TRUE(cpu_backend.Run(*op, inputs, cpu.data()).ok()) << name;
+    int64_t differ = 0;
+    for (size_t i = 0; i < bytes; i += static_cast<size_t>(item)) {
+      if (std::memcmp(&gpu[i], &cpu[i], static_cast<size_t>(item)) == 0) continue;
+      if (is_nan(&gpu[i]) && is_nan(&cpu[i])) continue;
+      if (differ++ < 3) {
+        ADD_FAILURE() << name << " " << DTypeName(t) << " differs at element "
+                      << i / static_cast<size_t>(item);
+      }
+    }
+    EXPECT_EQ(differ, 0) << name << " " << DTypeName(t);
+  }
+}
+
 // Integer division (floor_divide, remainder, fmod), bit for bit the CPU's integer division:
 // every pair of 1-byte values, every int16 dividend by divisors at the edges and at random
 // (the device divides 1- and 2-byte types through float32), and int64 pairs inside and
@@ -130,32 +185,7 @@ TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
   std::mt19937_64 rng(testing::TestSeed() ^ 0xd1d1ull);
   const auto check = [&](DType t, const std::vector<std::byte>& a, DimVector a_shape,
                          const std::vector<std::byte>& b, DimVector b_shape) {
-    const int64_t item = ItemSize(t);
-    const auto contiguous = [](const DimVector& shape) {
-      DimVector strides(shape.size());
-      int64_t step = 1;
-      for (size_t d = shape.size(); d-- > 0;) {
-        strides[d] = step;
-        step *= shape[d];
-      }
-      return strides;
-    };
-    const TensorView inputs[] = {
-        {t, a_shape, contiguous(a_shape), 0, a.data(), static_cast<int64_t>(a.size())},
-        {t, b_shape, contiguous(b_shape), 0, b.data(), static_cast<int64_t>(b.size())}};
-    for (const char* name : {"floor_divide", "remainder", "fmod"}) {
-      auto op = PrepareOp(name, inputs, {});
-      ASSERT_TRUE(op.ok()) << op.status();
-      const size_t bytes = static_cast<size_t>(op->plan.out_storage_bytes);
-      std::vector<std::byte> gpu(bytes), cpu(bytes);
-      ASSERT_TRUE(backend_->Run(*op, inputs, gpu.data()).ok()) << name;
-      ASSERT_TRUE(cpu_backend.Run(*op, inputs, cpu.data()).ok()) << name;
-      int64_t differ = 0;
-      for (size_t i = 0; i < bytes; i += static_cast<size_t>(item)) {
-        differ += std::memcmp(&gpu[i], &cpu[i], static_cast<size_t>(item)) != 0;
-      }
-      EXPECT_EQ(differ, 0) << name << " " << DTypeName(t);
-    }
+    ExpectDivisionMatchesCpu(*backend_, cpu_backend, t, a, a_shape, b, b_shape);
   };
   const auto bytes_of = [](const auto& values) {
     std::vector<std::byte> out(values.size() * sizeof(values[0]));
@@ -217,6 +247,81 @@ TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
     }
     const int64_t n = static_cast<int64_t>(a.size());
     check(DType::kInt64, bytes_of(a), {n}, bytes_of(b), {n});
+  }
+  EXPECT_EQ(device_->memory_in_use(), 0);
+}
+
+// Floating division (floor_divide, remainder, fmod), bit for bit the CPU's (whose fmod is
+// libm's; the device's takes a shortcut for quotients below 2^23): every float16 and bfloat16
+// dividend by divisors at the edges (zeros, infinities, NaN, subnormals, the largest) and at
+// random; float32 pairs at random bits, close in size, with quotients about 2^23 and among
+// subnormals.
+TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
+  CpuBackend cpu_backend;
+  std::mt19937_64 rng(testing::TestSeed() ^ 0xf10a7ull);
+  const auto bytes_of = [](const auto& values) {
+    std::vector<std::byte> out(values.size() * sizeof(values[0]));
+    std::memcpy(out.data(), values.data(), out.size());
+    return out;
+  };
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    const bool half = t == DType::kFloat16;
+    std::vector<uint16_t> a(65536);
+    for (int i = 0; i < 65536; ++i) a[i] = static_cast<uint16_t>(i);
+    std::vector<uint16_t> b = {0x0000, 0x8000, 0x0001, 0x8001,
+                               half ? uint16_t{0x03ff} : uint16_t{0x007f},
+                               half ? uint16_t{0x7c00} : uint16_t{0x7f80},
+                               half ? uint16_t{0xfc00} : uint16_t{0xff80},
+                               half ? uint16_t{0x7e00} : uint16_t{0x7fc0},
+                               half ? uint16_t{0x7bff} : uint16_t{0x7f7f},
+                               half ? uint16_t{0x3c00} : uint16_t{0x3f80},
+                               half ? uint16_t{0xc200} : uint16_t{0xc040},
+                               half ? uint16_t{0x2e66} : uint16_t{0x3dcd}};
+    while (b.size() < 48) b.push_back(static_cast<uint16_t>(rng()));
+    const int64_t nb = static_cast<int64_t>(b.size());
+    ExpectDivisionMatchesCpu(*backend_, cpu_backend, t, bytes_of(a), {65536, 1}, bytes_of(b),
+                             {1, nb});
+  }
+  {
+    std::vector<float> a, b;
+    const auto bits = [&] {
+      const auto u = static_cast<uint32_t>(rng());
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    };
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    while (a.size() < (1u << 20)) {
+      float x = 0, y = 0;
+      switch (rng() % 5) {
+        case 0:  // Any bits: NaNs, infinities, zeros and subnormals among them.
+          x = bits();
+          y = bits();
+          break;
+        case 1:  // Close in size.
+          y = bits();
+          x = y * unit(rng) * 64.0f;
+          break;
+        case 2:  // Quotients about 2^23, each side of it.
+          y = unit(rng) * 1000.0f;
+          x = y * (0x1p23f + static_cast<float>(static_cast<int>(rng() % 9) - 4) * 2.0f);
+          x = std::nextafter(x, (rng() & 1) ? 0.0f : x * 2.0f);
+          break;
+        case 3:  // Subnormal divisors.
+          y = unit(rng) * 0x1p-130f;
+          x = unit(rng) * 0x1p-110f;
+          break;
+        default:  // Quotients just below and above integers.
+          y = unit(rng) * 10.0f;
+          x = std::nextafter(y * static_cast<float>(rng() % 100000), (rng() & 1) ? 0.0f : 1e30f);
+          break;
+      }
+      a.push_back(x);
+      b.push_back(y);
+    }
+    const int64_t n = static_cast<int64_t>(a.size());
+    ExpectDivisionMatchesCpu(*backend_, cpu_backend, DType::kFloat32, bytes_of(a), {n},
+                             bytes_of(b), {n});
   }
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
