@@ -125,6 +125,35 @@ struct MulOp {
   }
 };
 
+#if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
+// The four byte-wise products a_i * b_i of two words, wrapping: each lane's byte shifted down
+// and multiplied in place (the bits above it add only multiples of 256 to the low byte), the
+// four low bytes put together. Element by element, with each byte taken out, extended and put
+// back for every operand, an int8 multiply of 2^26 elements issued twice PyTorch's instructions
+// (H200: 0.066 ms against PyTorch's 0.056 and a copy's 0.054).
+__device__ __forceinline__ uint32_t ByteProducts(uint32_t a, uint32_t b) {
+  const uint32_t p0 = a * b;
+  const uint32_t p1 = (a >> 8) * (b >> 8);
+  const uint32_t p2 = (a >> 16) * (b >> 16);
+  const uint32_t p3 = (a >> 24) * (b >> 24);
+  return __byte_perm(__byte_perm(p0, p1, 0x0040), __byte_perm(p2, p3, 0x0040), 0x5410);
+}
+// Bools (bytes 0 or 1) multiply as and.
+template <>
+struct Wordwise<MulOp> {
+  static constexpr uint32_t kTypes =
+      DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool);
+  template <typename S>
+  static __device__ uint32_t Word(const MulOp&, uint32_t a, uint32_t b) {
+    if constexpr (kIsBool<S>) {
+      return a & b;
+    } else {
+      return ByteProducts(a, b);
+    }
+  }
+};
+#endif
+
 // True division; integer inputs compute in float32 (TypeRule::kPromoteToFloat).
 struct DivOp {
   static constexpr uint32_t kComputeTypes = kFloatTypes;

@@ -195,27 +195,26 @@ TC_HOST_DEVICE T FloorModInt(T a, T b) {
   return WrapSub(a, WrapMul(IntQuotient<true>(a, b), b));
 }
 
-// C's fmod, exact. On the device, float operands whose quotient is below 2^23 (every pair of
-// float16 or bfloat16 values whose exponents are close, most float32 ones) skip fmodf's loop:
-// t = trunc(|a| / |b|) with the division rounded, so one off where it rounded across an
-// integer; |a| - t * |b| in one fma, whose sign or size shows an off t (the fma of an off t
-// may round, but never across 0 or |b|, which are exact); with t right the value lies in
-// [0, |b|) on |b|'s grid, so that fma is exact. The rest (zero, infinite or NaN operands,
-// larger quotients) go to fmod.
+// C's fmod, exact. On the device, float operands whose quotient is below 2^20 (every pair of
+// float16 values whose exponents are close, most bfloat16 and float32 ones) skip fmodf's loop
+// and the IEEE division's checks: t = trunc(|a| * rcp(|b|)), within one of trunc(|a| / |b|)
+// (the reciprocal instruction and the product are within 2^-22 of the quotient relative, so
+// below 2^20 within a quarter); |a| - t * |b| in one fma, whose sign or size shows an off t
+// (that fma may round, but never across 0 or |b|, which are exact); then with t right the
+// value lies in [0, |b|) on |b|'s grid, so the last fma is exact. Branch-free: the fallback
+// (zero, subnormal, huge, infinite or NaN divisors, larger quotients) is the one branch.
 template <typename T>
 TC_HOST_DEVICE T FmodFloat(T a, T b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<T, float>) {
     const float x = fabsf(a), y = fabsf(b);
-    if (x < y * 0x1p23f && y <= 0x1.fffffep127f) {
-      const float t = truncf(__fdiv_rn(x, y));
-      float r = fmaf(-t, y, x);
-      if (r < 0.0f) {
-        r = fmaf(1.0f - t, y, x);
-      } else if (r >= y) {
-        r = fmaf(-1.0f - t, y, x);
-      }
-      return copysignf(r, a);
+    if (x < y * 0x1p20f && y >= 0x1p-100f && y <= 0x1p100f) {
+      float rcp;
+      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"(y));
+      const float t = truncf(__fmul_rn(x, rcp));
+      const float r = fmaf(-t, y, x);
+      const float u = r < 0.0f ? t - 1.0f : r >= y ? t + 1.0f : t;
+      return copysignf(fmaf(-u, y, x), a);
     }
   }
 #endif

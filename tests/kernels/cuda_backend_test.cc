@@ -121,6 +121,39 @@ TEST_F(CudaBackendTest, QuantizedOpsMatchCpuOnEveryPair) {
   }
 }
 
+// 1-byte add, sub and mul on every pair of values, and against a repeated scalar, bit for bit
+// the CPU's result: the device computes them four bytes to a word (Wordwise).
+TEST_F(CudaBackendTest, BytewiseOpsMatchCpuOnEveryPair) {
+  CpuBackend cpu_backend;
+  for (DType t : {DType::kInt8, DType::kUInt8, DType::kBool}) {
+    const bool is_bool = t == DType::kBool;
+    const int n = 65536;
+    std::vector<uint8_t> a(n), b(n);
+    for (int i = 0; i < n; ++i) {
+      a[i] = static_cast<uint8_t>(is_bool ? (i & 1) : (i & 255));
+      b[i] = static_cast<uint8_t>(is_bool ? ((i >> 1) & 1) : (i >> 8));
+    }
+    const uint8_t k = is_bool ? 1 : 0x9b;
+    const TensorView x{t, {n}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), n};
+    const TensorView y{t, {n}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), n};
+    const TensorView scalar{t, {}, {}, 0, reinterpret_cast<const std::byte*>(&k), 1};
+    for (const char* name : {"add", "sub", "mul"}) {
+      if (is_bool && std::string(name) == "sub") continue;
+      for (const auto& [first, second] :
+           {std::pair{x, y}, std::pair{x, scalar}, std::pair{scalar, y}}) {
+        const TensorView inputs[] = {first, second};
+        auto op = PrepareOp(name, inputs, {});
+        ASSERT_TRUE(op.ok()) << op.status();
+        std::vector<uint8_t> gpu(n), cpu(n);
+        ASSERT_TRUE(backend_->Run(*op, inputs, reinterpret_cast<std::byte*>(gpu.data())).ok());
+        ASSERT_TRUE(cpu_backend.Run(*op, inputs, reinterpret_cast<std::byte*>(cpu.data())).ok());
+        EXPECT_EQ(gpu, cpu) << name << " " << DTypeName(t) << " " << first.shape.size() << " "
+                            << second.shape.size();
+      }
+    }
+  }
+}
+
 // floor_divide, remainder and fmod of a by b (contiguous, broadcast against each other) on
 // the device, bit for bit the CPU's result; a NaN matches any NaN.
 void ExpectDivisionMatchesCpu(runtime::DeviceBackend& gpu_backend, CpuBackend& cpu_backend,
@@ -252,9 +285,9 @@ TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
 }
 
 // Floating division (floor_divide, remainder, fmod), bit for bit the CPU's (whose fmod is
-// libm's; the device's takes a shortcut for quotients below 2^23): every float16 and bfloat16
+// libm's; the device's takes a shortcut for quotients below 2^20): every float16 and bfloat16
 // dividend by divisors at the edges (zeros, infinities, NaN, subnormals, the largest) and at
-// random; float32 pairs at random bits, close in size, with quotients about 2^23 and among
+// random; float32 pairs at random bits, close in size, with quotients about 2^20 and 2^23, among
 // subnormals.
 TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
   CpuBackend cpu_backend;
@@ -302,9 +335,10 @@ TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
           y = bits();
           x = y * unit(rng) * 64.0f;
           break;
-        case 2:  // Quotients about 2^23, each side of it.
+        case 2:  // Quotients about 2^20 and 2^23, each side of them.
           y = unit(rng) * 1000.0f;
-          x = y * (0x1p23f + static_cast<float>(static_cast<int>(rng() % 9) - 4) * 2.0f);
+          x = y * ((rng() & 1) ? 0x1p20f : 0x1p23f) +
+              y * static_cast<float>(static_cast<int>(rng() % 9) - 4) * 2.0f;
           x = std::nextafter(x, (rng() & 1) ? 0.0f : x * 2.0f);
           break;
         case 3:  // Subnormal divisors.
