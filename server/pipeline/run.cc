@@ -19,6 +19,17 @@ constexpr int64_t kReplyFramingBytes = 1024;
 // Requests up to this many input bytes run on the gRPC thread on the CPU backend.
 constexpr int64_t kInlineBytes = 64 << 10;
 
+// The reply's metadata for an output bound for the caller's region (found and checked by
+// Prepare); where in the region the output goes.
+std::byte* DescribeRegionOutput(const ComputeJob& job, const ComputeSpec& spec,
+                                v1::ComputeResponse* response) {
+  const Region& region = *job.output_region();
+  SetTensorMeta(job.OutputView(), response->mutable_output());
+  response->mutable_output()->set_region(region.id);
+  response->mutable_output()->set_region_offset(spec.output_region_offset);
+  return region.base + spec.output_region_offset;
+}
+
 // The output goes into the caller's region (found and checked by Prepare): computed there
 // directly where the device reads host memory or the region is the caller's GPU memory (the
 // job then runs on that GPU); otherwise on a GPU into device memory, then copied into the
@@ -27,11 +38,7 @@ void RunIntoRegion(const ServiceEnv& env, const ComputeSpec& spec, absl::Time de
                    std::shared_ptr<ComputeJob> job, v1::ComputeResponse* response,
                    std::shared_ptr<Call> call) {
   std::shared_ptr<Region> region = job->output_region();
-  const int64_t at = spec.output_region_offset;
-  std::byte* dst = region->base + at;
-  SetTensorMeta(job->OutputView(), response->mutable_output());
-  response->mutable_output()->set_region(region->id);
-  response->mutable_output()->set_region_offset(at);
+  std::byte* dst = DescribeRegionOutput(*job, spec, response);
   if (job->device().host_memory() || region->device != nullptr) {
     job->Run(dst, [job, call](absl::Status s) { call->Finish(s); });
     return;
@@ -124,12 +131,7 @@ bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     return true;
   }
   std::shared_ptr<ComputeJob> job = *std::move(prepared);
-  const std::shared_ptr<Region>& region = job->output_region();
-  std::byte* dst = region->base + spec->output_region_offset;
-  v1::ComputeResponse* response = &reply->message;
-  SetTensorMeta(job->OutputView(), response->mutable_output());
-  response->mutable_output()->set_region(region->id);
-  response->mutable_output()->set_region_offset(spec->output_region_offset);
+  std::byte* dst = DescribeRegionOutput(*job, *spec, &reply->message);
   std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
   if (job->TryRun(dst, done)) return true;
   // It would wait (for a result slot, or a kernel to compile): from the pool, which may.
