@@ -246,6 +246,8 @@ int Main(int argc, char** argv) {
   TC_UNARY_ALL(ErfOp{}, "erf", -4, 4)
   TC_UNARY_ALL(SinOp{}, "sin", -4, 4)
   TC_UNARY_ALL(CosOp{}, "cos", -4, 4)
+  Run<Half, 1>("sin_narrow", "f16", NarrowMath<SinOp, false>{}, half, -4, 4, copy2);
+  Run<BFloat16, 1>("sin_narrow", "bf16", NarrowMath<SinOp, true>{}, half, -4, 4, copy2);
   TC_UNARY_ALL(SiluOp{}, "silu", -4, 4)
   TC_UNARY_ALL((GeluOp{false}), "gelu", -4, 4)
   TC_UNARY_ALL((GeluOp{true}), "gelu_tanh", -4, 4)
@@ -257,9 +259,18 @@ int Main(int argc, char** argv) {
   Run<Half, 2>("remainder", "f16", RemainderOp{}, half, 0.5f, 2, copy2);
   Run<BFloat16, 2>("remainder", "bf16", RemainderOp{}, half, 0.5f, 2, copy2);
   Run<float, 2>("remainder", "f32", RemainderOp{}, narrow, 0.5f, 2, copy4);
+  // The float32 math, and the narrow math the op's kernels use for 16-bit types.
   Run<Half, 2>("atan2", "f16", Atan2Op{}, half, -4, 4, copy2);
   Run<BFloat16, 2>("atan2", "bf16", Atan2Op{}, half, -4, 4, copy2);
+  Run<Half, 2>("atan2_narrow", "f16", NarrowMath<Atan2Op, false>{}, half, -4, 4, copy2);
+  Run<BFloat16, 2>("atan2_narrow", "bf16", NarrowMath<Atan2Op, true>{}, half, -4, 4, copy2);
+  Run<float, 2>("atan2", "f32", Atan2Op{}, narrow, -4, 4, copy4);
+  Run<double, 2>("atan2", "f64", Atan2Op{}, wide, -4, 4, copy8);
   Run<Half, 2>("pow", "f16", PowOp{}, half, 0.5f, 2, copy2);
+  Run<float, 2>("pow", "f32", PowOp{}, narrow, 0.5f, 2, copy4);
+  Run<double, 2>("pow", "f64", PowOp{}, wide, 0.5f, 2, copy8);
+  Run<Half, 2>("pow_narrow", "f16", NarrowMath<PowOp, false>{}, half, 0.5f, 2, copy2);
+  Run<BFloat16, 2>("pow_narrow", "bf16", NarrowMath<PowOp, true>{}, half, 0.5f, 2, copy2);
   Run<uint8_t, 2>("add", "u8", AddOp{1.0}, byte, 0, 100, copy1);
   Run<int8_t, 1>("neg", "i8", NegOp{}, byte, -100, 100, copy1);
   Run<bool, 1>("logical_not", "bool", LogicalNotOp{}, byte, 0, 2, copy1);

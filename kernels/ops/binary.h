@@ -258,10 +258,18 @@ struct PowOp {
       return std::pow(a, b);
     }
   }
+#if defined(__CUDACC__)
+  template <bool kFullRange>
+  __device__ float Narrow(float a, float b) const {
+    return math::PowNarrow<kFullRange>(a, b);
+  }
+#endif
 };
 
 template <>
 inline constexpr bool kLongMath<PowOp> = true;
+template <>
+inline constexpr bool kNarrowMath<PowOp> = true;
 
 // NaN-propagating, like PyTorch's maximum/minimum.
 struct MaximumOp {
@@ -339,7 +347,15 @@ struct Atan2Op {
   TC_HOST_DEVICE T operator()(T a, T b) const {
     return std::atan2(a, b);
   }
+#if defined(__CUDACC__)
+  template <bool kFullRange>
+  __device__ float Narrow(float a, float b) const {
+    return math::Atan2Narrow<kFullRange>(a, b);
+  }
+#endif
 };
+template <>
+inline constexpr bool kNarrowMath<Atan2Op> = true;
 
 struct BitwiseAndOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;

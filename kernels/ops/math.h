@@ -195,27 +195,34 @@ TC_HOST_DEVICE T FloorModInt(T a, T b) {
   return WrapSub(a, WrapMul(IntQuotient<true>(a, b), b));
 }
 
+#if defined(__CUDACC__)
+// x - u * y for the integer u that leaves it in [0, y): exact, for x >= 0 and y a normal float
+// up to 2^126 with x < y * 2^20. t = rint(x * rcp(y)) (1.5 * 2^23 added and taken away: two
+// full-rate adds where the rounding instructions run at a quarter of the rate) is the quotient's
+// floor or one more (the reciprocal instruction and the product are within 2^-22 of the
+// quotient relative, so below 2^20 within a quarter); x - t * y in one fma, whose sign or size
+// shows an off t (that fma may round, but never across 0 or y, which are exact); then with u
+// right the value lies in [0, y) on y's grid, so the last fma is exact.
+__device__ __forceinline__ float FmodStep(float x, float y) {
+  float rcp;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"(y));
+  const float t = __fsub_rn(fmaf(x, rcp, 12582912.0f), 12582912.0f);
+  const float r = fmaf(-t, y, x);
+  const float u = r < 0.0f ? t - 1.0f : r >= y ? t + 1.0f : t;
+  return fmaf(-u, y, x);
+}
+#endif
+
 // C's fmod, exact. On the device, float operands whose quotient is below 2^20 (every pair of
 // float16 values whose exponents are close, most bfloat16 and float32 ones) skip fmodf's loop
-// and the IEEE division's checks: t = trunc(|a| * rcp(|b|)), within one of trunc(|a| / |b|)
-// (the reciprocal instruction and the product are within 2^-22 of the quotient relative, so
-// below 2^20 within a quarter); |a| - t * |b| in one fma, whose sign or size shows an off t
-// (that fma may round, but never across 0 or |b|, which are exact); then with t right the
-// value lies in [0, |b|) on |b|'s grid, so the last fma is exact. Branch-free: the fallback
-// (zero, subnormal, huge, infinite or NaN divisors, larger quotients) is the one branch.
+// and the IEEE division's checks (FmodStep). Branch-free: the fallback (zero, subnormal, huge,
+// infinite or NaN divisors, larger quotients) is the one branch.
 template <typename T>
 TC_HOST_DEVICE T FmodFloat(T a, T b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<T, float>) {
     const float x = fabsf(a), y = fabsf(b);
-    if (x < y * 0x1p20f && y >= 0x1p-100f && y <= 0x1p100f) {
-      float rcp;
-      asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"(y));
-      const float t = truncf(__fmul_rn(x, rcp));
-      const float r = fmaf(-t, y, x);
-      const float u = r < 0.0f ? t - 1.0f : r >= y ? t + 1.0f : t;
-      return copysignf(fmaf(-u, y, x), a);
-    }
+    if (x < y * 0x1p20f && y >= 0x1p-100f && y <= 0x1p100f) return copysignf(FmodStep(x, y), a);
   }
 #endif
   return std::fmod(a, b);
@@ -322,5 +329,136 @@ TC_HOST_DEVICE float RoundHalfEvenPlus(float x, float zero) {
   return std::nearbyint(x) + zero;
 #endif
 }
+
+#if defined(__CUDACC__)
+// atan2, pow, sin and cos for float16 and bfloat16 operands on the GPU (NarrowMath): their
+// inputs are exact in float and their result is rounded to 8 or 11 significant bits, so float
+// math with errors of a few parts in 10^7 (atan2, sin, cos) and a few in 10^6 (pow) gives the
+// correctly rounded value but where it lies that close to a rounding boundary, and then its
+// neighbour, one unit in the last place away. atan2f, powf and sinf hold float32's last bits
+// and pay for them with an IEEE division (atan2f), extended-precision logarithms (powf) and
+// quarter-rate conversions (sinf), which held float16 atan2 at 61% and pow at 44% of copy
+// bandwidth on the H200. kFullRange: operands may lie anywhere in float's range, subnormals
+// included (bfloat16); otherwise in float16's (0, infinities, NaN and magnitudes in
+// [2^-24, 65504]).
+
+// atan2(y, x): atan(t) for t = min / max of |y| and |x| in [0, 1] (a polynomial in t^2,
+// relative error 1.1e-7; 2.3e-7 as float evaluates it), moved to the octant of (x, y).
+template <bool kFullRange>
+__device__ __forceinline__ float Atan2Narrow(float y, float x) {
+  const float ax = fabsf(x), ay = fabsf(y);
+  const float hi = fmaxf(ax, ay), lo = fminf(ax, ay);
+  // lo / hi by the reciprocal instruction, whose range (normal numbers up to 2^126) float16's
+  // values keep; bfloat16's are scaled by 2^64 or 2^-64 into it first (a quotient below 2^-126
+  // then loses bits beyond bfloat16's). Equal magnitudes (infinities too) give 1, two zeros 0.
+  float sc = 1.0f;
+  if constexpr (kFullRange) sc = hi > 0x1p64f ? 0x1p-64f : hi < 0x1p-64f ? 0x1p64f : 1.0f;
+  float rcp;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"(hi * sc));
+  float t = __fmul_rn(lo * sc, rcp);
+  t = lo == hi ? (hi == 0.0f ? 0.0f : 1.0f) : t;
+  const float s = t * t;
+  float p = -4.780584946e-03f;
+  p = fmaf(p, s, 2.455760539e-02f);
+  p = fmaf(p, s, -5.990542844e-02f);
+  p = fmaf(p, s, 9.942813218e-02f);
+  p = fmaf(p, s, -1.402944177e-01f);
+  p = fmaf(p, s, 1.997137964e-01f);
+  p = fmaf(p, s, -3.333209455e-01f);
+  p = fmaf(p, s, 9.999999404e-01f);
+  float r = t * p;
+  r = ay > ax ? 1.570796327f - r : r;
+  r = __float_as_int(x) < 0 ? 3.141592654f - r : r;
+  r = copysignf(r, y);
+  return (x != x || y != y) ? x + y : r;
+}
+
+// sin and cos: x less j * pi/2 for j = rint(x * 2/pi) in three parts (exact enough for
+// |x| < 105615, which every float16 is), then the sine or cosine polynomial of the rest on
+// [-pi/4, pi/4] (relative errors 7e-8) by j's last two bits, which the sum x * 2/pi +
+// 1.5 * 2^23 holds in its own (no conversion instructions: sinf's two run at a quarter of the
+// rate). Larger bfloat16 values, infinities and NaN take sinf and cosf.
+template <bool kFullRange>
+__device__ __forceinline__ float SinCosNarrow(float x, int quarter_turns) {
+  const float big = fmaf(x, 0x1.45f306p-1f, 12582912.0f);
+  const int q = __float_as_int(big) + quarter_turns;
+  const float j = __fsub_rn(big, 12582912.0f);
+  float r = fmaf(j, -0x1.921fb4p+0f, x);
+  r = fmaf(j, -0x1.4442d0p-24f, r);
+  r = fmaf(j, -0x1.846988p-48f, r);
+  const float s = r * r;
+  const float ps = fmaf(fmaf(-1.958802604e-04f, s, 8.332748897e-03f), s, -1.666666418e-01f);
+  const float sine = copysignf(fmaf(r * s, ps, r), r);  // -0 stays -0
+  const float pc = fmaf(fmaf(2.454805872e-05f, s, -1.388830366e-03f), s, 4.166666418e-02f);
+  const float cosine = fmaf(fmaf(pc, s, -0.5f), s, 1.0f);
+  float v = (q & 1) != 0 ? cosine : sine;
+  v = (q & 2) != 0 ? -v : v;
+  if constexpr (kFullRange) {
+    if (!(fabsf(x) < 105615.0f)) v = quarter_turns == 0 ? sinf(x) : cosf(x);
+  }
+  return v;
+}
+template <bool kFullRange>
+__device__ __forceinline__ float SinNarrow(float x) {
+  return SinCosNarrow<kFullRange>(x, 0);
+}
+template <bool kFullRange>
+__device__ __forceinline__ float CosNarrow(float x) {
+  return SinCosNarrow<kFullRange>(x, 1);
+}
+
+// pow(a, b) as 2^(b * log2|a|): log2 from the exponent and a polynomial in the significand
+// about 1 (relative error 1.4e-7, near 1 too, where b may be large); zeros, infinities and NaN
+// take the log2 instruction, whose results for them (-inf, inf, NaN) carry C's special cases
+// through the product and 2^x; the rest (b = 0, |a| = 1, negative bases) by selects.
+template <bool kFullRange>
+__device__ __forceinline__ float PowNarrow(float a, float b) {
+  const float m = fabsf(a);
+  int bits = __float_as_int(m), scaled = 0;
+  if constexpr (kFullRange) {  // subnormals: scaled up to normal
+    const bool tiny = m < 0x1p-126f;
+    bits = tiny ? __float_as_int(m * 0x1p23f) : bits;
+    scaled = tiny ? 23 : 0;
+  }
+  // |a| = 2^k * (1 + f), 1 + f in [sqrt(1/2), sqrt(2)): f exact. Integers and floats convert
+  // through 1.5 * 2^23 (SmallIntMinus), not the quarter-rate conversion instructions.
+  const int k = (bits - 0x3f3504f3) >> 23;
+  const float f = __int_as_float(bits - k * 0x800000) - 1.0f;
+  float q = 1.292642057e-01f;
+  q = fmaf(q, f, -2.089337707e-01f);
+  q = fmaf(q, f, 2.152122706e-01f);
+  q = fmaf(q, f, -2.386756837e-01f);
+  q = fmaf(q, f, 2.879391015e-01f);
+  q = fmaf(q, f, -3.607162535e-01f);
+  q = fmaf(q, f, 4.809102714e-01f);
+  q = fmaf(q, f, -7.213472128e-01f);
+  q = fmaf(q, f, 1.442695022e+00f);
+  float l = fmaf(f, q, SmallIntMinus(k - scaled, 0.0f));
+  // 0, infinity and NaN (bits - 1 wraps for 0).
+  if (static_cast<unsigned>(__float_as_int(m)) - 1u >= 0x7f7fffffu) {
+    asm("lg2.approx.f32 %0, %1;" : "=f"(l) : "f"(m));
+  }
+  // 2^x: bfloat16 keeps float's subnormal results; float16's are 0 below 2^-25 anyway.
+  float r;
+  if constexpr (kFullRange) {
+    asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(b * l));
+  } else {
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b * l));
+  }
+  // l is 0 only for |a| = 1: 1 (-1 and 1 to infinite powers too; -1's sign and NaN below).
+  r = b == 0.0f || l == 0.0f ? 1.0f : r;
+  // A base with the sign bit (-0 and -infinity too): odd integer exponents keep the sign;
+  // exponents other than integers (infinities count as even) give NaN for negative finite
+  // bases. Whether b is an integer, and its last bit, from |b| + 1.5 * 2^23 (the sum's unit
+  // is 1 below 2^22; 16-bit values from 2^22 up are even).
+  const float ab = fabsf(b);
+  const float sum = __fadd_rn(ab, 12582912.0f);
+  const bool integer = ab >= 0x1p23f || __fsub_rn(sum, 12582912.0f) == ab;
+  const bool odd = integer && ab < 0x1p22f && (__float_as_int(sum) & 1) != 0;
+  r = __float_as_int(a) < 0 && odd ? -r : r;
+  return a < 0.0f && a > -__int_as_float(0x7f800000) && !integer ? __int_as_float(0x7fffffff)
+                                                                   : r;
+}
+#endif  // __CUDACC__
 
 }  // namespace tc::math

@@ -166,6 +166,36 @@ struct BitwiseWords {
 #define TC_BYTE_WORDS(F, Signed, Unsigned)
 #endif
 
+// kNarrowMath<F>: F has `template <bool kFullRange> __device__ float Narrow(float...)`, its
+// math for float16 (kFullRange false) and bfloat16 operands (true) where the 16-bit result
+// lets it be cheaper than F's float32 math (kernels/ops/math.h says how close it is). The GPU
+// computes those dtypes with it, in the op's own kernels and in expressions alike
+// (NarrowMath<F, kFullRange> in place of F), so that an expression still means its ops bit
+// for bit; the CPU keeps F's float32 math.
+template <typename F>
+inline constexpr bool kNarrowMath = false;
+
+template <typename F, bool kFullRange>
+struct NarrowMath {
+  static constexpr uint32_t kComputeTypes = F::kComputeTypes;
+  static constexpr int kArity = F::kArity;
+  F f;
+  template <typename... C>
+  TC_HOST_DEVICE float operator()(C... v) const {
+#if defined(__CUDA_ARCH__)
+    return f.template Narrow<kFullRange>(v...);
+#else
+    return f(v...);
+#endif
+  }
+};
+template <typename F, bool R>
+inline constexpr bool kLongMath<NarrowMath<F, R>> = kLongMath<F>;
+template <typename F, bool R>
+inline constexpr ByWidth kRowPacks<NarrowMath<F, R>> = kRowPacks<F>;
+template <typename F, bool R>
+inline constexpr ByWidth kRowWaves<NarrowMath<F, R>> = kRowWaves<F>;
+
 // kHasHostFloatRow<F>: F has `static void HostFloatRow(const float*..., float* out, int64_t n)`,
 // a vectorized float32 row the CPU calls instead of the functor per element (its results
 // agree with the functor's to within a few ulps).

@@ -16,6 +16,22 @@ namespace tc {
 #define TC_UNARY_FLOAT_ROW_OP(Name, spec_args, Mask, Result, ...)                             \
   TC_UNARY_OP_WITH(Name, spec_args, Mask, Result,                                            \
                    static void HostFloatRow(const float* a, float* out, int64_t n);, __VA_ARGS__)
+// The same, with float16 and bfloat16 math of its own on the GPU (kNarrowMath): narrow<kFullRange>(a).
+#define TC_UNARY_FLOAT_ROW_NARROW_OP(Name, spec_args, Mask, Result, narrow, ...)               \
+  TC_UNARY_OP_WITH(Name, spec_args, Mask, Result,                                            \
+                   static void HostFloatRow(const float* a, float* out, int64_t n);          \
+                   TC_NARROW_UNARY(narrow), __VA_ARGS__)                                     \
+  template <>                                                                                \
+  inline constexpr bool kNarrowMath<Name> = true;
+#if defined(__CUDACC__)
+#define TC_NARROW_UNARY(narrow)                        \
+  template <bool kFullRange>                           \
+  __device__ float Narrow(float a) const {             \
+    return narrow<kFullRange>(a);                      \
+  }
+#else
+#define TC_NARROW_UNARY(narrow)
+#endif
 #define TC_UNARY_OP_WITH(Name, spec_args, Mask, Result, members, ...) \
   struct Name {                                                      \
     static constexpr uint32_t kComputeTypes = Mask;                  \
@@ -111,12 +127,12 @@ TC_UNARY_OP(ReciprocalOp,
 TC_UNARY_OP(SquareOp,
             ("square", kAllTypes, "a * a (integers wrap; bool gives int64)", TypeRule::kBoolToInt64),
             kNumericTypes, T, { return math::WrapMul(a, a); })
-TC_UNARY_FLOAT_ROW_OP(SinOp,
+TC_UNARY_FLOAT_ROW_NARROW_OP(SinOp,
             ("sin", kAllTypes, "sine", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::sin(a); })
-TC_UNARY_FLOAT_ROW_OP(CosOp,
+            kFloatTypes, T, math::SinNarrow, { return std::sin(a); })
+TC_UNARY_FLOAT_ROW_NARROW_OP(CosOp,
             ("cos", kAllTypes, "cosine", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::cos(a); })
+            kFloatTypes, T, math::CosNarrow, { return std::cos(a); })
 TC_UNARY_FLOAT_ROW_OP(ErfOp,
             ("erf", kAllTypes, "error function", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::erf(a); })

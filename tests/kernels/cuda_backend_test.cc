@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -27,6 +28,7 @@
 #include "tests/support/device_checks.h"
 #include "tests/support/kernel_cases.h"
 #include "tests/support/random_tensors.h"
+#include "tests/support/reference.h"
 
 namespace tc {
 namespace {
@@ -356,6 +358,109 @@ TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
     const int64_t n = static_cast<int64_t>(a.size());
     ExpectDivisionMatchesCpu(*backend_, cpu_backend, DType::kFloat32, bytes_of(a), {n},
                              bytes_of(b), {n});
+  }
+  EXPECT_EQ(device_->memory_in_use(), 0);
+}
+
+// atan2, pow, sin and cos of float16 and bfloat16, which the GPU computes with math of its own
+// for 16-bit results (kernels/ops/math.h, NarrowMath): sin and cos of every value of the
+// dtype, atan2 and pow of every value against partners at the edges (zeros, infinities, NaN,
+// subnormals, the largest, integers odd and even, 1 and its neighbours) and at random, in both
+// argument orders; each within one unit in the last place of the exact result rounded to the
+// dtype (double math), NaN exactly where that is NaN, zeros with their sign.
+TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
+  std::mt19937_64 rng(testing::TestSeed() ^ 0xa7a2ull);
+  for (DType t : {DType::kFloat16, DType::kBFloat16}) {
+    const bool half = t == DType::kFloat16;
+    const auto decode = [half](uint16_t h) {
+      return half ? ref::DecodeHalf(h) : ref::DecodeBFloat16(h);
+    };
+    const auto encode = [t](double x) {
+      ref::Value v;
+      v.f = ref::RoundToFloat(t, x);
+      uint16_t h;
+      ref::Write(t, v, reinterpret_cast<char*>(&h));
+      return h;
+    };
+    const auto is_nan = [half](uint16_t h) {
+      return half ? (h & 0x7c00) == 0x7c00 && (h & 0x03ff) != 0
+                  : (h & 0x7f80) == 0x7f80 && (h & 0x007f) != 0;
+    };
+    // Position in the dtype's order of values (both zeros at 0).
+    const auto ordered = [](uint16_t h) { return (h & 0x8000) ? -(h & 0x7fff) : (h & 0x7fff); };
+    const auto exact = [](const std::string& name, double x, double y) {
+      if (name == "pow") return std::pow(x, y);
+      if (name == "atan2") return std::atan2(x, y);
+      return name == "sin" ? std::sin(x) : std::cos(x);
+    };
+    // Runs op `name` on inputs (one or two, broadcast) and checks every element.
+    const auto check = [&](const std::string& name, const std::vector<uint16_t>& a, DimVector a_shape,
+                           const std::vector<uint16_t>* b, DimVector b_shape) {
+      std::vector<TensorView> inputs;
+      const auto view = [t](const std::vector<uint16_t>& v, DimVector shape) {
+        DimVector strides(shape.size(), 1);
+        if (shape.size() == 2) strides[0] = shape[1];
+        return TensorView{t, std::move(shape), std::move(strides), 0,
+                          reinterpret_cast<const std::byte*>(v.data()),
+                          static_cast<int64_t>(v.size() * 2)};
+      };
+      inputs.push_back(view(a, a_shape));
+      if (b != nullptr) inputs.push_back(view(*b, b_shape));
+      auto op = PrepareOp(name, inputs, {});
+      ASSERT_TRUE(op.ok()) << op.status();
+      const int64_t nb = b == nullptr ? 1 : static_cast<int64_t>(b_shape.back());
+      const int64_t na = b == nullptr ? static_cast<int64_t>(a.size()) : a_shape[0];
+      std::vector<uint16_t> got(static_cast<size_t>(na * nb));
+      ASSERT_TRUE(backend_->Run(*op, inputs, reinterpret_cast<std::byte*>(got.data())).ok());
+      int64_t inexact = 0, failures = 0;
+      for (int64_t i = 0; i < na; ++i) {
+        for (int64_t j = 0; j < nb; ++j) {
+          const double x = decode(a[static_cast<size_t>(i)]);
+          const double y = b == nullptr ? 0 : decode((*b)[static_cast<size_t>(j)]);
+          const double e = exact(name, x, y);
+          const uint16_t want = encode(e), g = got[static_cast<size_t>(i * nb + j)];
+          if (g == want || (is_nan(g) && is_nan(want))) continue;
+          ++inexact;
+          const bool ok = is_nan(want) ? is_nan(g)
+                          : is_nan(g)  ? false
+                          : (want & 0x7fff) == 0 && (g & 0x7fff) == 0
+                              ? false  // a zero of the wrong sign
+                              : std::abs(ordered(g) - ordered(want)) <= 1;
+          if (!ok && failures++ < 5) {
+            ADD_FAILURE() << name << "(" << x << (b == nullptr ? "" : ", " + std::to_string(y))
+                          << ") " << DTypeName(t) << ": got bits 0x" << std::hex << g
+                          << ", want 0x" << want << std::dec << " (" << e << ")";
+          }
+        }
+      }
+      EXPECT_EQ(failures, 0) << name << " " << DTypeName(t);
+      std::printf("%s %s: %lld of %lld one unit from the exact result rounded\n", name.c_str(),
+                  std::string(DTypeName(t)).c_str(), static_cast<long long>(inexact),
+                  static_cast<long long>(na * nb));
+    };
+    std::vector<uint16_t> every(65536);
+    for (int i = 0; i < 65536; ++i) every[i] = static_cast<uint16_t>(i);
+    check("sin", every, {65536}, nullptr, {});
+    check("cos", every, {65536}, nullptr, {});
+    const double inf = std::numeric_limits<double>::infinity();
+    const double ulp1 = half ? 0x1p-10 : 0x1p-7;
+    std::vector<uint16_t> partners;
+    for (double x : {0.0, 1.0, 2.0, 3.0, 0.5, 0.25, 1.5, 2.5, 7.0, 10.0, 11.0, 1.0 + ulp1,
+                     1.0 - ulp1 / 2, 3.14159265358979, 15.5, 1e-3, 100.0, 1000.0, 60000.0, inf}) {
+      partners.push_back(encode(x));
+      partners.push_back(encode(-x));
+    }
+    partners.push_back(half ? 0x7e00 : 0x7fc0);  // NaN
+    partners.push_back(0x0001);                  // the smallest subnormal
+    partners.push_back(half ? 0x7bff : 0x7f7f);  // the largest finite
+    std::uniform_real_distribution<double> moderate(-8.0, 8.0);
+    while (partners.size() < 72) partners.push_back(encode(moderate(rng)));
+    while (partners.size() < 80) partners.push_back(static_cast<uint16_t>(rng()));
+    const int64_t np = static_cast<int64_t>(partners.size());
+    for (const char* name : {"atan2", "pow"}) {
+      check(name, every, {65536, 1}, &partners, {1, np});
+      check(name, partners, {np, 1}, &every, {1, 65536});
+    }
   }
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
