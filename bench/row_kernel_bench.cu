@@ -246,6 +246,10 @@ int Main(int argc, char** argv) {
   TC_UNARY_ALL(ErfOp{}, "erf", -4, 4)
   TC_UNARY_ALL(SinOp{}, "sin", -4, 4)
   TC_UNARY_ALL(CosOp{}, "cos", -4, 4)
+  Run<Half, 1>("sigmoid_narrow", "f16", NarrowMath<SigmoidOp, false>{}, half, -4, 4, copy2);
+  Run<BFloat16, 1>("sigmoid_narrow", "bf16", NarrowMath<SigmoidOp, true>{}, half, -4, 4, copy2);
+  Run<Half, 1>("silu_narrow", "f16", NarrowMath<SiluOp, false>{}, half, -4, 4, copy2);
+  Run<BFloat16, 1>("silu_narrow", "bf16", NarrowMath<SiluOp, true>{}, half, -4, 4, copy2);
   Run<Half, 1>("sin_narrow", "f16", NarrowMath<SinOp, false>{}, half, -4, 4, copy2);
   Run<BFloat16, 1>("sin_narrow", "bf16", NarrowMath<SinOp, true>{}, half, -4, 4, copy2);
   TC_UNARY_ALL(SiluOp{}, "silu", -4, 4)

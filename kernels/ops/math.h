@@ -331,7 +331,8 @@ TC_HOST_DEVICE float RoundHalfEvenPlus(float x, float zero) {
 }
 
 #if defined(__CUDACC__)
-// atan2, pow, sin and cos for float16 and bfloat16 operands on the GPU (NarrowMath): their
+// atan2, pow, sin, cos, sigmoid and silu for float16 and bfloat16 operands on the GPU
+// (NarrowMath): their
 // inputs are exact in float and their result is rounded to 8 or 11 significant bits, so float
 // math with errors of a few parts in 10^7 (atan2, sin, cos) and a few in 10^6 (pow) gives the
 // correctly rounded value but where it lies that close to a rounding boundary, and then its
@@ -405,6 +406,28 @@ __device__ __forceinline__ float SinNarrow(float x) {
 template <bool kFullRange>
 __device__ __forceinline__ float CosNarrow(float x) {
   return SinCosNarrow<kFullRange>(x, 1);
+}
+
+// sigmoid and silu: t = 2^(-|x| log2 e) in (0, 1] (no overflow; bfloat16 keeps the
+// subnormal tail), 1 / (1 + t) by the reciprocal instruction, which is sigmoid(x) for x >= 0
+// and t times it below: two instructions of the special function unit, where expf and the
+// IEEE division take a dozen. The product's rounding grows with |x| (the relative error of t
+// is about 4e-8 |x|: 7e-7 where float16's tail ends, x = -17).
+template <bool kFullRange>
+__device__ __forceinline__ float SigmoidNarrow(float x) {
+  const float e = -1.442695041f * fabsf(x);
+  float t, r;
+  if constexpr (kFullRange) {
+    asm("ex2.approx.f32 %0, %1;" : "=f"(t) : "f"(e));
+  } else {
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(e));
+  }
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + t));
+  return x >= 0.0f ? r : t * r;  // NaN: t * r
+}
+template <bool kFullRange>
+__device__ __forceinline__ float SiluNarrow(float x) {
+  return x * SigmoidNarrow<kFullRange>(x);
 }
 
 // pow(a, b) as 2^(b * log2|a|): log2 from the exponent and a polynomial in the significand

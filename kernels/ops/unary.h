@@ -97,9 +97,9 @@ TC_UNARY_OP(SignOp,
 TC_UNARY_OP(ReluOp,
             ("relu", kNumericTypes, "max(a, 0); NaN stays NaN"),
             kNumericTypes, T, { return math::IsNegative(a) ? T(0) : a; })
-TC_UNARY_FLOAT_ROW_OP(SigmoidOp,
+TC_UNARY_FLOAT_ROW_NARROW_OP(SigmoidOp,
             ("sigmoid", kAllTypes, "1 / (1 + exp(-a))", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return T(1) / (T(1) + std::exp(-a)); })
+            kFloatTypes, T, math::SigmoidNarrow, { return T(1) / (T(1) + std::exp(-a)); })
 TC_UNARY_FLOAT_ROW_OP(TanhOp,
             ("tanh", kAllTypes, "tanh(a)", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::tanh(a); })
@@ -207,9 +207,11 @@ TC_UNARY_OP(TruncOp,
             kNumericTypes, T, {
   if constexpr (kIsFloatType<T>) return std::trunc(a); else return a;
 })
-TC_UNARY_OP(SiluOp,
+TC_UNARY_OP_WITH(SiluOp,
             ("silu", kFloatTypes, "a * sigmoid(a)"),
-            kFloatTypes, T, { return a / (T(1) + std::exp(-a)); })
+            kFloatTypes, T, TC_NARROW_UNARY(math::SiluNarrow), { return a / (T(1) + std::exp(-a)); })
+template <>
+inline constexpr bool kNarrowMath<SiluOp> = true;
 TC_UNARY_OP(BitwiseNotOp,
             ("bitwise_not", kIntegralBoolTypes, "~a (not, for bool)"),
             kIntegralBoolTypes, T, {

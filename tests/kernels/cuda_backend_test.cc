@@ -362,12 +362,13 @@ TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
 
-// atan2, pow, sin and cos of float16 and bfloat16, which the GPU computes with math of its own
-// for 16-bit results (kernels/ops/math.h, NarrowMath): sin and cos of every value of the
-// dtype, atan2 and pow of every value against partners at the edges (zeros, infinities, NaN,
-// subnormals, the largest, integers odd and even, 1 and its neighbours) and at random, in both
-// argument orders; each within one unit in the last place of the exact result rounded to the
-// dtype (double math), NaN exactly where that is NaN, zeros with their sign.
+// atan2, pow, sin, cos, sigmoid and silu of float16 and bfloat16, which the GPU computes with
+// math of its own for 16-bit results (kernels/ops/math.h, NarrowMath): the unary ops of every
+// value of the dtype, atan2 and pow of every value against partners at the edges (zeros,
+// infinities, NaN, subnormals, the largest, integers odd and even, 1 and its neighbours) and
+// at random, in both argument orders; each within one unit in the last place of the exact
+// result rounded to the dtype (double math), NaN exactly where that is NaN, zeros with their
+// sign.
 TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
   std::mt19937_64 rng(testing::TestSeed() ^ 0xa7a2ull);
   for (DType t : {DType::kFloat16, DType::kBFloat16}) {
@@ -391,6 +392,8 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
     const auto exact = [](const std::string& name, double x, double y) {
       if (name == "pow") return std::pow(x, y);
       if (name == "atan2") return std::atan2(x, y);
+      if (name == "sigmoid") return 1 / (1 + std::exp(-x));
+      if (name == "silu") return x / (1 + std::exp(-x));
       return name == "sin" ? std::sin(x) : std::cos(x);
     };
     // Runs op `name` on inputs (one or two, broadcast) and checks every element.
@@ -440,8 +443,7 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
     };
     std::vector<uint16_t> every(65536);
     for (int i = 0; i < 65536; ++i) every[i] = static_cast<uint16_t>(i);
-    check("sin", every, {65536}, nullptr, {});
-    check("cos", every, {65536}, nullptr, {});
+    for (const char* name : {"sin", "cos", "sigmoid", "silu"}) check(name, every, {65536}, nullptr, {});
     const double inf = std::numeric_limits<double>::infinity();
     const double ulp1 = half ? 0x1p-10 : 0x1p-7;
     std::vector<uint16_t> partners;
