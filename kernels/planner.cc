@@ -148,29 +148,43 @@ bool ChooseTiles(Plan& p, bool same_types, bool converting_tiles) {
   return p.num_staged > 0;
 }
 
-// Row geometry, for plans of up to three dims; kRows where every operand allows it.
+// Row geometry; kRows where every operand allows it. Plans of up to three dims always take
+// rows (kCastRows where some operand does not allow kRows). Past three dims (broadcasts whose
+// dims alternate between the operands, which nothing coalesces), binary ops whose rows
+// allow kRows, at least kMinDeepCols elements long and fewer than 2^31 of them: the GPU finds
+// a row's start by 32-bit division per dim, once per row rather than per element as the
+// general kernel does, in a kernel variant of its own (the others keep their registers); the
+// rest stay on the general kernel.
+constexpr int64_t kMinDeepCols = 4;
+
 bool ChooseRows(Plan& p, bool same_types) {
-  if (p.ndim > 3) return false;
+  int64_t count = 1;
+  for (int d = 1; d < p.ndim; ++d) count *= p.sizes[d];
+  const bool deep = p.ndim > 3;
+  if (deep && (p.num_operands != 3 || p.sizes[0] < kMinDeepCols || count > INT32_MAX)) {
+    return false;
+  }
   RowGeometry& r = p.rows;
   r.cols = p.sizes[0];
   r.inner_rows = p.ndim >= 2 ? p.sizes[1] : 1;
-  r.count = r.inner_rows * (p.ndim == 3 ? p.sizes[2] : 1);
+  r.count = count;
   const int64_t item = ItemSize(p.compute_dtype);
   r.vector_elems = static_cast<int>(16 / item);
   r.cast_elems = item == 8 ? 2 : 8;
   bool fast = same_types && r.cols % r.vector_elems == 0;
   for (int k = 0; k < p.num_operands; ++k) {
     const int64_t step = p.strides[k][0];
-    const int64_t row_stride = p.ndim >= 2 ? p.strides[k][1] : 0;
-    const int64_t outer_stride = p.ndim == 3 ? p.strides[k][2] : 0;
     r.repeated[k] = k > 0 && (step == 0 || r.cols == 1);
     r.dense[k] = !r.repeated[k] && step == ItemSize(p.dtypes[k]);
     int align = 16;
-    while (align > 1 && (row_stride % align != 0 || outer_stride % align != 0)) align /= 2;
+    for (int d = 1; d < p.ndim; ++d) {
+      while (align > 1 && p.strides[k][d] % align != 0) align /= 2;
+    }
     r.stride_align[k] = static_cast<int8_t>(align);
     const int64_t want = std::min<int64_t>(16, ItemSize(p.dtypes[k]) * r.vector_elems);
     fast = fast && (r.repeated[k] || (r.dense[k] && align >= want));
   }
+  if (deep && !fast) return false;
   p.kernel = fast ? Kernel::kRows : Kernel::kCastRows;
   return true;
 }

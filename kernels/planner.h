@@ -47,12 +47,13 @@ enum class Kernel : uint8_t {
   // 0 (a transposed input or output): inputs staged through tiles (Plan::staged) so that both
   // sides are walked along their dense dim. Every operand of the op's own types.
   kTiles,
-  // Up to three dims as rows (Plan::rows), the output and every input dense along a row or
-  // repeated (a scalar, a broadcast column), rows starting where 16-byte vectors can; every
-  // operand of the op's own types.
+  // Rows along dim 0 (Plan::rows) over the other dims, the output and every input dense
+  // along a row or repeated (a scalar, a broadcast column), rows starting where 16-byte
+  // vectors can; every operand of the op's own types. Past three dims, binary ops' rows of
+  // four elements or more (run as the general kernel where the pointers are not aligned).
   kRows,
-  // The same rows with any operand dtypes (converted while loading and storing) and any step
-  // along a row.
+  // The same rows, up to three dims, with any operand dtypes (converted while loading and
+  // storing) and any step along a row.
   kCastRows,
   // Any rank, strides and dtypes.
   kGeneral,
@@ -75,7 +76,7 @@ enum class TileRule : uint8_t {
 };
 
 // kRows and kCastRows: rows of `cols` elements along dim 0, `inner_rows` of them along dim 1,
-// `count` rows in all (dims 1 and 2).
+// `count` rows in all (every dim past dim 0).
 struct RowGeometry {
   int64_t cols = 1;
   int64_t inner_rows = 1;

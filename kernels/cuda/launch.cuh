@@ -7,20 +7,21 @@
 //   not (transposed input or output, channels-first against channels-last), every operand
 //   of the op's own types, or for a cast any two (converted as they are read and written);
 //   read and written coalesced through shared-memory tiles;
-// - same-dtype rows, vectorized: at most three dims (rows of `cols` elements, the rows
-//   themselves in up to two dims), the output dense along a row and each input dense along
-//   it or one element repeated (stride 0), any row strides. That is contiguous data, a
-//   scalar tensor, row (bias) and column broadcasts, per-channel NCHW and NHWC, and outer
-//   products. 16-byte accesses (two per operand per thread for 4- and 8-byte types) when
-//   every row start is aligned for them (misaligned dense inputs of 1- and 2-byte types
-//   loaded as the aligned blocks around them, shifted into place); bitwise and logical ops
-//   on whole 32-bit words; short rows share a block;
-// - rows with dynamic casting: the same three dims with any operand dtypes (mixed inputs,
-//   casts, `where` with a bool condition) and any steps along a row (strided slices,
-//   misaligned offsets), converted in registers; vector accesses for whichever operands
-//   allow them, misaligned dense ones of 8- and 16-byte chunks shifted into place; `where`
-//   whose values have the output's dtype takes a kernel of its own in these rows
-//   (WhereRowKernel: bits chosen by byte masks, nothing converted);
+// - same-dtype rows, vectorized: rows of `cols` elements along dim 0, the rows themselves over the
+//   other dims, the output dense along a row and each input dense along it or one element repeated
+//   (stride 0), any row strides. That is contiguous data, a scalar tensor, row (bias) and column
+//   broadcasts, per-channel NCHW and NHWC, outer products, and for binary ops broadcasts whose dims
+//   alternate between the operands (rank 4 to 8, nothing coalesces; a kernel variant of their own,
+//   aligned operands only). 16-byte accesses (two per operand per thread for 4- and 8-byte types)
+//   when every row start is aligned for them (misaligned dense inputs of 1- and 2-byte types loaded
+//   as the aligned blocks around them, shifted into place); bitwise and logical ops on whole 32-bit
+//   words; short rows share a block;
+// - rows with dynamic casting: the same rows (up to three dims) with any operand dtypes (mixed
+//   inputs, casts, `where` with a bool condition) and any steps along a row (strided slices,
+//   misaligned offsets), converted in registers; vector accesses for whichever operands allow them,
+//   misaligned dense ones of 8- and 16-byte chunks shifted into place; `where` whose values have
+//   the output's dtype takes a kernel of its own in these rows (WhereRowKernel: bits chosen by byte
+//   masks, nothing converted);
 // - general: any rank and strides (0 and negative included) and any operand dtypes,
 //   offsets from the linear index per dimension by 32-bit multiply-and-shift division;
 //   plans of 2^31 elements or more, or reaching past 2 GiB in an operand, run as pieces
@@ -152,6 +153,21 @@ RowArgs<kOps> MakeRowArgs(const Plan& plan, char* const* base, int elems) {
   return ra;
 }
 
+// Rows over more than two dims: the divisors and strides of each. The planner takes such
+// rows only where they number fewer than 2^31.
+template <int kOps>
+DeepRowArgs<kOps> MakeDeepRowArgs(const Plan& plan, const RowArgs<kOps>& rows) {
+  static_assert(kMaxRank - 1 <= kMaxRowDims);
+  DeepRowArgs<kOps> ra{};
+  static_cast<RowArgs<kOps>&>(ra) = rows;
+  ra.dims = plan.ndim - 1;
+  for (int d = 1; d < plan.ndim; ++d) {
+    ra.size[d - 1] = MakeFastDivisor(static_cast<uint32_t>(plan.sizes[d]));
+    for (int k = 0; k < kOps; ++k) ra.stride[k][d - 1] = plan.strides[k][d];
+  }
+  return ra;
+}
+
 // Blocks of the row kernels: tx threads along a row (enough for its chunks at per_thread
 // each, rounded up to a power of two, at most `threads`), ty = threads / tx rows side by side;
 // as many blocks as the data needs (rows past 65535 blocks are strided over).
@@ -220,12 +236,17 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   constexpr int kV = kRowVector<S>;
   constexpr bool kMayShift = N <= 2 && !kLongMath<F> && sizeof(S) <= 2;
   const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kV);
+  const bool deep = plan.ndim > 3;
   bool shifted = false;
   for (int k = 0; k <= N; ++k) {
     if (ra.access[k] != Access::kStrided) continue;
-    if (!kMayShift || k == 0 || ra.step[k] != static_cast<int64_t>(sizeof(S))) return false;
+    if (!kMayShift || k == 0 || ra.step[k] != static_cast<int64_t>(sizeof(S)) || deep) {
+      return false;
+    }
     shifted = true;
   }
+  // Rows over more than two dims: binary ops only (the planner's rule), every operand aligned.
+  if (N != 2 && deep) return false;
   // Packs per thread: where an op states its own (kRowPacks) that; else two for 4- and
   // 8-byte types, four for float32 long math. Narrower types' 16-byte packs already carry 8
   // or 16 elements: one pack, but two for unary float16/bfloat16 ops, whose math per element
@@ -262,6 +283,13 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   if constexpr (kMayShift) {
     if (shifted) {
       RowKernel<S, N, kV, kU, F, kShiftedInputs><<<grid, block, 0, env.stream>>>(f, ra);
+      return true;
+    }
+  }
+  if constexpr (N == 2) {
+    if (deep) {
+      RowKernel<S, N, kV, kU, F, kDeepRows><<<grid, block, 0, env.stream>>>(
+          f, MakeDeepRowArgs(plan, ra));
       return true;
     }
   }
@@ -449,6 +477,10 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
       if (LaunchRows<S, N>(f, plan, base, env)) {
         report(Kernel::kRows);
         return CheckLaunch();
+      }
+      if (plan.ndim > 3) {  // rows over more than two dims whose operands are not aligned
+        report(Kernel::kGeneral);
+        return LaunchGeneral<S, N>(f, plan, base, env);
       }
       report(Kernel::kCastRows);
       return LaunchCastRows<S, N>(f, plan, base, env, /*same_types=*/true);

@@ -30,6 +30,9 @@ enum RowMode : int {
   // whole packs, element by element; the packs between them stored aligned, every dense input
   // shifted into place. Outputs of the inputs' own type.
   kPeeledRows,
+  // Aligned rows over more than two dims (broadcasts whose dims alternate between the
+  // operands), their starts by division per dim (DeepRowArgs). Binary ops.
+  kDeepRows,
 };
 
 // Same-dtype rows: every input of storage type S, each dense along the row (kVector) or
@@ -37,8 +40,11 @@ enum RowMode : int {
 // aligned for V-element packs, cols a multiple of V (but see RowMode). Each thread moves U
 // packs per operand per step, all loads issued before the first use; only the last step of a
 // row checks bounds.
+template <int kOps, int kMode>
+using RowKernelArgs = std::conditional_t<kMode == kDeepRows, DeepRowArgs<kOps>, RowArgs<kOps>>;
+
 template <typename S, int N, int V, int U, typename F, int kMode = kAlignedRows>
-__global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
+__global__ void __launch_bounds__(256) RowKernel(F f, RowKernelArgs<N + 1, kMode> a) {
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
@@ -50,6 +56,8 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
   using Unit = std::conditional_t<kWords, uint4, Pack<S, V>>;
   static_assert(sizeof(Unit) == sizeof(Pack<S, V>));
   static_assert(kMode != kPeeledRows || sizeof(Out) == sizeof(S));
+  // Inputs loaded from the aligned blocks around them (LoadUnaligned).
+  constexpr bool kShifts = kMode == kShiftedInputs || kMode == kPeeledRows;
   int64_t packs = a.cols / V;
   const int64_t tile = static_cast<int64_t>(blockDim.x) * U;
   // Short rows: a block spans several rows (blockDim.y of them).
@@ -93,8 +101,8 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowArgs<N + 1> a) {
             const int64_t p = p0 + u * static_cast<int64_t>(blockDim.x);
             if (full || p < packs) q[k][u] = in[p];
           }
-        } else if (kMode != kAlignedRows && a.access[k + 1] != Access::kBroadcast) {
-          if constexpr (kMode != kAlignedRows) {
+        } else if (kShifts && a.access[k + 1] != Access::kBroadcast) {
+          if constexpr (kShifts) {
             static_assert(sizeof(Unit) == 16);
 #pragma unroll
             for (int u = 0; u < U; ++u) {

@@ -122,6 +122,34 @@ std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
               rng),
        Dense(f32, {4, 5, 6, 7}, rng)},
       Path::kStrided, Kernel::kGeneral);
+  // Broadcasts whose dims alternate between the operands: nothing coalesces; rows along the
+  // last dim, their starts over every other dim, for binary ops whose rows allow kRows.
+  add("rank 5, alternating broadcast", "add",
+      {Dense(f32, {6, 1, 5, 1, 12}, rng), Dense(f32, {1, 3, 1, 7, 1}, rng)}, Path::kStrided,
+      Kernel::kRows);
+  add("rank 8, alternating broadcast, rows of odd length", "add",
+      {Dense(f32, {2, 1, 3, 1, 2, 1, 3, 1}, rng), Dense(f32, {1, 3, 1, 2, 1, 2, 1, 9}, rng)},
+      Path::kStrided, Kernel::kGeneral);
+  add("rank 6, alternating broadcast, mixed dtypes, misaligned", "add",
+      {Dense(f16, {1, 2, 1, 3, 1, 8}, rng, 3), Dense(f32, {3, 1, 4, 1, 5, 1}, rng)},
+      Path::kStrided, Kernel::kGeneral);
+  add("rank 6, alternating broadcast, float16", "add",
+      {Dense(f16, {1, 3, 1, 4, 1, 16}, rng), Dense(f16, {2, 1, 3, 1, 5, 1}, rng)},
+      Path::kStrided, Kernel::kRows);
+  add("rank 4, alternating broadcast, bool result", "eq",
+      {Dense(f32, {5, 1, 7, 1}, rng), Dense(f32, {1, 3, 1, 12}, rng)}, Path::kStrided,
+      Kernel::kRows);
+  add("rank 5, alternating broadcast, an outer dim reversed", "add",
+      {Tensor(f32, {4, 1, 3, 1, 8}, {-24, 24, 8, 8, 1}, 72, 96, rng),
+       Dense(f32, {1, 5, 1, 6, 1}, rng)},
+      Path::kStrided, Kernel::kRows);
+  add("rank 5, where, alternating broadcast", "where",
+      {Dense(DType::kBool, {4, 1, 3, 1, 8}, rng), Dense(f32, {1, 5, 1, 6, 1}, rng),
+       Dense(f32, {}, rng)},
+      Path::kStrided, Kernel::kGeneral);
+  add("rank 5, alternating broadcast, rows of three", "add",
+      {Dense(f32, {6, 1, 5, 1, 3}, rng), Dense(f32, {1, 3, 1, 7, 1}, rng)}, Path::kStrided,
+      Kernel::kGeneral);
   return c;
 }
 
