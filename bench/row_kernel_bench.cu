@@ -250,6 +250,11 @@ int Main(int argc, char** argv) {
   Run<BFloat16, 1>("sigmoid_narrow", "bf16", NarrowMath<SigmoidOp, true>{}, half, -4, 4, copy2);
   Run<Half, 1>("silu_narrow", "f16", NarrowMath<SiluOp, false>{}, half, -4, 4, copy2);
   Run<BFloat16, 1>("silu_narrow", "bf16", NarrowMath<SiluOp, true>{}, half, -4, 4, copy2);
+  Run<Half, 1>("gelu_narrow", "f16", NarrowMath<GeluOp, false>{{false}}, half, -4, 4, copy2);
+  Run<BFloat16, 1>("gelu_narrow", "bf16", NarrowMath<GeluOp, true>{{false}}, half, -4, 4, copy2);
+  Run<Half, 1>("gelu_tanh_narrow", "f16", NarrowMath<GeluOp, false>{{true}}, half, -4, 4, copy2);
+  Run<BFloat16, 1>("gelu_tanh_narrow", "bf16", NarrowMath<GeluOp, true>{{true}}, half, -4, 4,
+                   copy2);
   Run<Half, 1>("sin_narrow", "f16", NarrowMath<SinOp, false>{}, half, -4, 4, copy2);
   Run<BFloat16, 1>("sin_narrow", "bf16", NarrowMath<SinOp, true>{}, half, -4, 4, copy2);
   TC_UNARY_ALL(SiluOp{}, "silu", -4, 4)

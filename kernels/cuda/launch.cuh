@@ -503,12 +503,8 @@ absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& en
   if constexpr (kHasErrorFlag<F>) f.error = env.error;
   return VisitDType(op.plan.compute_dtype, [&](auto tag) -> absl::Status {
     using S = typename decltype(tag)::type;
-    if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0 && kNarrowMath<F> &&
-                  kIsHalfType<S>) {
-      const NarrowMath<F, std::is_same_v<S, BFloat16>> narrow{f};
-      return LaunchTyped<S, F::kArity>(narrow, op.plan, base, env);
-    } else if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {
-      return LaunchTyped<S, F::kArity>(f, op.plan, base, env);
+    if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {
+      return LaunchTyped<S, F::kArity>(GpuMath<S>(f), op.plan, base, env);
     } else {
       return absl::InternalError(absl::StrCat("op '", op.op->spec.name, "' has no CUDA kernel for ",
                                               DTypeName(op.plan.compute_dtype)));

@@ -430,6 +430,41 @@ __device__ __forceinline__ float SiluNarrow(float x) {
   return x * SigmoidNarrow<kFullRange>(x);
 }
 
+// gelu(x) = x Phi(x) through the normal tail Q(t) = 1 - Phi(t), t = |x|: x Q(t) below zero,
+// x (1 - Q(t)) above, so that neither side cancels (1 + erf(x / sqrt 2) loses its relative
+// accuracy below x = -3 and is 0 in float math from x = -5.5 on; bfloat16's results go on to
+// x = -14).
+// Q(t) = 2^(-t^2 log2(e) / 2) s g(s), s = 1 / (1 + 0.3 t): g is a degree-7 polynomial fitted
+// here (relative error 1.6e-7 for t in [0, 14.5], past which x Q(t) is under float's
+// subnormals), 1 / sqrt(2 pi) and 2^-64 folded into its coefficients, and 2^64 into the
+// exponent, so that 2^x stays normal where bfloat16's results are float subnormals: two
+// instructions of the special function unit and a dozen of arithmetic.
+template <bool kFullRange>
+__device__ __forceinline__ float GeluNarrow(float x) {
+  const float t = fabsf(x);
+  float e, s;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fmaf(t * t, -0.7213475204f, 64.0f)));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(fmaf(t, 0.3f, 1.0f)));
+  float g = 1.920326045e-21f;
+  g = fmaf(g, s, -8.465372043e-21f);
+  g = fmaf(g, s, 1.108905485e-20f);
+  g = fmaf(g, s, -2.820777775e-21f);
+  g = fmaf(g, s, 6.922189063e-21f);
+  g = fmaf(g, s, 5.430547754e-21f);
+  g = fmaf(g, s, 6.543818152e-21f);
+  g = fmaf(g, s, 6.485264023e-21f);
+  const float q = e * s * g;
+  return x * (x < 0.0f ? q : 1.0f - q);  // NaN and -inf: NaN (inf * 0), as erff's form
+}
+
+// The tanh form, 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2 / pi) (x + 0.044715 x^3):
+// SigmoidNarrow, which keeps the negative tail that 1 + tanh(u) loses.
+template <bool kFullRange>
+__device__ __forceinline__ float GeluTanhNarrow(float x) {
+  const float u2 = 1.5957691216f * fmaf(0.044715f * x, x * x, x);
+  return x * SigmoidNarrow<kFullRange>(u2);
+}
+
 // pow(a, b) as 2^(b * log2|a|): log2 from the exponent and a polynomial in the significand
 // about 1 (relative error 1.4e-7, near 1 too, where b may be large); zeros, infinities and NaN
 // take the log2 instruction, whose results for them (-inf, inf, NaN) carry C's special cases

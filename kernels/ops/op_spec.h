@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/dtype.h"
+#include "kernels/scalar_types.h"
 
 #ifdef __CUDACC_RTC__
 #define TC_CATALOG_ONLY(...)
@@ -189,6 +190,16 @@ struct NarrowMath {
 #endif
   }
 };
+// The functor the GPU computes F with in storage type S: NarrowMath<F> for float16 and
+// bfloat16 where F has narrow math, F itself otherwise.
+template <typename S, typename F>
+TC_HOST_DEVICE auto GpuMath(const F& f) {
+  if constexpr (kNarrowMath<F> && kIsHalfType<S>) {
+    return NarrowMath<F, std::is_same_v<S, BFloat16>>{f};
+  } else {
+    return f;
+  }
+}
 template <typename F, bool R>
 inline constexpr bool kLongMath<NarrowMath<F, R>> = kLongMath<F>;
 template <typename F, bool R>

@@ -312,7 +312,15 @@ struct GeluOp {
     }
     return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
   }
+#if defined(__CUDACC__)
+  template <bool kFullRange>
+  __device__ float Narrow(float x) const {
+    return tanh_form ? math::GeluTanhNarrow<kFullRange>(x) : math::GeluNarrow<kFullRange>(x);
+  }
+#endif
 };
+template <>
+inline constexpr bool kNarrowMath<GeluOp> = true;
 
 // Packs a thread in the CUDA row kernel (measured as above): silu float32 0.148 -> 0.137 ms,
 // float64 0.304 -> 0.289 with four; gelu float32 0.151 -> 0.139 (tanh form 0.146 -> 0.138),

@@ -34,13 +34,8 @@ __device__ __forceinline__ T Rounded(T x, unsigned zero) {
 template <typename S, typename T, typename F, typename... A>
 __device__ __forceinline__ T Apply(unsigned zero, const F& f, A... a) {
   using C = OpMath<S>;
-  const auto r = [&] {
-    if constexpr (kNarrowMath<F> && kIsHalfType<S>) {  // as the op's kernels (launch.cuh)
-      return NarrowMath<F, std::is_same_v<S, BFloat16>>{f}(static_cast<C>(Convert<S>(a))...);
-    } else {
-      return f(static_cast<C>(Convert<S>(a))...);
-    }
-  }();
+  // The op's kernels' math (launch.cuh), narrow forms included.
+  const auto r = GpuMath<S>(f)(static_cast<C>(Convert<S>(a))...);
   using R = std::remove_cv_t<decltype(r)>;
   using V = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   return Rounded(Convert<T>(Convert<V>(r)), zero);

@@ -362,7 +362,8 @@ TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
 
-// atan2, pow, sin, cos, sigmoid and silu of float16 and bfloat16, which the GPU computes with
+// atan2, pow, sin, cos, sigmoid, silu and gelu (both forms) of float16 and bfloat16, which
+// the GPU computes with
 // math of its own for 16-bit results (kernels/ops/math.h, NarrowMath): the unary ops of every
 // value of the dtype, atan2 and pow of every value against partners at the edges (zeros,
 // infinities, NaN, subnormals, the largest, integers odd and even, 1 and its neighbours) and
@@ -394,6 +395,13 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
       if (name == "atan2") return std::atan2(x, y);
       if (name == "sigmoid") return 1 / (1 + std::exp(-x));
       if (name == "silu") return x / (1 + std::exp(-x));
+      if (name == "gelu") {  // x Phi(x) by the tail, which keeps its relative accuracy
+        const double q = 0.5 * std::erfc(std::fabs(x) / std::sqrt(2.0));
+        return x * (x < 0 ? q : 1 - q);
+      }
+      if (name == "gelu_tanh") {  // 0.5 x (1 + tanh(u)) as x sigmoid(2u), for the same reason
+        return x / (1 + std::exp(-2 * std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+      }
       return name == "sin" ? std::sin(x) : std::cos(x);
     };
     // Runs op `name` on inputs (one or two, broadcast) and checks every element.
@@ -409,7 +417,9 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
       };
       inputs.push_back(view(a, a_shape));
       if (b != nullptr) inputs.push_back(view(*b, b_shape));
-      auto op = PrepareOp(name, inputs, {});
+      AttrMap attrs;
+      if (name == "gelu_tanh") attrs["approximate"] = std::string("tanh");
+      auto op = PrepareOp(name == "gelu_tanh" ? "gelu" : name, inputs, attrs);
       ASSERT_TRUE(op.ok()) << op.status();
       const int64_t nb = b == nullptr ? 1 : static_cast<int64_t>(b_shape.back());
       const int64_t na = b == nullptr ? static_cast<int64_t>(a.size()) : a_shape[0];
@@ -443,7 +453,9 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
     };
     std::vector<uint16_t> every(65536);
     for (int i = 0; i < 65536; ++i) every[i] = static_cast<uint16_t>(i);
-    for (const char* name : {"sin", "cos", "sigmoid", "silu"}) check(name, every, {65536}, nullptr, {});
+    for (const char* name : {"sin", "cos", "sigmoid", "silu", "gelu", "gelu_tanh"}) {
+      check(name, every, {65536}, nullptr, {});
+    }
     const double inf = std::numeric_limits<double>::infinity();
     const double ulp1 = half ? 0x1p-10 : 0x1p-7;
     std::vector<uint16_t> partners;
