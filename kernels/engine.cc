@@ -240,7 +240,7 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
   if (!out_strides.ok()) return out_strides.status();
   auto plan =
       PlanElementwise(inputs, compute, out, *out_strides, spec.rule == TypeRule::kToBool, tiles,
-                      /*converting_tiles=*/spec.rule == TypeRule::kCastToAttr);
+                      /*converting_tiles=*/(spec.converting_tiles & DTypeBit(compute)) != 0);
   if (!plan.ok()) return plan.status();
   p.plan = *std::move(plan);
   return p;

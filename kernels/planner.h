@@ -216,7 +216,8 @@ absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype
 // elements, non-overlapping, non-negative; C-contiguous when empty). `bool_result`: the op's
 // functor returns bool (comparisons), so its own output type is bool, not the compute type.
 // `converting_tiles`: under TileRule::kDense, the op's tile kernel takes operands of other
-// dtypes too (the CUDA casts'), so its plans of any dtypes may be tiled.
+// dtypes too for this compute type (OpSpec::converting_tiles), so its plans of any dtypes may
+// be tiled.
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
                                      DType out_dtype, const DimVector& out_strides = {},
                                      bool bool_result = false,

@@ -63,12 +63,6 @@ inline absl::Status CheckLaunch() {
   return absl::OkStatus();
 }
 
-// The ops whose tile kernel also takes operands of other dtypes, converting as it loads and
-// stores: casts, every plan of which has two dtypes. The planner's side of the same choice is
-// PlanElementwise's `converting_tiles`, which the engine sets for the cast op.
-template <typename F>
-inline constexpr bool kConvertingTiles = std::is_same_v<F, CastOp>;
-
 // kTiles: T0 x T1 tiles, one block each, the batches in z. Square ones (64, 32 for 8-byte
 // types) unless the output's dim 0 is at most half a square's side while dim 1 is long: then
 // 16 along dim 0 and as many elements in all.
@@ -113,7 +107,7 @@ absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const 
   constexpr int kLong = kSide * kSide / 16;
   if (!same_types) {
     // Square tiles only: one more kernel per type, not two.
-    if constexpr (kConvertingTiles<F>) {
+    if constexpr ((kConvertingTiles<F> & DTypeBit(DTypeOf<S>())) != 0) {
       return LaunchTileShape<S, N, kSide, kSide, false>(f, ta, plan.num_staged, env.stream);
     } else {
       return absl::InternalError("the plan chose tiles that convert for an op that has none");

@@ -170,6 +170,16 @@ struct DivOp {
     return a / b;
   }
 };
+// Tiles that convert, for float32 (op_spec.h): a transposed float16, bfloat16 or integer
+// operand beside float32 ones.
+template <>
+inline constexpr uint32_t kConvertingTiles<AddOp> = DTypeBit(DType::kFloat32);
+template <>
+inline constexpr uint32_t kConvertingTiles<SubOp> = DTypeBit(DType::kFloat32);
+template <>
+inline constexpr uint32_t kConvertingTiles<MulOp> = DTypeBit(DType::kFloat32);
+template <>
+inline constexpr uint32_t kConvertingTiles<DivOp> = DTypeBit(DType::kFloat32);
 
 // Division flagging integer division by zero through `error`.
 struct FloorDivideOp {

@@ -96,6 +96,8 @@ struct CastOp {
     return a;
   }
 };
+template <>
+inline constexpr uint32_t kConvertingTiles<CastOp> = kAllTypes;
 
 // A tensor shaped and typed like the input, every element `value` (converted like cast).
 struct FillOp {

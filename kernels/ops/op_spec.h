@@ -57,6 +57,10 @@ struct OpSpec {
   int condition_input = -1;
   // Extra checks of attributes against the result type, e.g. an integral alpha for integers.
   absl::Status (*check)(const Attrs&, DType result) = nullptr;
+  // Filled in by the catalog from kConvertingTiles<F>: the compute types (DTypeBit masks) for
+  // which the CUDA tile kernel takes operands of other dtypes too, which the planner may
+  // then tile in plans of mixed dtypes.
+  uint32_t converting_tiles = 0;
 };
 
 inline bool Accepts(const OpSpec& spec, DType t) { return (spec.dtypes & DTypeBit(t)) != 0; }
@@ -116,6 +120,14 @@ struct ByWidth {
 // threads. The figures are beside each op (unary.h).
 template <typename F>
 inline constexpr ByWidth kRowPacks{};
+
+// kConvertingTiles<F>: the compute types (DTypeBit masks) for which F's CUDA tile kernel
+// also takes operands of other dtypes, converting as it loads and stores (transposed inputs
+// or outputs of another dtype than the compute type's). Each is one more kernel to build per
+// op and type: casts have it for every type (every cast plan has two dtypes); add, sub, mul
+// and div for float32, where float16, bfloat16 and integer operands meet float32 ones.
+template <typename F>
+inline constexpr uint32_t kConvertingTiles = 0;
 
 // kRowWaves<F>: where nonzero, the row kernel's grid for F's float forms is that many rounds
 // of the blocks the GPU holds at once, each thread looping over several steps of its row (0:
@@ -206,6 +218,8 @@ template <typename F, bool R>
 inline constexpr ByWidth kRowPacks<NarrowMath<F, R>> = kRowPacks<F>;
 template <typename F, bool R>
 inline constexpr ByWidth kRowWaves<NarrowMath<F, R>> = kRowWaves<F>;
+template <typename F, bool R>
+inline constexpr uint32_t kConvertingTiles<NarrowMath<F, R>> = kConvertingTiles<F>;
 
 // kHasHostFloatRow<F>: F has `static void HostFloatRow(const float*..., float* out, int64_t n)`,
 // a vectorized float32 row the CPU calls instead of the functor per element (its results

@@ -566,8 +566,9 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
 
 // Casts through transposed inputs and outputs take the tile kernel, converting as it loads
 // and stores: planned for tiles, bit for bit the CPU's result, between every pair of a float,
-// half, integer and bool dtype set, odd sizes and a misaligned input. Mixed-dtype ops other
-// than casts through the same layouts (the cast rows) match too.
+// half, integer and bool dtype set, odd sizes and a misaligned input. float32 add, sub, mul
+// and div of mixed dtypes take the tiles that convert too; other mixed-dtype ops through the
+// same layouts (the cast rows) match as well.
 TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
   constexpr int64_t R = 67, C = 131;
   uint64_t x = testing::TestSeed() ^ 0xc0417ull;
@@ -584,12 +585,12 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
                       storage.back().data(), static_cast<int64_t>(storage.back().size())};
   };
   const auto check = [&](const std::string& what, const char* op, std::vector<TensorView> in,
-                         const AttrMap& attrs, DimVector out_strides) {
+                         const AttrMap& attrs, DimVector out_strides,
+                         Kernel want = Kernel::kTiles) {
     OutputOptions out_options;
     out_options.strides = std::move(out_strides);
     auto prepared = PrepareOp(op, in, attrs, out_options);
     ASSERT_TRUE(prepared.ok()) << what << ": " << prepared.status();
-    const Kernel want = std::string(op) == "cast" ? Kernel::kTiles : Kernel::kCastRows;
     EXPECT_EQ(KernelName(prepared->plan.kernel), KernelName(want)) << what;
     const size_t bytes = static_cast<size_t>(prepared->plan.out_storage_bytes);
     std::vector<std::byte> gpu(bytes), cpu(bytes);
@@ -607,18 +608,31 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
             {tensor(from, false, 0)}, {{"dtype", to}}, {1, R});
     }
   }
+  // float32 add, sub, mul and div convert in their tiles too; other mixed ops keep the cast
+  // rows.
   check("float32 + transposed float16", "add",
         {tensor(DType::kFloat32, false, 0), tensor(DType::kFloat16, true, 3)}, {}, {});
   check("transposed bfloat16 + float32", "add",
         {tensor(DType::kBFloat16, true, 0), tensor(DType::kFloat32, false, 0)}, {}, {});
+  check("transposed int32 - float32, misaligned", "sub",
+        {tensor(DType::kInt32, true, 1), tensor(DType::kFloat32, false, 3)}, {}, {});
+  check("float32 * bfloat16 into a transposed output", "mul",
+        {tensor(DType::kFloat32, false, 0), tensor(DType::kBFloat16, false, 1)}, {}, {1, R});
+  check("transposed float16 / transposed float32", "div",
+        {tensor(DType::kFloat16, true, 0), tensor(DType::kFloat32, true, 0)}, {}, {});
   check("int32 == transposed float32", "eq",
-        {tensor(DType::kInt32, false, 0), tensor(DType::kFloat32, true, 0)}, {}, {});
+        {tensor(DType::kInt32, false, 0), tensor(DType::kFloat32, true, 0)}, {}, {},
+        Kernel::kCastRows);
   check("where(transposed bool, float32, float32)", "where",
         {tensor(DType::kBool, true, 0), tensor(DType::kFloat32, false, 0),
          tensor(DType::kFloat32, false, 0)},
-        {}, {});
+        {}, {}, Kernel::kCastRows);
   check("int8 * uint8 into a transposed output", "mul",
-        {tensor(DType::kInt8, false, 0), tensor(DType::kUInt8, false, 1)}, {}, {1, R});
+        {tensor(DType::kInt8, false, 0), tensor(DType::kUInt8, false, 1)}, {}, {1, R},
+        Kernel::kCastRows);
+  check("transposed bfloat16 * float64", "mul",
+        {tensor(DType::kBFloat16, true, 0), tensor(DType::kFloat64, false, 0)}, {}, {},
+        Kernel::kCastRows);
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
 

@@ -304,7 +304,8 @@ TEST(Planner, ChoosesPathAndKernelPerLayout) {
 // The CPU's rule tiles every permuted plan (any dtypes, any rank, any number of staged
 // inputs) and stages what moves faster along dim 1 than along dim 0; other plans as above.
 // Under the CUDA rule, a cast through a transposed input or into a transposed output takes
-// the tiles (its tile kernel converts); other ops with a second dtype keep the cast rows.
+// the tiles (its tile kernel converts), and so do float32 add, sub, mul and div; other ops
+// with a second dtype keep the cast rows.
 TEST(Planner, CastsThroughTransposesAreTiled) {
   std::vector<std::byte> storage(64 * 48 * 8);
   const auto view = [&](DType t, bool transposed) {
@@ -321,10 +322,20 @@ TEST(Planner, CastsThroughTransposesAreTiled) {
   auto cast_out = PrepareOp("cast", {&d32, 1}, {{"dtype", DType::kInt8}}, transposed_out);
   ASSERT_TRUE(cast_out.ok()) << cast_out.status();
   EXPECT_EQ(KernelName(cast_out->plan.kernel), KernelName(Kernel::kTiles));
+  // float32 add converts in its tiles; maximum (and add computed in float16) keeps the cast
+  // rows.
   const TensorView mixed[] = {d32, t16};
   auto add = PrepareOp("add", mixed, {});
   ASSERT_TRUE(add.ok()) << add.status();
-  EXPECT_EQ(KernelName(add->plan.kernel), KernelName(Kernel::kCastRows));
+  EXPECT_EQ(KernelName(add->plan.kernel), KernelName(Kernel::kTiles));
+  auto maximum = PrepareOp("maximum", mixed, {});
+  ASSERT_TRUE(maximum.ok()) << maximum.status();
+  EXPECT_EQ(KernelName(maximum->plan.kernel), KernelName(Kernel::kCastRows));
+  const TensorView t8 = view(DType::kInt8, true), d16 = view(DType::kFloat16, false);
+  const TensorView half_mixed[] = {d16, t8};
+  auto half_add = PrepareOp("add", half_mixed, {});
+  ASSERT_TRUE(half_add.ok()) << half_add.status();
+  EXPECT_EQ(KernelName(half_add->plan.kernel), KernelName(Kernel::kCastRows));
 }
 
 TEST(Planner, CpuTileRuleTilesEveryPermutedPlan) {

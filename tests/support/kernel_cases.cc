@@ -96,6 +96,9 @@ std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
       Path::kPermuted, Kernel::kTiles);
   add("transposed input, mixed dtypes", "add",
       {Dense(f32, {96, 80}, rng), Transposed(f16, 96, 80, rng)}, Path::kPermuted,
+      Kernel::kTiles);
+  add("transposed input, mixed dtypes, computed in float16", "add",
+      {Dense(f16, {96, 80}, rng), Transposed(DType::kInt8, 96, 80, rng)}, Path::kPermuted,
       Kernel::kCastRows);
   add("transposed input, a dim under a tile", "add",
       {Dense(f32, {8, 200}, rng), Transposed(f32, 8, 200, rng)}, Path::kPermuted,
