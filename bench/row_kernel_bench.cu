@@ -22,6 +22,7 @@
 #include "kernels/cuda/row_kernel.cuh"
 #include "kernels/cuda/where_kernel.cuh"
 #include "kernels/ops/binary.h"
+#include "kernels/ops/compare.h"
 #include "kernels/ops/unary.h"
 
 namespace tc::cuda {
@@ -280,6 +281,11 @@ int Main(int argc, char** argv) {
   Run<double, 2>("pow", "f64", PowOp{}, wide, 0.5f, 2, copy8);
   Run<Half, 2>("pow_narrow", "f16", NarrowMath<PowOp, false>{}, half, 0.5f, 2, copy2);
   Run<BFloat16, 2>("pow_narrow", "bf16", NarrowMath<PowOp, true>{}, half, 0.5f, 2, copy2);
+  // bool results (the % of copy counts the output as wide as an input).
+  Run<float, 2>("logical_and", "f32", LogicalAndOp{}, narrow, -1, 1, copy4);
+  Run<float, 1>("isnan", "f32", IsnanOp{}, narrow, -1, 1, copy4);
+  Run<BFloat16, 2>("gt", "bf16", GtOp{}, half, -1, 1, copy2);
+  Run<BFloat16, 2>("div", "bf16", DivOp{}, half, 0.5f, 2, copy2);
   Run<uint8_t, 2>("add", "u8", AddOp{1.0}, byte, 0, 100, copy1);
   Run<int8_t, 1>("neg", "i8", NegOp{}, byte, -100, 100, copy1);
   Run<bool, 1>("logical_not", "bool", LogicalNotOp{}, byte, 0, 2, copy1);

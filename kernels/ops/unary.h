@@ -253,6 +253,10 @@ struct Wordwise<BitwiseNotOp> {
 TC_UNARY_OP(IsnanOp,
             ("isnan", kAllTypes, "a is NaN", TypeRule::kToBool),
             kAllTypes, bool, { return math::IsNan(a); })
+// float32 four packs a thread: 0.0828 ms against 0.0891 with two (H200, 2^26 elements,
+// tensorcompute-row-kernel-bench isnan).
+template <>
+inline constexpr ByWidth kRowPacks<IsnanOp>{0, 4, 0};
 TC_UNARY_OP(IsinfOp,
             ("isinf", kAllTypes, "a is +-infinity", TypeRule::kToBool),
             kAllTypes, bool, {
