@@ -242,7 +242,9 @@ absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
   // where gRPC's own retry could not (a balancer in front passed the server's answer on as
   // headers first, which commits the call): a server that refuses it while it drains
   // (UNAVAILABLE) or cancels it in its last second (CANCELLED, which this client never asks
-  // for) has not answered it.
+  // for) has not answered it, and neither has one whose stream a balancer reset when the
+  // replica behind it died mid-call (INTERNAL, "Received RST_STREAM"; a server's own INTERNAL
+  // carries its own message).
   const bool stateless = Stateless(*unary);
   v1::TensorService::Stub* stub =
       balanced_stub_ != nullptr && stateless ? balanced_stub_.get() : stub_.get();
@@ -251,9 +253,11 @@ absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
     SetDeadline(ctx);
     grpc::Status s = stub->Compute(&ctx, *unary, &resp);
     if (s.ok()) break;
+    const bool reset = s.error_code() == grpc::StatusCode::INTERNAL &&
+                       absl::StrContains(s.error_message(), "RST_STREAM");
     if (!stateless || attempt >= options_.retry_attempts ||
         (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-         s.error_code() != grpc::StatusCode::CANCELLED)) {
+         s.error_code() != grpc::StatusCode::CANCELLED && !reset)) {
       return FromGrpc(s);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 100 << (attempt - 1))));
