@@ -211,6 +211,27 @@ __device__ __forceinline__ float FmodStep(float x, float y) {
   const float u = r < 0.0f ? t - 1.0f : r >= y ? t + 1.0f : t;
   return fmaf(-u, y, x);
 }
+
+// Python's a % b (the sign of b), exact, under FmodStep's bounds on |a| and |b|. t = rint(a *
+// rcp(b)) is floor(a / b) or one more; r = a - t * b in one fma is then exact (on the grid of
+// the smaller of a's and b's units, below |b| in size) and is either the answer or, when t was
+// one more, lies on the other side of zero from b, where adding b gives the answer rounded as
+// fmod + b would be. A zero takes a's sign, as fmod's does.
+__device__ __forceinline__ float FloorModStep(float a, float b) {
+  float rcp;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"(b));
+  const float t = __fsub_rn(fmaf(a, rcp, 12582912.0f), 12582912.0f);
+  float r = fmaf(-t, b, a);
+  const bool nonzero = r != 0.0f;
+  if (nonzero && ((r < 0.0f) != (b < 0.0f))) r += b;
+  return nonzero ? r : copysignf(0.0f, a);
+}
+
+// Whether x / y (both >= 0) is within FmodStep's reach: y normal from 2^-100 to 2^100 and the
+// quotient below 2^20 (false for NaN and infinite x).
+__device__ __forceinline__ bool StepQuotient(float x, float y) {
+  return x < y * 0x1p20f && y >= 0x1p-100f && y <= 0x1p100f;
+}
 #endif
 
 // C's fmod, exact. On the device, float operands whose quotient is below 2^20 (every pair of
@@ -222,7 +243,7 @@ TC_HOST_DEVICE T FmodFloat(T a, T b) {
 #if defined(__CUDA_ARCH__)
   if constexpr (std::is_same_v<T, float>) {
     const float x = fabsf(a), y = fabsf(b);
-    if (x < y * 0x1p20f && y >= 0x1p-100f && y <= 0x1p100f) return copysignf(FmodStep(x, y), a);
+    if (StepQuotient(x, y)) return copysignf(FmodStep(x, y), a);
   }
 #endif
   return std::fmod(a, b);
@@ -244,6 +265,11 @@ TC_HOST_DEVICE T FloorDivFloat(T a, T b) {
 
 template <typename T>
 TC_HOST_DEVICE T FloorModFloat(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (StepQuotient(fabsf(a), fabsf(b))) return FloorModStep(a, b);
+  }
+#endif
   T m = FmodFloat(a, b);
   if (m != T(0) && ((b < T(0)) != (m < T(0)))) m += b;
   return m;
