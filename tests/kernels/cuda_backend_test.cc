@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -157,7 +158,8 @@ TEST_F(CudaBackendTest, BytewiseOpsMatchCpuOnEveryPair) {
 }
 
 // floor_divide, remainder and fmod of a by b (contiguous, broadcast against each other) on
-// the device, bit for bit the CPU's result; a NaN matches any NaN.
+// the device, bit for bit the CPU's result; a NaN matches any NaN. Floating types also true
+// division.
 void ExpectDivisionMatchesCpu(runtime::DeviceBackend& gpu_backend, CpuBackend& cpu_backend,
                               DType t, const std::vector<std::byte>& a, const DimVector& a_shape,
                               const std::vector<std::byte>& b, const DimVector& b_shape) {
@@ -191,7 +193,8 @@ void ExpectDivisionMatchesCpu(runtime::DeviceBackend& gpu_backend, CpuBackend& c
   const TensorView inputs[] = {
       {t, a_shape, contiguous(a_shape), 0, a.data(), static_cast<int64_t>(a.size())},
       {t, b_shape, contiguous(b_shape), 0, b.data(), static_cast<int64_t>(b.size())}};
-  for (const char* name : {"floor_divide", "remainder", "fmod"}) {
+  for (const char* name : {"floor_divide", "remainder", "fmod", "div"}) {
+    if (!IsFloating(t) && std::string_view(name) == "div") continue;  // a float result
     auto op = PrepareOp(name, inputs, {});
     ASSERT_TRUE(op.ok()) << op.status();
     const size_t bytes = static_cast<size_t>(op->plan.out_storage_bytes);
