@@ -53,7 +53,13 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowKernelArgs<N + 1, kMode
   using Word = Wordwise<F>;
   constexpr bool kWords =
       N <= 2 && (Word::kTypes & DTypeBit(DTypeOf<S>())) != 0 && sizeof(Out) == sizeof(S);
-  using Unit = std::conditional_t<kWords, uint4, Pack<S, V>>;
+  // Packs of 1- and 2-byte types are held as raw words, a broadcast operand's as its value
+  // repeated: choosing it or a loaded pack (the operand's access is known only at run time) is
+  // then a select per word, not one per element (8 per float16 pack, 16 per byte pack; H200:
+  // bfloat16 div 45 -> 37 registers). Wider types' elements are words already.
+  using Unit = std::conditional_t<
+      kWords || (sizeof(S) <= 2 && sizeof(Pack<S, V>) == 16), uint4,
+      std::conditional_t<sizeof(S) <= 2 && sizeof(Pack<S, V>) == 8, uint2, Pack<S, V>>>;
   static_assert(sizeof(Unit) == sizeof(Pack<S, V>));
   static_assert(kMode != kPeeledRows || sizeof(Out) == sizeof(S));
   // Inputs loaded from the aligned blocks around them (LoadUnaligned).
