@@ -280,6 +280,12 @@ template <>
 inline constexpr bool kLongMath<PowOp> = true;
 template <>
 inline constexpr bool kNarrowMath<PowOp> = true;
+// In 16 rounds of resident blocks (H200 row kernel, whole grid -> 16 rounds): float32 at four
+// packs 0.224 -> 0.217 ms; float64 at one pack 0.640 -> 0.584 (two packs, the default: 0.610).
+template <>
+inline constexpr ByWidth kRowPacks<PowOp>{0, 0, 1};
+template <>
+inline constexpr ByWidth kRowWaves<PowOp>{0, 16, 16};
 
 // NaN-propagating, like PyTorch's maximum/minimum.
 struct MaximumOp {
@@ -366,6 +372,9 @@ struct Atan2Op {
 };
 template <>
 inline constexpr bool kNarrowMath<Atan2Op> = true;
+// float64 in 16 rounds of resident blocks (H200 row kernel at two packs: 0.416 -> 0.385 ms).
+template <>
+inline constexpr ByWidth kRowWaves<Atan2Op>{0, 0, 16};
 
 struct BitwiseAndOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;

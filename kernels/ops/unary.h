@@ -124,6 +124,13 @@ TC_UNARY_OP(RsqrtOp,
 TC_UNARY_OP(ReciprocalOp,
             ("reciprocal", kAllTypes, "1 / a", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return T(1) / a; })
+// Four packs a thread for float32 (H200 row kernel: reciprocal 0.144 -> 0.136 ms, 91 -> 97%
+// of copy, one pack 0.159; sqrt 0.140 -> 0.136) and for float64 sqrt (0.281 -> 0.268): the
+// IEEE refinement behind each load.
+template <>
+inline constexpr ByWidth kRowPacks<ReciprocalOp>{0, 4, 0};
+template <>
+inline constexpr ByWidth kRowPacks<SqrtOp>{0, 4, 4};
 TC_UNARY_OP(SquareOp,
             ("square", kAllTypes, "a * a (integers wrap; bool gives int64)", TypeRule::kBoolToInt64),
             kNumericTypes, T, { return math::WrapMul(a, a); })
