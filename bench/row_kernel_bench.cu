@@ -258,6 +258,7 @@ int Main(int argc, char** argv) {
                    copy2);
   Run<Half, 1>("sin_narrow", "f16", NarrowMath<SinOp, false>{}, half, -4, 4, copy2);
   Run<BFloat16, 1>("sin_narrow", "bf16", NarrowMath<SinOp, true>{}, half, -4, 4, copy2);
+  TC_UNARY_ALL(SqrtOp{}, "sqrt", 0.01f, 4)
   TC_UNARY_ALL(SiluOp{}, "silu", -4, 4)
   TC_UNARY_ALL((GeluOp{false}), "gelu", -4, 4)
   TC_UNARY_ALL((GeluOp{true}), "gelu_tanh", -4, 4)
@@ -285,7 +286,9 @@ int Main(int argc, char** argv) {
   Run<float, 2>("logical_and", "f32", LogicalAndOp{}, narrow, -1, 1, copy4);
   Run<float, 1>("isnan", "f32", IsnanOp{}, narrow, -1, 1, copy4);
   Run<BFloat16, 2>("gt", "bf16", GtOp{}, half, -1, 1, copy2);
+  Run<Half, 2>("div", "f16", DivOp{}, half, 0.5f, 2, copy2);
   Run<BFloat16, 2>("div", "bf16", DivOp{}, half, 0.5f, 2, copy2);
+  Run<float, 1>("reciprocal", "f32", ReciprocalOp{}, narrow, 0.5f, 2, copy4);
   Run<uint8_t, 2>("add", "u8", AddOp{1.0}, byte, 0, 100, copy1);
   Run<int8_t, 1>("neg", "i8", NegOp{}, byte, -100, 100, copy1);
   Run<bool, 1>("logical_not", "bool", LogicalNotOp{}, byte, 0, 2, copy1);
