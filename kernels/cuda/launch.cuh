@@ -245,7 +245,8 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // 8-byte types, four for float32 long math. Narrower types' 16-byte packs already carry 8
   // or 16 elements: one pack, but two for unary float16/bfloat16 ops, whose math per element
   // is float32 math behind two conversions (on the H200 erf, sin, log 67-69% of copy with one
-  // pack, 74-80% with two; binary and integer ops lost 2-18 points with two).
+  // pack, 74-80% with two; binary and integer ops lost 2-18 points with two, but binary
+  // float16/bfloat16 math gains with two since packs are held as words: kRowPacks says so).
   constexpr bool kHalfUnary = N == 1 && sizeof(S) == 2 && IsFloating(DTypeOf<S>());
   constexpr ByWidth kPacks = kRowPacks<F>;
   constexpr int kStated = !IsFloating(DTypeOf<S>()) ? 0
