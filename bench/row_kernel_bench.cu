@@ -23,6 +23,7 @@
 #include "kernels/cuda/where_kernel.cuh"
 #include "kernels/ops/binary.h"
 #include "kernels/ops/compare.h"
+#include "kernels/ops/misc.h"
 #include "kernels/ops/unary.h"
 
 namespace tc::cuda {
@@ -291,6 +292,13 @@ int Main(int argc, char** argv) {
   Run<float, 1>("reciprocal", "f32", ReciprocalOp{}, narrow, 0.5f, 2, copy4);
   Run<uint8_t, 2>("add", "u8", AddOp{1.0}, byte, 0, 100, copy1);
   Run<int8_t, 1>("neg", "i8", NegOp{}, byte, -100, 100, copy1);
+  // The matrix's quantized cases: scales 0.05, 0.1 -> 0.2, zero points 3, -2 (uint8: 2) -> 1.
+  Run<int8_t, 2>("quantized_add", "i8", QAddOp{0.05f, 3, 0.1f, -2, 5, 1, -128, 127}, byte, -128,
+                 128, copy1);
+  Run<int8_t, 2>("quantized_mul", "i8", QMulOp{0.05f, 3, 0.1f, -2, 5, 1, -128, 127}, byte, -128,
+                 128, copy1);
+  Run<uint8_t, 2>("quantized_add", "u8", QAddOp{0.05f, 3, 0.1f, 2, 5, 1, 0, 255}, byte, 0, 256,
+                  copy1);
   Run<bool, 1>("logical_not", "bool", LogicalNotOp{}, byte, 0, 2, copy1);
   char* cond = nullptr;
   Check(cudaMalloc(&cond, int64_t{1} << 26), "cudaMalloc");

@@ -249,11 +249,12 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // float16/bfloat16 math gains with two since packs are held as words: kRowPacks says so).
   constexpr bool kHalfUnary = N == 1 && sizeof(S) == 2 && IsFloating(DTypeOf<S>());
   constexpr ByWidth kPacks = kRowPacks<F>;
-  constexpr int kStated = !IsFloating(DTypeOf<S>()) ? 0
-                          : sizeof(S) == 2          ? kPacks.half
-                          : sizeof(S) == 4          ? kPacks.single
-                          : sizeof(S) == 8          ? kPacks.dbl
-                                                    : 0;
+  constexpr int kStated = sizeof(S) == 1              ? kPacks.byte
+                          : !IsFloating(DTypeOf<S>()) ? 0
+                          : sizeof(S) == 2            ? kPacks.half
+                          : sizeof(S) == 4            ? kPacks.single
+                          : sizeof(S) == 8            ? kPacks.dbl
+                                                      : 0;
   constexpr int kU = kStated > 0                       ? kStated
                      : sizeof(S) == 4 && kLongMath<F> ? 4
                      : sizeof(S) >= 4 || kHalfUnary   ? 2
@@ -264,11 +265,12 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   dim3 grid, block;
   RowGrid(ra.rows, ra.cols / kV, kU, &grid, &block, 128);
   constexpr ByWidth kWavesBy = kRowWaves<F>;
-  constexpr int kWaves = !IsFloating(DTypeOf<S>()) ? 0
-                         : sizeof(S) == 2          ? kWavesBy.half
-                         : sizeof(S) == 4          ? kWavesBy.single
-                         : sizeof(S) == 8          ? kWavesBy.dbl
-                                                   : 0;
+  constexpr int kWaves = sizeof(S) == 1              ? kWavesBy.byte
+                         : !IsFloating(DTypeOf<S>()) ? 0
+                         : sizeof(S) == 2            ? kWavesBy.half
+                         : sizeof(S) == 4            ? kWavesBy.single
+                         : sizeof(S) == 8            ? kWavesBy.dbl
+                                                     : 0;
   if constexpr (kWaves > 0) {
     // Capped at kWaves rounds of the blocks the SMs hold at once; the kernel's loops over
     // rows and packs take the rest.

@@ -246,6 +246,11 @@ struct QuantizedOp {
     return static_cast<T>(math::SmallFloatToInt(std::fmin(std::fmax(q, qmin), qmax)));
   }
 };
+// Four rounds of resident blocks (H200 row kernel, int8 quantized_add: 0.0661 ms with a block
+// for every 128 threads' packs, 86% of copy; 0.0565, 102%, in four rounds; 16 rounds 0.0633).
+// The float math per element leaves the 1-byte kernel's start-up per thread in the way.
+template <int kKind>
+inline constexpr ByWidth kRowWaves<QuantizedOp<kKind>>{0, 0, 0, 4};
 using QAddOp = QuantizedOp<0>;
 using QSubOp = QuantizedOp<1>;
 using QMulOp = QuantizedOp<2>;

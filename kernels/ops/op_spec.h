@@ -105,17 +105,18 @@ inline constexpr bool kHasErrorFlag<F, std::void_t<decltype(std::declval<F&>().e
 template <typename F>
 inline constexpr bool kLongMath = false;
 
-// Per float width: a value for F's float16/bfloat16, float32 and float64 forms (0: the
-// default).
+// Per width: a value for F's float16/bfloat16, float32 and float64 forms and for its 1-byte
+// forms, integer or bool (0: the default).
 struct ByWidth {
   int half = 0;
   int single = 0;
   int dbl = 0;
+  int byte = 0;
 };
 
-// kRowPacks<F>: 16-byte packs a thread in the CUDA row kernel for F's float forms, where
-// measurement beat the default (two for 2-byte unary and 4-byte forms, four for float32 long
-// math, two for float64). More packs keep more loads in flight behind the math; fewer keep the
+// kRowPacks<F>: 16-byte packs a thread in the CUDA row kernel for F's float and 1-byte forms,
+// where measurement beat the default (two for 2-byte unary and 4-byte forms, four for float32
+// long math, two for float64). More packs keep more loads in flight behind the math; fewer keep the
 // registers of long float64 math (erf: 125 with two, 39 with one) from starving the SM of
 // threads. The figures are beside each op (unary.h).
 template <typename F>
@@ -129,7 +130,7 @@ inline constexpr ByWidth kRowPacks{};
 template <typename F>
 inline constexpr uint32_t kConvertingTiles = 0;
 
-// kRowWaves<F>: where nonzero, the row kernel's grid for F's float forms is that many rounds
+// kRowWaves<F>: where nonzero, the row kernel's grid for F's forms is that many rounds
 // of the blocks the GPU holds at once, each thread looping over several steps of its row (0:
 // a block for every 128 threads' packs, each thread one step). Long float64 math at one pack
 // a thread spends much of its time starting threads: on the H200 erf 0.354 ms with a block per
