@@ -144,7 +144,7 @@ bool ChooseTiles(Plan& p, bool same_types, bool converting_tiles) {
   int64_t item[kMaxOperands];
   for (int k = 0; k < p.num_operands; ++k) item[k] = ItemSize(p.dtypes[k]);
   p.num_staged = ChooseTileDims(p.ndim, p.num_operands, p.sizes, p.strides[0], kMaxRank, item,
-                                2, p.staged);
+                                2, p.staged, same_types ? p.fused : nullptr);
   return p.num_staged > 0;
 }
 
@@ -256,17 +256,32 @@ std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit) {
 }
 
 int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides, int rank,
-                   const int64_t* item, int max_staged, int8_t* staged) {
+                   const int64_t* item, int max_staged, int8_t* staged, int8_t* fused) {
   auto stride = [&](int k, int d) -> int64_t& { return strides[k * rank + d]; };
-  if (ndim < 2 || stride(0, 0) != item[0] || sizes[0] < 16) return 0;
-  // Tiles of 32 or 64 along dim 0, at most 2^31 - 1 of them.
-  if (sizes[0] / 32 >= INT32_MAX) return 0;
+  const auto power_of_two = [](int64_t n) { return n >= 2 && (n & (n - 1)) == 0; };
+  if (ndim < 2 || stride(0, 0) != item[0]) return 0;
+  // The output dense along fewer than 16 elements: tile dim 0 fuses them (a power of two,
+  // dividing the fused kernel's 16) with another dim.
+  const bool fuse0 = sizes[0] < 16;
+  if (fuse0 && (fused == nullptr || ndim < 3 || !power_of_two(sizes[0]))) return 0;
   const auto staged_along = [&](int k, int d) {
     return stride(k, d) == item[k] && stride(k, 0) != item[k] && stride(k, 0) != 0;
   };
+  // A dim the staged inputs along `d` all go on in (their dense run continues there).
+  const auto chained = [&](int d) {
+    for (int e = 1; e < ndim; ++e) {
+      bool all = e != d;
+      for (int k = 1; k < num_operands && all; ++k) {
+        all = !staged_along(k, d) || stride(k, e) == sizes[d] * item[k];
+      }
+      if (all) return e;
+    }
+    return -1;
+  };
   int dim = -1, most = 0;
   for (int d = 1; d < ndim; ++d) {
-    if (sizes[d] < 16) continue;
+    // 16 long, or (beside a fused dim 0) shorter where the run goes on in another dim.
+    if (sizes[d] < 16 && !(fuse0 && power_of_two(sizes[d]) && chained(d) >= 0)) continue;
     int count = 0;
     for (int k = 1; k < num_operands; ++k) count += staged_along(k, d);
     if (count > most) {
@@ -275,16 +290,64 @@ int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides,
     }
   }
   if (most == 0 || most > max_staged) return 0;
-  for (int k = 0; k < num_operands; ++k) {
-    for (int d : {0, dim}) {
-      const int64_t s = stride(k, d);
-      if (s <= -(int64_t{1} << 23) || s >= (int64_t{1} << 23)) return 0;
-    }
+  // With a fused dim 0, tile dim 1 is fused too where it is shorter than the fused tiles' 256
+  // and its run goes on, as a power of two; dim 0's outer part is the output's fastest dim
+  // left (its writes stay whole runs of the inner part).
+  const int outer1 = fuse0 && sizes[dim] < 256 && power_of_two(sizes[dim]) ? chained(dim) : -1;
+  int outer0 = -1;
+  for (int d = 1; d < ndim && fuse0 && outer0 < 0; ++d) {
+    if (d != dim && d != outer1) outer0 = d;
   }
-  // Move `dim` to 1, the dims between it and 1 one place out, in order.
-  for (int d = dim; d > 1; --d) {
-    std::swap(sizes[d], sizes[d - 1]);
-    for (int k = 0; k < num_operands; ++k) std::swap(stride(k, d), stride(k, d - 1));
+  if (fuse0 && outer0 < 0) return 0;
+  // Offsets within a tile fit 32 bits: every stride of the tile dims within 2^23 bytes; where
+  // they are fused, what a 16 x 256 tile spans along the four dims within 2^31.
+  for (int k = 0; k < num_operands; ++k) {
+    if (!fuse0) {
+      for (int d : {0, dim}) {
+        if (std::abs(stride(k, d)) >= (int64_t{1} << 23)) return 0;
+      }
+      continue;
+    }
+    // Steps along an inner dim `d` of `inner` elements within a tile of `side`, and along the
+    // outer one.
+    const auto span = [&](int d, int64_t inner, int side, int outer) {
+      const int64_t steps_in = std::min<int64_t>(inner, side) - 1;
+      const int64_t steps_out = outer >= 0 && inner < side ? side / inner - 1 : 0;
+      return std::make_pair(steps_in * std::abs(stride(k, d)),
+                            outer >= 0 ? steps_out * std::abs(stride(k, outer)) : int64_t{0});
+    };
+    int64_t reach = 0;
+    for (int d : {0, dim, outer0, outer1}) {
+      if (d >= 0 && std::abs(stride(k, d)) >= (int64_t{1} << 31)) return 0;
+    }
+    const auto [a0, b0] = span(0, sizes[0], 16, outer0);
+    const auto [a1, b1] = span(dim, outer1 >= 0 ? sizes[dim] : 256, 256, outer1);
+    reach = a0 + b0 + a1 + b1;  // each under 2^39: no overflow
+    if (reach >= (int64_t{1} << 31)) return 0;
+  }
+  // Tiles of 16 to 64 along dim 0, at most 2^31 - 1 of them.
+  if (sizes[0] * (fuse0 ? sizes[outer0] : 1) / 16 >= INT32_MAX) return 0;
+  // New order: 0, dim, then outer 0 and outer 1 where fused, then the rest in order.
+  int order[kMaxRank];
+  int n = 0;
+  order[n++] = 0;
+  order[n++] = dim;
+  if (fuse0) order[n++] = outer0;
+  if (outer1 >= 0) order[n++] = outer1;
+  for (int d = 1; d < ndim; ++d) {
+    if (d != dim && !(fuse0 && d == outer0) && d != outer1) order[n++] = d;
+  }
+  int64_t old_sizes[kMaxRank];
+  std::copy(sizes, sizes + ndim, old_sizes);
+  for (int d = 0; d < ndim; ++d) sizes[d] = old_sizes[order[d]];
+  for (int k = 0; k < num_operands; ++k) {
+    int64_t old[kMaxRank];
+    for (int d = 0; d < ndim; ++d) old[d] = stride(k, d);
+    for (int d = 0; d < ndim; ++d) stride(k, d) = old[order[d]];
+  }
+  if (fused != nullptr) {
+    fused[0] = static_cast<int8_t>(fuse0 ? 2 : -1);
+    fused[1] = static_cast<int8_t>(outer1 >= 0 ? 3 : -1);
   }
   int count = 0;
   for (int k = 0; k < num_operands; ++k) {
@@ -443,7 +506,7 @@ ExprWalk PlanExpression(Iteration* it, const int64_t* item, bool long_math, int 
   const int nops = it->num_operands;
   if (it->ndim <= 3 && it->numel > 0) {
     w.num_staged = ChooseTileDims(it->ndim, nops, it->sizes, &it->strides[0][0], kMaxRank, item,
-                                  max_staged, w.staged);
+                                  max_staged, w.staged, nullptr);
     if (w.num_staged > 0) {
       // Tiles 32 x 64 (unroll 8) where the staged tiles fit a block's 48 KiB of static shared
       // memory, 32 x 32 (unroll 4) otherwise: see --sweep of tensorcompute-expr-bench.

@@ -130,6 +130,11 @@ struct Plan {
   // -1 for operands read in place.
   int8_t staged[kMaxOperands] = {-1, -1, -1, -1};
   int num_staged = 0;
+  // kTiles, tile dim j (0 or 1) fused from two plan dims: plan dim j, a power of two long,
+  // inside plan dim fused[j] (-1 where dim j alone is the tile dim). Any kernel may walk the
+  // plan's dims as they are; the fusing is the CUDA tile kernel's: an output dense along only
+  // 8 elements (a rank-7 permutation) still gets tiles 16 deep, written in whole runs.
+  int8_t fused[2] = {-1, -1};
 };
 
 // Operands of the widest element-wise work, an expression: its output and its inputs.
@@ -171,8 +176,13 @@ struct Iteration : IterationDims {
 // k's stride along dim d at strides[k * rank + d], bytes; `item[k]`: its element size.
 // Returns the number of staged operands, 0 (nothing moved) where tiles do not apply;
 // staged[k] is each one's tile, -1 for the others.
+// `fused` (nullptr: no fusing): where the output is dense along fewer than 16 elements (a
+// power of two), tile dim 0 fuses them with the output's fastest other dim, and tile dim 1,
+// shorter than 256 and a power of two, with the dim its staged inputs' run goes on in: dims
+// end as [inner 0, inner 1, outer 0, outer 1 (if fused), batch...] and fused[j] names outer j
+// (Plan::fused). Every stride of the four within 2^21 bytes.
 int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides, int rank,
-                   const int64_t* item, int max_staged, int8_t* staged);
+                   const int64_t* item, int max_staged, int8_t* staged, int8_t* fused);
 
 // How a fused expression's one kernel walks its iteration space: the planner's choice
 // (PlanExpression), which the generated kernel follows.

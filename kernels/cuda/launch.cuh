@@ -65,8 +65,8 @@ inline absl::Status CheckLaunch() {
 
 // kTiles: T0 x T1 tiles, one block each, the batches in z. Square ones (64, 32 for 8-byte
 // types) unless the output's dim 0 is at most half a square's side while dim 1 is long: then
-// 16 along dim 0 and as many elements in all.
-template <typename S, int N, int T0, int T1, bool kSame, typename F>
+// 16 along dim 0 and as many elements in all; those too where tile dims are fused (kFused).
+template <typename S, int N, int T0, int T1, bool kSame, bool kFused = false, typename F>
 absl::Status LaunchTileShape(const F& f, const TileArgs<N + 1>& ta, int num_staged,
                              cudaStream_t stream) {
   const int64_t gx = (ta.size[0] + T0 - 1) / T0;
@@ -74,7 +74,7 @@ absl::Status LaunchTileShape(const F& f, const TileArgs<N + 1>& ta, int num_stag
   const int64_t gz = std::min<int64_t>(ta.batches, 65535);
   const size_t shared =
       static_cast<size_t>(num_staged) * T0 * (T1 + TilePad<S, T0>()) * sizeof(S);
-  TileKernel<S, N, T0, T1, kSame><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+  TileKernel<S, N, T0, T1, kSame, kFused><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                                   static_cast<unsigned>(gz)),
                              256, shared, stream>>>(f, ta);
   return CheckLaunch();
@@ -84,12 +84,16 @@ template <typename S, int N, typename F>
 absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env,
                          bool same_types) {
   TileArgs<N + 1> ta{};
+  const bool fused = plan.fused[0] >= 0;
+  // Plan dims that are the outer parts of fused tile dims are no batch dims.
+  const auto outer = [&plan](int d) { return d == plan.fused[0] || d == plan.fused[1]; };
   ta.size[0] = plan.sizes[0];
   ta.size[1] = plan.sizes[1];
-  ta.batch_dims = plan.ndim - 2;
+  ta.batch_dims = 0;
   ta.batches = 1;
   for (int d = 2; d < plan.ndim; ++d) {
-    ta.batch_size[d - 2] = plan.sizes[d];
+    if (outer(d)) continue;
+    ta.batch_size[ta.batch_dims++] = plan.sizes[d];
     ta.batches *= plan.sizes[d];
   }
   for (int k = 0; k <= N; ++k) {
@@ -99,12 +103,39 @@ absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const 
       // Within a tile, offsets fit 32 bits (the planner checked the strides).
       ta.stride32[k][d] = static_cast<int32_t>(plan.strides[k][d]);
     }
-    for (int d = 2; d < plan.ndim; ++d) ta.batch_stride[k][d - 2] = plan.strides[k][d];
+    int b = 0;
+    for (int d = 2; d < plan.ndim; ++d) {
+      if (!outer(d)) ta.batch_stride[k][b++] = plan.strides[k][d];
+    }
     ta.staged[k] = plan.staged[k];
     ta.dtype[k] = plan.dtypes[k];
   }
   constexpr int kSide = sizeof(S) == 8 ? 32 : 64;
   constexpr int kLong = kSide * kSide / 16;
+  if (fused) {
+    // Tiles 16 deep, dim 0 fused; dim 1 fused or alone (bits 30: never reached in a tile).
+    if (!same_types || plan.fused[0] != 2 || (plan.fused[1] >= 0 && plan.fused[1] != 3)) {
+      return absl::InternalError("fused tile dims the CUDA tile kernel does not take");
+    }
+    for (int j = 0; j < 2; ++j) {
+      const int o = plan.fused[j];
+      const int64_t inner = plan.sizes[j];
+      if (o >= 0 && (inner & (inner - 1)) != 0) {
+        return absl::InternalError("a fused tile dim's inner size is no power of two");
+      }
+      if (o >= 0 && j == 0 && 16 % inner != 0) {
+        return absl::InternalError("a fused tile dim 0 longer than the tile");
+      }
+      ta.bits[j] = o >= 0 ? __builtin_ctzll(static_cast<uint64_t>(inner)) : 30;
+      ta.mask[j] = static_cast<int32_t>((int64_t{1} << ta.bits[j]) - 1);
+      ta.size[j] = o >= 0 ? inner * plan.sizes[o] : inner;
+      for (int k = 0; k <= N; ++k) {
+        ta.outer[k][j] = o >= 0 ? plan.strides[k][o] : plan.strides[k][j] * (int64_t{1} << 30);
+        ta.outer32[k][j] = o >= 0 ? static_cast<int32_t>(plan.strides[k][o]) : 0;
+      }
+    }
+    return LaunchTileShape<S, N, 16, kLong, true, true>(f, ta, plan.num_staged, env.stream);
+  }
   if (!same_types) {
     // Square tiles only: one more kernel per type, not two.
     if constexpr ((kConvertingTiles<F> & DTypeBit(DTypeOf<S>())) != 0) {
@@ -248,13 +279,7 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // pack, 74-80% with two; binary and integer ops lost 2-18 points with two, but binary
   // float16/bfloat16 math gains with two since packs are held as words: kRowPacks says so).
   constexpr bool kHalfUnary = N == 1 && sizeof(S) == 2 && IsFloating(DTypeOf<S>());
-  constexpr ByWidth kPacks = kRowPacks<F>;
-  constexpr int kStated = sizeof(S) == 1              ? kPacks.byte
-                          : !IsFloating(DTypeOf<S>()) ? 0
-                          : sizeof(S) == 2            ? kPacks.half
-                          : sizeof(S) == 4            ? kPacks.single
-                          : sizeof(S) == 8            ? kPacks.dbl
-                                                      : 0;
+  constexpr int kStated = kRowPacks<F>.For(sizeof(S), IsFloating(DTypeOf<S>()));
   constexpr int kU = kStated > 0                       ? kStated
                      : sizeof(S) == 4 && kLongMath<F> ? 4
                      : sizeof(S) >= 4 || kHalfUnary   ? 2
@@ -264,13 +289,7 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // float64 0.317 -> 0.292; float32 ops with fewer registers level).
   dim3 grid, block;
   RowGrid(ra.rows, ra.cols / kV, kU, &grid, &block, 128);
-  constexpr ByWidth kWavesBy = kRowWaves<F>;
-  constexpr int kWaves = sizeof(S) == 1              ? kWavesBy.byte
-                         : !IsFloating(DTypeOf<S>()) ? 0
-                         : sizeof(S) == 2            ? kWavesBy.half
-                         : sizeof(S) == 4            ? kWavesBy.single
-                         : sizeof(S) == 8            ? kWavesBy.dbl
-                                                     : 0;
+  constexpr int kWaves = kRowWaves<F>.For(sizeof(S), IsFloating(DTypeOf<S>()));
   if constexpr (kWaves > 0) {
     // Capped at kWaves rounds of the blocks the SMs hold at once; the kernel's loops over
     // rows and packs take the rest.

@@ -38,7 +38,25 @@ struct TileArgs {
   int64_t batch_stride[kOps][kMaxTileBatchDims];
   // Each operand's dtype, for the kernel that converts (TileKernel's kSame false).
   DType dtype[kOps];
+  // The kernel whose tile dims are fused (kFused, Plan::fused): index i along tile dim j is
+  // i & mask[j] along its inner plan dim (stride[k][j]) and i >> bits[j] along its outer one
+  // (outer[k][j], outer32 within a tile). A dim not fused: bits 30, its outer stride 2^30
+  // inner ones (a tile's indices never reach it).
+  int bits[2];
+  int32_t mask[2];
+  int64_t outer[kOps][2];
+  int32_t outer32[kOps][2];
 };
+
+// Offset of index i along tile dim j, operand k, in the fused kernel's terms.
+template <typename A>
+__device__ __forceinline__ int64_t FusedOffset(const A& a, int k, int j, int64_t i) {
+  return (i & a.mask[j]) * a.stride[k][j] + (i >> a.bits[j]) * a.outer[k][j];
+}
+template <typename A>
+__device__ __forceinline__ int32_t FusedOffset32(const A& a, int k, int j, int32_t i) {
+  return (i & a.mask[j]) * a.stride32[k][j] + (i >> a.bits[j]) * a.outer32[k][j];
+}
 
 // A shared tile's row: T1 elements and a pad that keeps the reads down a column (a warp's
 // T0 rows, or 32 of them, over 32 / T0 columns where T0 is shorter) on distinct 4-byte banks:
@@ -57,8 +75,11 @@ constexpr int TilePad() {
 // are converted from and to their dtypes (TileArgs::dtype), each visited once per loop of
 // accesses; that kernel is built only where kConvertingTiles says (casts; float32 add, sub,
 // mul and div), the build time of one more kernel for every op and type being what it is.
-template <typename S, int N, int T0, int T1, bool kSame, typename F>
+// kFused: tile dims fused from two plan dims each (TileArgs::bits), for tiles 16 deep of the
+// op's own types only; T0 a multiple of dim 0's inner size, T1 of dim 1's or a divisor.
+template <typename S, int N, int T0, int T1, bool kSame, bool kFused, typename F>
 __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
+  static_assert(!kFused || kSame);
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
@@ -91,7 +112,11 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
       char* at[N + 1];
 #pragma unroll
       for (int k = 0; k <= N; ++k) {
-        at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
+        if constexpr (kFused) {
+          at[k] = a.base[k] + FusedOffset(a, k, 0, t0) + FusedOffset(a, k, 1, t1) + batch_offset[k];
+        } else {
+          at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
+        }
       }
       // Staged inputs: each thread reads down dim 0 at i1 = lane1, so that a warp reads
       // along dim 1, where they are dense. Offsets within a tile fit 32 bits (checked at
@@ -125,7 +150,13 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
-                q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
+                if constexpr (kFused) {
+                  q[i] = *reinterpret_cast<const S*>(
+                      at[k] + FusedOffset32(a, k, 1, lane1) +
+                      FusedOffset32(a, k, 0, band1 + (g + i) * kBand1));
+                } else {
+                  q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
+                }
               }
             }
 #pragma unroll
@@ -163,7 +194,12 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
           if (a.staged[k] >= 0) {
             x[k - 1][i] = static_cast<C>(tiles[a.staged[k]][lane0][i1]);
           } else if (full || (lane0 < n0 && i1 < n1)) {
-            x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(p + i * step));
+            if constexpr (kFused) {
+              x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(
+                  at[k] + FusedOffset32(a, k, 0, lane0) + FusedOffset32(a, k, 1, i1)));
+            } else {
+              x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(p + i * step));
+            }
           } else {
             x[k - 1][i] = C{};
           }
@@ -204,8 +240,12 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
             C v[N];
 #pragma unroll
             for (int k = 0; k < N; ++k) v[k] = x[k][i];
-            *reinterpret_cast<Out*>(out + i * out_step) =
-                Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
+            char* to = out + i * out_step;
+            if constexpr (kFused) {
+              to = at[0] + FusedOffset32(a, 0, 0, lane0) +
+                   FusedOffset32(a, 0, 1, band0 + i * kBand0);
+            }
+            *reinterpret_cast<Out*>(to) = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
           }
         }
       }

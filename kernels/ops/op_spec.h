@@ -4,6 +4,7 @@
 // attributes, Make) is host code, left out there.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -112,6 +113,14 @@ struct ByWidth {
   int single = 0;
   int dbl = 0;
   int byte = 0;
+
+  // The field for elements of `size` bytes: `byte` for 1-byte types (integer or not), the
+  // float fields for floating types of 2, 4 and 8 bytes, 0 (no statement) otherwise.
+  constexpr int For(size_t size, bool floating) const {
+    if (size == 1) return byte;
+    if (!floating) return 0;
+    return size == 2 ? half : size == 4 ? single : size == 8 ? dbl : 0;
+  }
 };
 
 // kRowPacks<F>: 16-byte packs a thread in the CUDA row kernel for F's float and 1-byte forms,

@@ -501,10 +501,10 @@ std::vector<std::byte> RandomBytes(DType t, int64_t n, uint64_t& x) {
 }
 
 // Layouts that take the shared-memory tile kernel (an input dense along the dim the output is
-// not: transposed inputs, a transposed output, channels-first read into channels-last, rank 3
-// and 5 permutations) with odd sizes, partial tiles, batch dims, a misaligned offset and a
-// reversed operand read in place, in 1-, 2-, 4- and 8-byte types: planned for the tile
-// kernel, bit for bit the CPU's result.
+// not: transposed inputs, a transposed output, channels-first read into channels-last, rank 3,
+// 5 and 7 permutations, tile dims fused from two plan dims) with odd sizes, partial tiles,
+// batch dims, a misaligned offset and reversed operands, in 1-, 2-, 4- and 8-byte types:
+// planned for the tile kernel, bit for bit the CPU's result.
 TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
   constexpr int64_t R = 67, C = 131, B = 3, H = 45, W = 70;
   uint64_t x = testing::TestSeed() ^ 0x7157ull;
@@ -512,7 +512,7 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
   CpuBackend cpu_backend;
   for (const DType t : {DType::kUInt8, DType::kFloat16, DType::kInt32, DType::kFloat32, DType::kFloat64}) {
     const int64_t item = ItemSize(t);
-    constexpr int64_t kStorage = 5 * 17 * 3 * 4 * 18 + 1;  // the largest view below, and one
+    constexpr int64_t kStorage = 3 * 4 * 5 * 5 * 2 * 3 * 16 + 1;  // the largest view below, and one
     const std::vector<std::byte> a = random_bytes(t, kStorage), b = random_bytes(t, kStorage);
     const auto view = [&](const std::vector<std::byte>& s, DimVector shape, DimVector strides, int64_t offset) {
       return TensorView{t, std::move(shape), std::move(strides), offset, s.data(),
@@ -522,6 +522,7 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
       const char* name;
       std::vector<TensorView> inputs;
       DimVector out_strides;
+      bool fused = false;  // tile dim 0 fused from two plan dims (Plan::fused)
     };
     const Case cases[] = {
         {"transposed input", {view(a, {R, C}, {C, 1}, 0), view(b, {R, C}, {1, R}, 0)}, {}},
@@ -547,6 +548,22 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
         {"short output dim, 20, batched",
          {view(a, {5, 140, 20}, {140 * 20, 1, 140}, 1), view(b, {5, 140, 20}, {140 * 20, 20, 1}, 0)},
          {}},
+        // A [3, 4, 5, 5, 2, 3, 16] storage permuted (6, 4, 2, 0, 5, 3, 1): the output dense
+        // along 4 elements only; tile dim 0 fuses them with the next 5, tile dim 1 (the
+        // input's 16) with the 3 its run goes on in; partial tiles along both, misaligned.
+        {"rank 7, fused tile dims",
+         {view(a, {16, 2, 5, 3, 3, 5, 4}, {1, 48, 480, 9600, 16, 96, 2400}, 1),
+          view(b, {16, 2, 5, 3, 3, 5, 4}, {1800, 900, 180, 60, 20, 4, 1}, 0)},
+         {},
+         true},
+        // A [3, 8, 5, 4, 32] storage permuted (4, 2, 0, 3, 1), one dim reversed: the output
+        // dense along 8, fused with the reversed 3; tile dim 1 (the input's 32) with the 4
+        // its run goes on in, which the output is dense along next.
+        {"rank 5, fused tile dims, one reversed",
+         {view(b, {32, 5, 3, 4, 8}, {1, 128, -5120, 32, 640}, 2 * 5120),
+          view(a, {32, 5, 3, 4, 8}, {480, 96, 32, 8, 1}, 1)},
+         {},
+         true},
     };
     for (const Case& c : cases) {
       for (const char* name : {"add", "maximum", "eq"}) {
@@ -555,6 +572,7 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
         auto op = PrepareOp(name, c.inputs, {}, out_options);
         ASSERT_TRUE(op.ok()) << op.status();
         EXPECT_EQ(KernelName(op->plan.kernel), KernelName(Kernel::kTiles)) << c.name;
+        EXPECT_EQ(op->plan.fused[0] >= 0, c.fused) << c.name;
         const size_t bytes = static_cast<size_t>(op->plan.out_storage_bytes);
         std::vector<std::byte> gpu(bytes), cpu(bytes);
         ASSERT_TRUE(backend_->Run(*op, c.inputs, gpu.data()).ok());

@@ -370,6 +370,27 @@ TEST(Planner, RowAndTileGeometry) {
         EXPECT_EQ(p.strides[k][1], ItemSize(p.dtypes[k])) << c.name;
         EXPECT_NE(p.strides[k][0], ItemSize(p.dtypes[k])) << c.name;
       }
+      // Fused tile dims: dim 0 a power of two under 16 inside dim 2 (the output dense along
+      // both), dim 1 a power of two inside dim 3 (the staged inputs' run going on there).
+      if (p.fused[0] >= 0) {
+        EXPECT_EQ(p.fused[0], 2) << c.name;
+        EXPECT_LT(p.sizes[0], 16) << c.name;
+        EXPECT_EQ(p.sizes[0] & (p.sizes[0] - 1), 0) << c.name;
+        EXPECT_EQ(p.strides[0][2], p.sizes[0] * ItemSize(p.dtypes[0])) << c.name;
+      }
+      if (p.fused[1] >= 0) {
+        EXPECT_EQ(p.fused[1], 3) << c.name;
+        EXPECT_EQ(p.sizes[1] & (p.sizes[1] - 1), 0) << c.name;
+        for (int k = 1; k < p.num_operands; ++k) {
+          if (p.staged[k] >= 0) {
+            EXPECT_EQ(p.strides[k][3], p.sizes[1] * ItemSize(p.dtypes[k])) << c.name;
+          }
+        }
+      }
+      EXPECT_EQ(p.fused[0] >= 0, c.name.find("fused") != std::string::npos) << c.name;
+    } else {
+      EXPECT_EQ(p.fused[0], -1) << c.name;
+      EXPECT_EQ(p.fused[1], -1) << c.name;
     }
     if (p.kernel == Kernel::kRows || p.kernel == Kernel::kCastRows) {
       int64_t rows = 1;

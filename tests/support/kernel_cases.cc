@@ -117,6 +117,13 @@ std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
       {Dense(f32, {18, 3, 5, 4, 17}, rng),
        Tensor(f32, {18, 3, 5, 4, 17}, {1, 72, 3672, 18, 216}, 0, 18360, rng)},
       Path::kPermuted, Kernel::kTiles);
+  // A [3, 4, 5, 5, 2, 3, 16] storage permuted (6, 4, 2, 0, 5, 3, 1): the output dense along
+  // 4 elements only; tile dim 0 fuses them with the next 5, tile dim 1 the input's 16 with
+  // the 3 its run goes on in (Plan::fused), partial tiles along both.
+  add("rank 7, permuted, fused tile dims", "add",
+      {Dense(f32, {16, 2, 5, 3, 3, 5, 4}, rng),
+       Tensor(f32, {16, 2, 5, 3, 3, 5, 4}, {1, 48, 480, 9600, 16, 96, 2400}, 0, 28800, rng)},
+      Path::kPermuted, Kernel::kTiles);
   add("every other element", "add",
       {Tensor(f32, {500}, {2}, 1, 1001, rng), Dense(f32, {500}, rng)}, Path::kStrided,
       Kernel::kCastRows);
