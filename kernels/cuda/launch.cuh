@@ -80,11 +80,12 @@ absl::Status LaunchTileShape(const F& f, const TileArgs<N + 1>& ta, int num_stag
   return CheckLaunch();
 }
 
-template <typename S, int N, typename F>
-absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env,
-                         bool same_types) {
-  TileArgs<N + 1> ta{};
-  const bool fused = plan.fused[0] >= 0;
+// The tile kernel's arguments for `plan` (kTiles): tile dims 0 and 1, fused as Plan::fused
+// says (TileArgs::bits), and the batch dims left.
+template <int kOps>
+absl::Status MakeTileArgs(const Plan& plan, char* const* base, TileArgs<kOps>* out) {
+  TileArgs<kOps>& ta = *out;
+  ta = {};
   // Plan dims that are the outer parts of fused tile dims are no batch dims.
   const auto outer = [&plan](int d) { return d == plan.fused[0] || d == plan.fused[1]; };
   ta.size[0] = plan.sizes[0];
@@ -96,7 +97,7 @@ absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const 
     ta.batch_size[ta.batch_dims++] = plan.sizes[d];
     ta.batches *= plan.sizes[d];
   }
-  for (int k = 0; k <= N; ++k) {
+  for (int k = 0; k < kOps; ++k) {
     ta.base[k] = base[k];
     for (int d = 0; d < 2; ++d) {
       ta.stride[k][d] = plan.strides[k][d];
@@ -110,36 +111,51 @@ absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const 
     ta.staged[k] = plan.staged[k];
     ta.dtype[k] = plan.dtypes[k];
   }
+  if (plan.fused[0] < 0) return absl::OkStatus();
+  // Tiles 16 deep, dim 0 fused; dim 1 fused or alone (bits 30: never reached in a tile).
+  if (plan.fused[0] != 2 || (plan.fused[1] >= 0 && plan.fused[1] != 3)) {
+    return absl::InternalError("fused tile dims the CUDA tile kernel does not take");
+  }
+  for (int j = 0; j < 2; ++j) {
+    const int o = plan.fused[j];
+    const int64_t inner = plan.sizes[j];
+    if (o >= 0 && (inner & (inner - 1)) != 0) {
+      return absl::InternalError("a fused tile dim's inner size is no power of two");
+    }
+    if (o >= 0 && j == 0 && 16 % inner != 0) {
+      return absl::InternalError("a fused tile dim 0 longer than the tile");
+    }
+    ta.bits[j] = o >= 0 ? __builtin_ctzll(static_cast<uint64_t>(inner)) : 30;
+    ta.mask[j] = static_cast<int32_t>((int64_t{1} << ta.bits[j]) - 1);
+    ta.size[j] = o >= 0 ? inner * plan.sizes[o] : inner;
+    for (int k = 0; k < kOps; ++k) {
+      ta.outer[k][j] = o >= 0 ? plan.strides[k][o] : plan.strides[k][j] * (int64_t{1} << 30);
+      ta.outer32[k][j] = o >= 0 ? static_cast<int32_t>(plan.strides[k][o]) : 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename S, int N, typename F>
+absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env,
+                         bool same_types) {
+  TileArgs<N + 1> ta;
+  if (absl::Status st = MakeTileArgs(plan, base, &ta); !st.ok()) return st;
   constexpr int kSide = sizeof(S) == 8 ? 32 : 64;
   constexpr int kLong = kSide * kSide / 16;
-  if (fused) {
-    // Tiles 16 deep, dim 0 fused; dim 1 fused or alone (bits 30: never reached in a tile).
-    if (!same_types || plan.fused[0] != 2 || (plan.fused[1] >= 0 && plan.fused[1] != 3)) {
-      return absl::InternalError("fused tile dims the CUDA tile kernel does not take");
-    }
-    for (int j = 0; j < 2; ++j) {
-      const int o = plan.fused[j];
-      const int64_t inner = plan.sizes[j];
-      if (o >= 0 && (inner & (inner - 1)) != 0) {
-        return absl::InternalError("a fused tile dim's inner size is no power of two");
-      }
-      if (o >= 0 && j == 0 && 16 % inner != 0) {
-        return absl::InternalError("a fused tile dim 0 longer than the tile");
-      }
-      ta.bits[j] = o >= 0 ? __builtin_ctzll(static_cast<uint64_t>(inner)) : 30;
-      ta.mask[j] = static_cast<int32_t>((int64_t{1} << ta.bits[j]) - 1);
-      ta.size[j] = o >= 0 ? inner * plan.sizes[o] : inner;
-      for (int k = 0; k <= N; ++k) {
-        ta.outer[k][j] = o >= 0 ? plan.strides[k][o] : plan.strides[k][j] * (int64_t{1} << 30);
-        ta.outer32[k][j] = o >= 0 ? static_cast<int32_t>(plan.strides[k][o]) : 0;
-      }
-    }
+  if (plan.fused[0] >= 0) {
+    if (!same_types) return absl::InternalError("fused tile dims for operands of other dtypes");
     return LaunchTileShape<S, N, 16, kLong, true, true>(f, ta, plan.num_staged, env.stream);
   }
   if (!same_types) {
-    // Square tiles only: one more kernel per type, not two.
+    // Square tiles only: one more kernel per type, not two. 64 a side for 8-byte types too
+    // where one input is staged (33 KiB of shared memory): a transposed float32 cast to
+    // float64 ran at 72% of copy in tiles of 32, 95% in tiles of 64 (H200,
+    // tensorcompute-tile-kernel-bench).
+    constexpr int kConvertSide = sizeof(S) == 8 && N > 1 ? 32 : 64;
     if constexpr ((kConvertingTiles<F> & DTypeBit(DTypeOf<S>())) != 0) {
-      return LaunchTileShape<S, N, kSide, kSide, false>(f, ta, plan.num_staged, env.stream);
+      return LaunchTileShape<S, N, kConvertSide, kConvertSide, false>(f, ta, plan.num_staged,
+                                                                     env.stream);
     } else {
       return absl::InternalError("the plan chose tiles that convert for an op that has none");
     }
