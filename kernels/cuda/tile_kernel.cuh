@@ -254,4 +254,104 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   }
 }
 
+// Casts between float32 and a 2-byte float type (float16, bfloat16) through 64 x 64 tiles,
+// the two types known at compile time, every load of a tile issued before the first
+// conversion, and the 2-byte side moved in 4-byte words, two elements a thread: a warp reads
+// or writes 128 bytes of it where the kernel that converts by run-time dtype moves 64 (on the
+// H200, a transposed float32 cast to bfloat16 went from 71% to 87-90% of copy, bfloat16 to
+// float32 from 66% to 91%). The input is dense along dim 1 (staged), the output along dim 0;
+// the launcher checks that the 2-byte side's rows and batches start on 4-byte boundaries.
+template <typename TI, typename TO>
+__global__ void __launch_bounds__(256, 4) PairedCastTileKernel(TileArgs<2> a) {
+  static_assert((sizeof(TI) == 2 && sizeof(TO) == 4) || (sizeof(TI) == 4 && sizeof(TO) == 2));
+  constexpr int T = 64, kRow = T + 1;
+  constexpr bool kPairIn = sizeof(TI) == 2;
+  __shared__ float tile[T][kRow];
+  const int tid = threadIdx.x;
+  // Paired side: 32 threads a line, each two elements, 8 lines at a time; the other: 64
+  // threads a line, 4 lines at a time.
+  const int pair = tid % 32, pair_band = tid / 32;
+  const int lane = tid % T, band = tid / T;
+  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
+    int64_t batch_offset[2] = {};
+    int64_t rest = b;
+    for (int d = 0; d < a.batch_dims; ++d) {
+      const int64_t i = rest % a.batch_size[d];
+      rest /= a.batch_size[d];
+      batch_offset[0] += i * a.batch_stride[0][d];
+      batch_offset[1] += i * a.batch_stride[1][d];
+    }
+    for (int64_t t1 = blockIdx.y * int64_t{T}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T) {
+      const int64_t t0 = blockIdx.x * int64_t{T};
+      const int n0 = a.size[0] - t0 < T ? static_cast<int>(a.size[0] - t0) : T;
+      const int n1 = a.size[1] - t1 < T ? static_cast<int>(a.size[1] - t1) : T;
+      const bool full = n0 == T && n1 == T;
+      const char* in = a.base[1] + t0 * a.stride[1][0] + t1 * a.stride[1][1] + batch_offset[1];
+      char* out = a.base[0] + t0 * a.stride[0][0] + t1 * a.stride[0][1] + batch_offset[0];
+      // Load along dim 1, where the input is dense.
+      if constexpr (kPairIn) {
+        uint32_t q[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int r = pair_band + 8 * i;
+          const char* p = in + r * a.stride32[1][0] + 4 * pair;
+          q[i] = 0;
+          if (full || (r < n0 && 2 * pair + 1 < n1)) {
+            q[i] = *reinterpret_cast<const uint32_t*>(p);
+          } else if (r < n0 && 2 * pair < n1) {
+            q[i] = *reinterpret_cast<const uint16_t*>(p);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          TI lo, hi;
+          lo.bits = static_cast<uint16_t>(q[i]);
+          hi.bits = static_cast<uint16_t>(q[i] >> 16);
+          tile[pair_band + 8 * i][2 * pair] = Convert<float>(lo);
+          tile[pair_band + 8 * i][2 * pair + 1] = Convert<float>(hi);
+        }
+      } else {
+        TI q[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int r = band + 4 * i;
+          q[i] = TI{};
+          if (full || (r < n0 && lane < n1)) {
+            q[i] = *reinterpret_cast<const TI*>(in + r * a.stride32[1][0] +
+                                               lane * a.stride32[1][1]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) tile[band + 4 * i][lane] = Convert<float>(q[i]);
+      }
+      __syncthreads();
+      // Store along dim 0, where the output is dense.
+      if constexpr (!kPairIn) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int c = pair_band + 8 * i;
+          const TO lo = Convert<TO>(tile[2 * pair][c]), hi = Convert<TO>(tile[2 * pair + 1][c]);
+          char* p = out + 4 * pair + c * a.stride32[0][1];
+          if (full || (c < n1 && 2 * pair + 1 < n0)) {
+            *reinterpret_cast<uint32_t*>(p) =
+                static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
+          } else if (c < n1 && 2 * pair < n0) {
+            *reinterpret_cast<TO*>(p) = lo;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int c = band + 4 * i;
+          if (full || (lane < n0 && c < n1)) {
+            *reinterpret_cast<TO*>(out + lane * a.stride32[0][0] + c * a.stride32[0][1]) =
+                Convert<TO>(tile[lane][c]);
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
 }  // namespace tc::cuda

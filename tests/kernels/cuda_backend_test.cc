@@ -587,7 +587,8 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
 
 // Casts through transposed inputs and outputs take the tile kernel, converting as it loads
 // and stores: planned for tiles, bit for bit the CPU's result, between every pair of a float,
-// half, integer and bool dtype set, odd sizes and a misaligned input. float32 add, sub, mul
+// half, integer and bool dtype set, odd sizes and a misaligned input; between float32 and
+// the 2-byte floats with even sizes too (the paired cast tiles). float32 add, sub, mul
 // and div of mixed dtypes take the tiles that convert too; other mixed-dtype ops through the
 // same layouts (the cast rows) match as well.
 TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
@@ -627,6 +628,26 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
             {{"dtype", to}}, {});
       check(absl::StrCat("cast into a transposed output, ", name), "cast",
             {tensor(from, false, 0)}, {{"dtype", to}}, {1, R});
+    }
+  }
+  // Between float32 and float16 or bfloat16 with the 2-byte side's lines on 4-byte
+  // boundaries (even sizes, offsets of 0 and 2 elements): the paired cast tiles, partial
+  // tiles along both dims.
+  constexpr int64_t R2 = 66, C2 = 130;
+  const auto even = [&](DType t, bool transposed, int64_t offset) {
+    storage.push_back(RandomBytes(t, R2 * C2 + offset, x));
+    return TensorView{t, {R2, C2}, transposed ? DimVector{1, R2} : DimVector{C2, 1}, offset,
+                      storage.back().data(), static_cast<int64_t>(storage.back().size())};
+  };
+  for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
+    for (const int64_t offset : {0, 2}) {
+      for (const auto& [from, to] : {std::pair{DType::kFloat32, half}, std::pair{half, DType::kFloat32}}) {
+        const std::string name = absl::StrCat(DTypeName(from), " to ", DTypeName(to), ", offset ", offset);
+        check(absl::StrCat("cast of a transposed ", name, ", even sizes"), "cast",
+              {even(from, true, offset)}, {{"dtype", to}}, {});
+        check(absl::StrCat("cast into a transposed output, ", name, ", even sizes"), "cast",
+              {even(from, false, offset)}, {{"dtype", to}}, {1, R2});
+      }
     }
   }
   // float32 add, sub, mul and div convert in their tiles too; other mixed ops keep the cast
