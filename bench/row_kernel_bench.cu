@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/event_timing.cuh"
 #include "kernels/cuda/row_kernel.cuh"
 #include "kernels/cuda/where_kernel.cuh"
 #include "kernels/ops/binary.h"
@@ -29,13 +30,9 @@
 namespace tc::cuda {
 namespace {
 
-int Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-  return 0;
-}
+using bench::Check;
+using bench::MedianMs;
+
 
 template <typename S>
 __global__ void FillKernel(S* p, int64_t n, float lo, float hi) {
@@ -51,27 +48,6 @@ __global__ void FillKernel(S* p, int64_t n, float lo, float hi) {
   }
 }
 
-template <typename Launch>
-float MedianMs(Launch&& launch) {
-  cudaEvent_t e0, e1;
-  Check(cudaEventCreate(&e0), "cudaEventCreate");
-  Check(cudaEventCreate(&e1), "cudaEventCreate");
-  std::vector<float> ms;
-  for (int i = 0; i < 33; ++i) {
-    Check(cudaEventRecord(e0), "cudaEventRecord");
-    launch();
-    Check(cudaEventRecord(e1), "cudaEventRecord");
-    Check(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float t = 0;
-    Check(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
-    if (i >= 3) ms.push_back(t);
-  }
-  Check(cudaGetLastError(), "launch");
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 struct Buffers {
   char* in[2] = {};

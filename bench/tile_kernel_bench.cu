@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/event_timing.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/tile_kernel.cuh"
 #include "kernels/ops/binary.h"
@@ -27,34 +28,10 @@
 namespace tc::cuda {
 namespace {
 
-void Check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using bench::Check;
+using bench::MedianMs;
 
-template <typename Launch>
-float MedianMs(Launch&& launch) {
-  cudaEvent_t e0, e1;
-  Check(cudaEventCreate(&e0), "cudaEventCreate");
-  Check(cudaEventCreate(&e1), "cudaEventCreate");
-  std::vector<float> ms;
-  for (int i = 0; i < 33; ++i) {
-    Check(cudaEventRecord(e0), "cudaEventRecord");
-    launch();
-    Check(cudaEventRecord(e1), "cudaEventRecord");
-    Check(cudaEventSynchronize(e1), "cudaEventSynchronize");
-    float t = 0;
-    Check(cudaEventElapsedTime(&t, e0, e1), "cudaEventElapsedTime");
-    if (i >= 3) ms.push_back(t);
-  }
-  Check(cudaGetLastError(), "launch");
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+
 
 __global__ void FillBytes(unsigned char* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
