@@ -180,7 +180,7 @@ struct Iteration : IterationDims {
 // power of two), tile dim 0 fuses them with the output's fastest other dim, and tile dim 1,
 // shorter than 256 and a power of two, with the dim its staged inputs' run goes on in: dims
 // end as [inner 0, inner 1, outer 0, outer 1 (if fused), batch...] and fused[j] names outer j
-// (Plan::fused). Every stride of the four within 2^21 bytes.
+// (Plan::fused). What a 16 x 256 tile spans along the four dims within 2^31 bytes.
 int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides, int rank,
                    const int64_t* item, int max_staged, int8_t* staged, int8_t* fused);
 
