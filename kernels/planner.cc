@@ -316,13 +316,12 @@ int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides,
       return std::make_pair(steps_in * std::abs(stride(k, d)),
                             outer >= 0 ? steps_out * std::abs(stride(k, outer)) : int64_t{0});
     };
-    int64_t reach = 0;
     for (int d : {0, dim, outer0, outer1}) {
       if (d >= 0 && std::abs(stride(k, d)) >= (int64_t{1} << 31)) return 0;
     }
     const auto [a0, b0] = span(0, sizes[0], 16, outer0);
     const auto [a1, b1] = span(dim, outer1 >= 0 ? sizes[dim] : 256, 256, outer1);
-    reach = a0 + b0 + a1 + b1;  // each under 2^39: no overflow
+    const int64_t reach = a0 + b0 + a1 + b1;  // each under 2^39: no overflow
     if (reach >= (int64_t{1} << 31)) return 0;
   }
   // Tiles of 16 to 64 along dim 0, at most 2^31 - 1 of them.

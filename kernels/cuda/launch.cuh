@@ -63,20 +63,25 @@ inline absl::Status CheckLaunch() {
   return absl::OkStatus();
 }
 
+// The grid of T0 x T1 tiles over tile dims 0 (x) and 1 (y), the batches in z; a block
+// loops over what y and z do not reach.
+template <int kOps>
+dim3 TileGrid(const TileArgs<kOps>& ta, int T0, int T1) {
+  const int64_t gx = (ta.size[0] + T0 - 1) / T0;
+  const int64_t gy = std::min<int64_t>((ta.size[1] + T1 - 1) / T1, 65535);
+  const int64_t gz = std::min<int64_t>(ta.batches, 65535);
+  return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(gz));
+}
+
 // kTiles: T0 x T1 tiles, one block each, the batches in z. Square ones (64, 32 for 8-byte
 // types) unless the output's dim 0 is at most half a square's side while dim 1 is long: then
 // 16 along dim 0 and as many elements in all; those too where tile dims are fused (kFused).
 template <typename S, int N, int T0, int T1, bool kSame, bool kFused = false, typename F>
 absl::Status LaunchTileShape(const F& f, const TileArgs<N + 1>& ta, int num_staged,
                              cudaStream_t stream) {
-  const int64_t gx = (ta.size[0] + T0 - 1) / T0;
-  const int64_t gy = std::min<int64_t>((ta.size[1] + T1 - 1) / T1, 65535);
-  const int64_t gz = std::min<int64_t>(ta.batches, 65535);
   const size_t shared =
       static_cast<size_t>(num_staged) * T0 * (T1 + TilePad<S, T0>()) * sizeof(S);
-  TileKernel<S, N, T0, T1, kSame, kFused><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
-                                  static_cast<unsigned>(gz)),
-                             256, shared, stream>>>(f, ta);
+  TileKernel<S, N, T0, T1, kSame, kFused><<<TileGrid(ta, T0, T1), 256, shared, stream>>>(f, ta);
   return CheckLaunch();
 }
 
@@ -151,12 +156,7 @@ inline bool PairedCastFits(const Plan& plan, const TileArgs<2>& ta, int k, int d
 
 template <typename TI, typename TO>
 absl::Status LaunchPairedCast(const TileArgs<2>& ta, cudaStream_t stream) {
-  const int64_t gx = (ta.size[0] + 63) / 64;
-  const int64_t gy = std::min<int64_t>((ta.size[1] + 63) / 64, 65535);
-  const int64_t gz = std::min<int64_t>(ta.batches, 65535);
-  PairedCastTileKernel<TI, TO><<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
-                                      static_cast<unsigned>(gz)),
-                                 256, 0, stream>>>(ta);
+  PairedCastTileKernel<TI, TO><<<TileGrid(ta, 64, 64), 256, 0, stream>>>(ta);
   return CheckLaunch();
 }
 

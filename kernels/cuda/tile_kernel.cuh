@@ -48,6 +48,21 @@ struct TileArgs {
   int32_t outer32[kOps][2];
 };
 
+// Each operand's offset at batch b (the batch dims' strides, b split fastest dim first):
+// once per batch, not per element.
+template <int kOps>
+__device__ __forceinline__ void BatchOffsets(const TileArgs<kOps>& a, int64_t b,
+                                             int64_t (&offset)[kOps]) {
+#pragma unroll
+  for (int k = 0; k < kOps; ++k) offset[k] = 0;
+  for (int d = 0; d < a.batch_dims; ++d) {
+    const int64_t i = b % a.batch_size[d];
+    b /= a.batch_size[d];
+#pragma unroll
+    for (int k = 0; k < kOps; ++k) offset[k] += i * a.batch_stride[k][d];
+  }
+}
+
 // Offset of index i along tile dim j, operand k, in the fused kernel's terms.
 template <typename A>
 __device__ __forceinline__ int64_t FusedOffset(const A& a, int k, int j, int64_t i) {
@@ -95,15 +110,8 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   const int lane1 = threadIdx.x % T1, band1 = threadIdx.x / T1;
   const int lane0 = threadIdx.x % T0, band0 = threadIdx.x / T0;
   for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
-    // The batch's offset in each operand (once per batch, not per element).
-    int64_t batch_offset[N + 1] = {};
-    int64_t rest = b;
-    for (int d = 0; d < a.batch_dims; ++d) {
-      const int64_t i = rest % a.batch_size[d];
-      rest /= a.batch_size[d];
-#pragma unroll
-      for (int k = 0; k <= N; ++k) batch_offset[k] += i * a.batch_stride[k][d];
-    }
+    int64_t batch_offset[N + 1];
+    BatchOffsets(a, b, batch_offset);
     for (int64_t t1 = blockIdx.y * int64_t{T1}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T1) {
       const int64_t t0 = blockIdx.x * int64_t{T0};
       const int n0 = a.size[0] - t0 < T0 ? static_cast<int>(a.size[0] - t0) : T0;
@@ -257,30 +265,31 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
 // Casts between float32 and a 2-byte float type (float16, bfloat16) through 64 x 64 tiles,
 // the two types known at compile time, every load of a tile issued before the first
 // conversion, and the 2-byte side moved in 4-byte words, two elements a thread: a warp reads
-// or writes 128 bytes of it where the kernel that converts by run-time dtype moves 64 (on the
-// H200, a transposed float32 cast to bfloat16 went from 71% to 87-90% of copy, bfloat16 to
-// float32 from 66% to 91%). The input is dense along dim 1 (staged), the output along dim 0;
-// the launcher checks that the 2-byte side's rows and batches start on 4-byte boundaries.
+// or writes 128 bytes of it where the kernel that converts by run-time dtype moves 64. The
+// tile is held as float pairs along the 2-byte side's dense dim (`pairs`), so that each
+// shared access is one 8-byte pair: a thread of the 2-byte side takes its pair whole, a
+// thread of the float32 side its two lines' elements at once, and neither conflicts on a
+// bank (a tile of single floats cost a two-way conflict on the paired side). The input is
+// dense along dim 1 (staged), the output along dim 0; the launcher checks that the 2-byte
+// side's lines and batches start on 4-byte boundaries.
 template <typename TI, typename TO>
 __global__ void __launch_bounds__(256, 4) PairedCastTileKernel(TileArgs<2> a) {
   static_assert((sizeof(TI) == 2 && sizeof(TO) == 4) || (sizeof(TI) == 4 && sizeof(TO) == 2));
-  constexpr int T = 64, kRow = T + 1;
+  constexpr int T = 64, kPairs = T / 2;
   constexpr bool kPairIn = sizeof(TI) == 2;
-  __shared__ float tile[T][kRow];
+  // A 2-byte input: pairs[i0][j] holds dim-1 elements 2j and 2j + 1 of line i0. A 2-byte
+  // output: pairs[j][i1] holds dim-0 elements 2j and 2j + 1 of column i1. Rows an odd
+  // number of pairs long: a half warp's 8-byte accesses down a column meet 16 distinct bank
+  // pairs.
+  __shared__ float2 pairs[kPairIn ? T : kPairs][(kPairIn ? kPairs : T) + 1];
   const int tid = threadIdx.x;
-  // Paired side: 32 threads a line, each two elements, 8 lines at a time; the other: 64
-  // threads a line, 4 lines at a time.
-  const int pair = tid % 32, pair_band = tid / 32;
+  // The 2-byte side: 32 threads a line, a pair each, 8 lines at a time. The float32 side: 64
+  // threads a line, 4 lines (a 2-byte input) or line pairs (a 2-byte output) at a time.
+  const int pair = tid % kPairs, pair_band = tid / kPairs;
   const int lane = tid % T, band = tid / T;
   for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
-    int64_t batch_offset[2] = {};
-    int64_t rest = b;
-    for (int d = 0; d < a.batch_dims; ++d) {
-      const int64_t i = rest % a.batch_size[d];
-      rest /= a.batch_size[d];
-      batch_offset[0] += i * a.batch_stride[0][d];
-      batch_offset[1] += i * a.batch_stride[1][d];
-    }
+    int64_t batch_offset[2];
+    BatchOffsets(a, b, batch_offset);
     for (int64_t t1 = blockIdx.y * int64_t{T}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T) {
       const int64_t t0 = blockIdx.x * int64_t{T};
       const int n0 = a.size[0] - t0 < T ? static_cast<int>(a.size[0] - t0) : T;
@@ -288,13 +297,15 @@ __global__ void __launch_bounds__(256, 4) PairedCastTileKernel(TileArgs<2> a) {
       const bool full = n0 == T && n1 == T;
       const char* in = a.base[1] + t0 * a.stride[1][0] + t1 * a.stride[1][1] + batch_offset[1];
       char* out = a.base[0] + t0 * a.stride[0][0] + t1 * a.stride[0][1] + batch_offset[0];
-      // Load along dim 1, where the input is dense.
+      const int32_t in_line = a.stride32[1][0], in_step = a.stride32[1][1];
+      const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
       if constexpr (kPairIn) {
+        // Words of the input along dim 1, where it is dense.
         uint32_t q[8];
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int r = pair_band + 8 * i;
-          const char* p = in + r * a.stride32[1][0] + 4 * pair;
+          const char* p = in + r * in_line + 4 * pair;
           q[i] = 0;
           if (full || (r < n0 && 2 * pair + 1 < n1)) {
             q[i] = *reinterpret_cast<const uint32_t*>(p);
@@ -307,45 +318,48 @@ __global__ void __launch_bounds__(256, 4) PairedCastTileKernel(TileArgs<2> a) {
           TI lo, hi;
           lo.bits = static_cast<uint16_t>(q[i]);
           hi.bits = static_cast<uint16_t>(q[i] >> 16);
-          tile[pair_band + 8 * i][2 * pair] = Convert<float>(lo);
-          tile[pair_band + 8 * i][2 * pair + 1] = Convert<float>(hi);
+          pairs[pair_band + 8 * i][pair] = make_float2(Convert<float>(lo), Convert<float>(hi));
+        }
+        __syncthreads();
+        // Floats along dim 0, where the output is dense: each thread two columns at a time.
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int j = band + 4 * i;
+          const float2 v = pairs[lane][j];
+          char* p = out + lane * out_step + 2 * j * out_line;
+          if (full || (lane < n0 && 2 * j < n1)) *reinterpret_cast<float*>(p) = v.x;
+          if (full || (lane < n0 && 2 * j + 1 < n1)) {
+            *reinterpret_cast<float*>(p + out_line) = v.y;
+          }
         }
       } else {
-        TI q[16];
+        // Floats of the input along dim 1, each thread two lines at a time.
+        float q[16];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int r = band + 4 * i;
-          q[i] = TI{};
-          if (full || (r < n0 && lane < n1)) {
-            q[i] = *reinterpret_cast<const TI*>(in + r * a.stride32[1][0] +
-                                               lane * a.stride32[1][1]);
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 2 * (band + 4 * i) + h;
+            q[2 * i + h] = full || (r < n0 && lane < n1)
+                               ? *reinterpret_cast<const float*>(in + r * in_line + lane * in_step)
+                               : 0.0f;
           }
         }
 #pragma unroll
-        for (int i = 0; i < 16; ++i) tile[band + 4 * i][lane] = Convert<float>(q[i]);
-      }
-      __syncthreads();
-      // Store along dim 0, where the output is dense.
-      if constexpr (!kPairIn) {
+        for (int i = 0; i < 8; ++i) pairs[band + 4 * i][lane] = make_float2(q[2 * i], q[2 * i + 1]);
+        __syncthreads();
+        // Words of the output along dim 0, where it is dense.
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int c = pair_band + 8 * i;
-          const TO lo = Convert<TO>(tile[2 * pair][c]), hi = Convert<TO>(tile[2 * pair + 1][c]);
-          char* p = out + 4 * pair + c * a.stride32[0][1];
+          const float2 v = pairs[pair][c];
+          const TO lo = Convert<TO>(v.x), hi = Convert<TO>(v.y);
+          char* p = out + 4 * pair + c * out_line;
           if (full || (c < n1 && 2 * pair + 1 < n0)) {
             *reinterpret_cast<uint32_t*>(p) =
                 static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
           } else if (c < n1 && 2 * pair < n0) {
             *reinterpret_cast<TO*>(p) = lo;
-          }
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int c = band + 4 * i;
-          if (full || (lane < n0 && c < n1)) {
-            *reinterpret_cast<TO*>(out + lane * a.stride32[0][0] + c * a.stride32[0][1]) =
-                Convert<TO>(tile[lane][c]);
           }
         }
       }
