@@ -1,4 +1,4 @@
-// The CUDA tile kernel alone, on the permutations and transposed casts of the GPU matrix:
+// The CUDA tile kernels alone, on the permutations and transposed casts of the GPU matrix:
 // each layout planned as the engine plans it (PlanElementwise, the CUDA tile rule), then
 // launched as the engine launches it ("engine") and in other tile shapes, beside a device copy
 // of the same bytes. Each launch timed with events, the median of 30 after 3 warm-up
@@ -92,9 +92,16 @@ std::vector<Layout> Layouts() {
     const TensorView x = Permuted(f32, p.shape, p.perm);
     l.push_back({std::string("add_f32_") + p.name, "add", {Dense(f32, x.shape), x}, f32, {}});
   }
+  // Permutations of 1- and 2-byte types (the word tiles).
+  {
+    const TensorView x = Permuted(f16, {32, 64, 128, 256}, {3, 1, 0, 2});
+    l.push_back({"add_f16_perm4_3102", "add", {Dense(f16, x.shape), x}, f16, {}});
+    const TensorView y = Permuted(DType::kInt8, {256, 512, 512}, {2, 0, 1});
+    l.push_back({"add_i8_perm3_201", "add", {Dense(DType::kInt8, y.shape), y}, DType::kInt8, {}});
+  }
   constexpr int64_t M = 8192;
   for (const auto& [from, to] : std::vector<std::pair<DType, DType>>{
-           {f32, bf16}, {bf16, f32}, {f32, f16}, {f32, f64}, {DType::kInt32, f32}}) {
+           {f32, bf16}, {bf16, f32}, {f32, f16}, {f16, f32}, {f32, f64}, {DType::kInt32, f32}}) {
     l.push_back({absl::StrCat("cast_", DTypeName(from), "t_to_", DTypeName(to)), "cast",
                  {View(from, {M, M}, {1, M})}, to, {}});
     l.push_back({absl::StrCat("cast_", DTypeName(from), "_to_", DTypeName(to), "t"), "cast",
@@ -114,6 +121,11 @@ void LaunchShape(const F& f, const TileArgs<N + 1>& ta, int staged) {
   }
 }
 
+template <typename S, int N, int kW1, int kMinBlocks, typename F>
+void LaunchWordShape(const F& f, const TileArgs<N + 1>& ta, int staged) {
+  if (!LaunchWordTileShape<S, N, kW1, kMinBlocks>(f, ta, staged, nullptr).ok()) std::exit(1);
+}
+
 struct Shape {
   std::string name;
   std::function<void()> launch;
@@ -130,6 +142,17 @@ template <typename S, int N, typename F>
 std::vector<Shape> Shapes(const F& f, const Plan& plan, const TileArgs<N + 1>& ta, bool same) {
   std::vector<Shape> v;
   const int staged = plan.num_staged;
+  if constexpr (sizeof(S) <= 2) {
+    if (same && plan.fused[0] < 0) {
+      const std::string w = absl::StrCat("words ", 128 / sizeof(S), "x");
+      v.push_back({w + std::to_string(128 / sizeof(S)) + " min4",
+                   [=] { LaunchWordShape<S, N, 1, 4>(f, ta, staged); }});
+      v.push_back({w + std::to_string(256 / sizeof(S)) + " min4",
+                   [=] { LaunchWordShape<S, N, 2, 4>(f, ta, staged); }});
+      v.push_back({w + std::to_string(256 / sizeof(S)) + " min6",
+                   [=] { LaunchWordShape<S, N, 2, 6>(f, ta, staged); }});
+    }
+  }
   if (plan.fused[0] >= 0) {
     v.push_back({"fused 16x256", [=] { LaunchShape<S, N, 16, 256, true, true>(f, ta, staged); }});
     v.push_back({"fused 32x128", [=] { LaunchShape<S, N, 32, 128, true, true>(f, ta, staged); }});
@@ -213,7 +236,14 @@ void Run(const Layout& l, int sms, bool plans_only) {
     }
   };
   if (!cast) {
-    add(TypeTag<float>{}, AddOp{}, std::integral_constant<int, 2>{}, true);
+    const auto two = std::integral_constant<int, 2>{};
+    if (l.out == DType::kFloat16) {
+      add(TypeTag<Half>{}, AddOp{}, two, true);
+    } else if (l.out == DType::kInt8) {
+      add(TypeTag<int8_t>{}, AddOp{}, two, true);
+    } else {
+      add(TypeTag<float>{}, AddOp{}, two, true);
+    }
   } else if (!add_cast(compute, true) || (other != compute && !add_cast(other, false))) {
     std::printf("%-28s no kernel here for its types\n", l.name.c_str());
     return;

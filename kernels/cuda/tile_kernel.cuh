@@ -262,6 +262,140 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   }
 }
 
+// A 4-byte word of 1- or 2-byte elements.
+template <typename S>
+union WordOf {
+  uint32_t u;
+  S e[4 / sizeof(S)];
+};
+
+// Tiles of 1- and 2-byte types, every operand of the op's own type, moved in 4-byte words on
+// every side: the tile kernel moves them an element a thread (64 or 32 bytes a warp), and ran
+// a float16 permutation at 27% of copy and an int8 one at 27% (H200); in words, 82-86% and
+// 75% (tensorcompute-tile-kernel-bench). A tile is T0 = 32 * P lines of dim 0 (P elements a
+// word) by T1 = kW1 * T0 of dim 1. Staged inputs are read in words along dim 1, P lines at a
+// time, and transposed in registers into words of P dim-0 elements, which the shared tile
+// holds (`words`: a word row per P lines, an odd number of words long, so that the computing
+// warp's reads down a column meet 32 banks). Computing, a warp takes one column, a word a
+// thread, and reads the other inputs and writes the output in words along dim 0. The
+// launcher checks that every operand is dense along its side and starts every line and batch
+// of a tile on a 4-byte boundary (WordTilesFit); partial words at a tile's edges go element
+// by element.
+template <typename S, int N, int kW1, int kMinBlocks, typename F>
+__global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<N + 1> a) {
+  static_assert(sizeof(S) == 1 || sizeof(S) == 2);
+  constexpr int P = 4 / sizeof(S), T0 = 32 * P, T1 = kW1 * T0;
+  constexpr int kGroups = T0 / P, kRow = T1 + 1, kCols = T1 / 8;
+  using C = OpMath<S>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  uint32_t* words = reinterpret_cast<uint32_t*>(shared);
+  // Staging, a warp reads a line's 32 words; computing, a warp takes a column's.
+  const int lane = threadIdx.x % 32, band = threadIdx.x / 32;
+  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
+    int64_t batch_offset[N + 1];
+    BatchOffsets(a, b, batch_offset);
+    for (int64_t t1 = blockIdx.y * int64_t{T1}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T1) {
+      const int64_t t0 = blockIdx.x * int64_t{T0};
+      const int n0 = a.size[0] - t0 < T0 ? static_cast<int>(a.size[0] - t0) : T0;
+      const int n1 = a.size[1] - t1 < T1 ? static_cast<int>(a.size[1] - t1) : T1;
+      const bool full = n0 == T0 && n1 == T1;
+      char* at[N + 1];
+#pragma unroll
+      for (int k = 0; k <= N; ++k) {
+        at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
+      }
+#pragma unroll
+      for (int k = 1; k <= N; ++k) {
+        if (a.staged[k] < 0) continue;
+        uint32_t* sh = words + a.staged[k] * kGroups * kRow;
+#pragma unroll
+        for (int u = 0; u < kW1; ++u) {
+          const int col = T0 * u + P * lane;
+          // Lines P * g + h, g = band + 8 * i: every load of the pass issued first.
+          WordOf<S> w[4][P];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int h = 0; h < P; ++h) {
+              const int r = P * (band + 8 * i) + h;
+              const char* p = at[k] + r * a.stride32[k][0] + col * int{sizeof(S)};
+              if (full || (r < n0 && col + P <= n1)) {
+                w[i][h].u = *reinterpret_cast<const uint32_t*>(p);
+              } else {
+                w[i][h].u = 0;
+#pragma unroll
+                for (int e = 0; e < P; ++e) {
+                  if (r < n0 && col + e < n1) {
+                    w[i][h].e[e] = *reinterpret_cast<const S*>(p + e * int{sizeof(S)});
+                  }
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int c = 0; c < P; ++c) {
+              WordOf<S> t;
+#pragma unroll
+              for (int h = 0; h < P; ++h) t.e[h] = w[i][h].e[c];
+              sh[(band + 8 * i) * kRow + col + c] = t.u;
+            }
+          }
+        }
+      }
+      __syncthreads();
+      // Column c = band + 8 * i, word `lane` of it (dim-0 elements P * lane and on).
+      WordOf<S> x[N][kCols];
+#pragma unroll
+      for (int k = 1; k <= N; ++k) {
+#pragma unroll
+        for (int i = 0; i < kCols; ++i) {
+          const int c = band + 8 * i;
+          if (a.staged[k] >= 0) {
+            x[k - 1][i].u = words[a.staged[k] * kGroups * kRow + lane * kRow + c];
+            continue;
+          }
+          const char* p = at[k] + 4 * lane + c * a.stride32[k][1];
+          if (full || (P * lane + P <= n0 && c < n1)) {
+            x[k - 1][i].u = *reinterpret_cast<const uint32_t*>(p);
+          } else {
+            x[k - 1][i].u = 0;
+#pragma unroll
+            for (int e = 0; e < P; ++e) {
+              if (P * lane + e < n0 && c < n1) {
+                x[k - 1][i].e[e] = *reinterpret_cast<const S*>(p + e * int{sizeof(S)});
+              }
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) {
+        const int c = band + 8 * i;
+        WordOf<S> y;
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          C v[N];
+#pragma unroll
+          for (int k = 0; k < N; ++k) v[k] = static_cast<C>(x[k][i].e[e]);
+          y.e[e] = Convert<S>(Call(f, v, std::make_index_sequence<N>{}));
+        }
+        char* p = at[0] + 4 * lane + c * a.stride32[0][1];
+        if (full || (P * lane + P <= n0 && c < n1)) {
+          *reinterpret_cast<uint32_t*>(p) = y.u;
+        } else {
+#pragma unroll
+          for (int e = 0; e < P; ++e) {
+            if (P * lane + e < n0 && c < n1) *reinterpret_cast<S*>(p + e * int{sizeof(S)}) = y.e[e];
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
 // Casts between float32 and a 2-byte float type (float16, bfloat16) through 64 x 64 tiles,
 // the two types known at compile time, every load of a tile issued before the first
 // conversion, and the 2-byte side moved in 4-byte words, two elements a thread: a warp reads

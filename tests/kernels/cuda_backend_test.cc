@@ -564,6 +564,15 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
           view(a, {32, 5, 3, 4, 8}, {480, 96, 32, 8, 1}, 1)},
          {},
          true},
+        // Lines a multiple of 4 bytes long: 1- and 2-byte types take the word tiles (the
+        // dim-0 side 132 past a whole tile, 67 a partial word along the staged dim).
+        {"transposed input, lines of whole words",
+         {view(a, {68, 132}, {132, 1}, 0), view(b, {68, 132}, {1, 68}, 0)}, {}},
+        {"transposed input in a padded column-major buffer, a partial word",
+         {view(a, {67, 132}, {132, 1}, 0), view(b, {67, 132}, {1, 68}, 0)}, {}},
+        {"transposed output of lines of whole words, batched",
+         {view(a, {3, 68, 132}, {68 * 132, 132, 1}, 0), view(b, {3, 68, 132}, {0, 132, 1}, 4)},
+         {68 * 132, 1, 68}},
     };
     for (const Case& c : cases) {
       for (const char* name : {"add", "maximum", "eq"}) {
