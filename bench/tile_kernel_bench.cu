@@ -1,8 +1,8 @@
-// The CUDA tile kernels alone, on the permutations and transposed casts of the GPU matrix:
-// each layout planned as the engine plans it (PlanElementwise, the CUDA tile rule), then
-// launched as the engine launches it ("engine") and in other tile shapes, beside a device copy
-// of the same bytes. Each launch timed with events, the median of 30 after 3 warm-up
-// launches; every shape's output compared with the engine's, byte for byte.
+// The CUDA tile kernels alone, on the permutations, transposed casts and mixed-dtype tiles
+// of the GPU matrix: each layout planned as the engine plans it (PlanElementwise, the CUDA
+// tile rule), then launched as the engine launches it ("engine") and in other tile shapes,
+// beside a device copy of the same bytes. Each launch timed with events, the median of 30
+// after 3 warm-up launches; every shape's output compared with the engine's, byte for byte.
 //
 //   tensorcompute-tile-kernel-bench           every layout below
 //   tensorcompute-tile-kernel-bench perm7     the layouts whose name holds every word given
@@ -100,8 +100,9 @@ std::vector<Layout> Layouts() {
     l.push_back({"add_i8_perm3_201", "add", {Dense(DType::kInt8, y.shape), y}, DType::kInt8, {}});
   }
   constexpr int64_t M = 8192;
+  l.push_back({"add_bf16t_f32", "add", {View(bf16, {M, M}, {1, M}), Dense(f32, {M, M})}, f32, {}});
   for (const auto& [from, to] : std::vector<std::pair<DType, DType>>{
-           {f32, bf16}, {bf16, f32}, {f32, f16}, {f16, f32}, {f32, f64}, {DType::kInt32, f32}}) {
+           {f32, bf16}, {bf16, f32}, {f32, f16}, {f16, f32}, {f32, f64}, {DType::kInt32, f32}, {f32, DType::kInt32}}) {
     l.push_back({absl::StrCat("cast_", DTypeName(from), "t_to_", DTypeName(to)), "cast",
                  {View(from, {M, M}, {1, M})}, to, {}});
     l.push_back({absl::StrCat("cast_", DTypeName(from), "_to_", DTypeName(to), "t"), "cast",
@@ -176,8 +177,9 @@ std::vector<Shape> Shapes(const F& f, const Plan& plan, const TileArgs<N + 1>& t
 
 void Run(const Layout& l, int sms, bool plans_only) {
   const bool cast = std::strcmp(l.op, "cast") == 0;
-  // Casts compute in the wider of the two types, as the engine has it.
-  const DType compute = cast && ItemSize(l.out) > ItemSize(l.inputs[0].dtype) ? l.out : l.inputs[0].dtype;
+  // Casts compute in the wider of the two types, as the engine has it; adds in the output's.
+  const DType compute =
+      !cast || ItemSize(l.out) > ItemSize(l.inputs[0].dtype) ? l.out : l.inputs[0].dtype;
   const DType other = cast ? (compute == l.out ? l.inputs[0].dtype : l.out) : compute;
   auto plan = PlanElementwise(l.inputs, compute, l.out, l.out_strides, false, TileRule::kDense,
                               /*converting_tiles=*/true);

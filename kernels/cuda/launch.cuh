@@ -141,25 +141,6 @@ absl::Status MakeTileArgs(const Plan& plan, char* const* base, TileArgs<kOps>* o
   return absl::OkStatus();
 }
 
-// A cast between float32 and float16 or bfloat16 whose 2-byte operand (operand `k`, dense
-// along tile dim `d`) starts every line and batch of its tiles on a 4-byte boundary: the
-// paired cast tiles apply (PairedCastTileKernel).
-inline bool PairedCastFits(const Plan& plan, const TileArgs<2>& ta, int k, int d) {
-  if (plan.fused[0] >= 0 || plan.num_staged != 1 || plan.staged[1] != 0) return false;
-  if (ta.stride[k][d] != 2 || ta.stride[k][1 - d] % 4 != 0) return false;
-  if (reinterpret_cast<uintptr_t>(ta.base[k]) % 4 != 0) return false;
-  for (int i = 0; i < ta.batch_dims; ++i) {
-    if (ta.batch_stride[k][i] % 4 != 0) return false;
-  }
-  return true;
-}
-
-template <typename TI, typename TO>
-absl::Status LaunchPairedCast(const TileArgs<2>& ta, cudaStream_t stream) {
-  PairedCastTileKernel<TI, TO><<<TileGrid(ta, 64, 64), 256, 0, stream>>>(ta);
-  return CheckLaunch();
-}
-
 // Whether the word tiles take a plan of 1- or 2-byte operands (WordTileKernel): each input
 // staged dense along dim 1, every other operand dense along dim 0, and every line, batch and
 // base of each on a 4-byte boundary.
@@ -188,6 +169,82 @@ absl::Status LaunchWordTileShape(const F& f, const TileArgs<N + 1>& ta, int num_
   return CheckLaunch();
 }
 
+// Whether operand `k`, a 2-byte float dense along tile dim `d`, starts every line and batch
+// of its tiles on a 4-byte boundary: the typed tiles may move it in words (PairedTileKernel,
+// CastTileKernel).
+template <int kOps>
+bool PairedFits(const TileArgs<kOps>& ta, int k, int d) {
+  if (ta.stride[k][d] != 2 || ta.stride[k][1 - d] % 4 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(ta.base[k]) % 4 != 0) return false;
+  for (int i = 0; i < ta.batch_dims; ++i) {
+    if (ta.batch_stride[k][i] % 4 != 0) return false;
+  }
+  return true;
+}
+
+// Tiles typed for the dtypes of a plan of mixed dtypes, where one applies: casts between
+// float32 and float16/bfloat16 or between int32 and float32, and float32 add, sub, mul and div
+// with a staged float16/bfloat16 operand (one staged input, no fused dims). False (nothing
+// launched) for any other plan: those take the tiles that convert by run-time dtype.
+template <typename S, int N, typename F>
+bool LaunchTypedTiles(const F& f, const Plan& plan, const TileArgs<N + 1>& ta,
+                      cudaStream_t stream) {
+  if (plan.fused[0] >= 0 || plan.num_staged != 1) return false;
+  const dim3 grid = TileGrid(ta, 64, 64);
+  const DType out = plan.dtypes[0];
+  const auto two_byte = [](DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; };
+  if constexpr (std::is_same_v<F, CastOp> && sizeof(S) == 4) {
+    // (A cast computes in the wider dtype, the input's where both are 4 bytes.)
+    const DType in = plan.dtypes[1];
+    if constexpr (std::is_same_v<S, float>) {
+      if (in == DType::kFloat32 && two_byte(out) && PairedFits(ta, 0, 0)) {
+        if (out == DType::kBFloat16) {
+          CastTileKernel<float, BFloat16><<<grid, 256, 0, stream>>>(ta);
+        } else {
+          CastTileKernel<float, Half><<<grid, 256, 0, stream>>>(ta);
+        }
+        return true;
+      }
+      if (two_byte(in) && out == DType::kFloat32 && PairedFits(ta, 1, 1)) {
+        if (in == DType::kBFloat16) {
+          PairedTileKernel<BFloat16, 1, 1><<<grid, 256, 0, stream>>>(f, ta);
+        } else {
+          PairedTileKernel<Half, 1, 1><<<grid, 256, 0, stream>>>(f, ta);
+        }
+        return true;
+      }
+      if (in == DType::kFloat32 && out == DType::kInt32) {
+        CastTileKernel<float, int32_t><<<grid, 256, 0, stream>>>(ta);
+        return true;
+      }
+    } else if constexpr (std::is_same_v<S, int32_t>) {
+      if (in == DType::kInt32 && out == DType::kFloat32) {
+        CastTileKernel<int32_t, float><<<grid, 256, 0, stream>>>(ta);
+        return true;
+      }
+    }
+  } else if constexpr (N == 2 && std::is_same_v<S, float> &&
+                       (kConvertingTiles<F> & DTypeBit(DType::kFloat32)) != 0) {
+    using R = decltype(ResultOf<F, float>(std::make_index_sequence<N>{}));
+    if constexpr (std::is_same_v<R, float>) {
+      // The staged input 2-byte, the other and the output float32.
+      const int k = plan.staged[1] == 0 ? 1 : 2;
+      if (out != DType::kFloat32 || plan.dtypes[3 - k] != DType::kFloat32 ||
+          !two_byte(plan.dtypes[k]) || !PairedFits(ta, k, 1)) {
+        return false;
+      }
+      const bool bf16 = plan.dtypes[k] == DType::kBFloat16;
+      if (k == 1 && bf16) PairedTileKernel<BFloat16, 2, 1><<<grid, 256, 0, stream>>>(f, ta);
+      if (k == 1 && !bf16) PairedTileKernel<Half, 2, 1><<<grid, 256, 0, stream>>>(f, ta);
+      if (k == 2 && bf16) PairedTileKernel<BFloat16, 2, 2><<<grid, 256, 0, stream>>>(f, ta);
+      if (k == 2 && !bf16) PairedTileKernel<Half, 2, 2><<<grid, 256, 0, stream>>>(f, ta);
+      return true;
+    }
+  }
+  (void)f, (void)grid, (void)out, (void)two_byte;
+  return false;
+}
+
 template <typename S, int N, typename F>
 absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env,
                          bool same_types) {
@@ -200,20 +257,7 @@ absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const 
     return LaunchTileShape<S, N, 16, kLong, true, true>(f, ta, plan.num_staged, env.stream);
   }
   if (!same_types) {
-    // Casts between float32 (the wider, the compute type) and a 2-byte float: the paired
-    // kernel where the 2-byte side's lines start on 4-byte boundaries (the cast's functor is
-    // the identity; the kernel converts as it loads and stores).
-    if constexpr (std::is_same_v<F, CastOp> && std::is_same_v<S, float>) {
-      const DType in = plan.dtypes[1], out = plan.dtypes[0];
-      if (out == DType::kFloat32 && PairedCastFits(plan, ta, 1, 1)) {
-        if (in == DType::kBFloat16) return LaunchPairedCast<BFloat16, float>(ta, env.stream);
-        if (in == DType::kFloat16) return LaunchPairedCast<Half, float>(ta, env.stream);
-      }
-      if (in == DType::kFloat32 && PairedCastFits(plan, ta, 0, 0)) {
-        if (out == DType::kBFloat16) return LaunchPairedCast<float, BFloat16>(ta, env.stream);
-        if (out == DType::kFloat16) return LaunchPairedCast<float, Half>(ta, env.stream);
-      }
-    }
+    if (LaunchTypedTiles<S, N>(f, plan, ta, env.stream)) return CheckLaunch();
     // Square tiles only: one more kernel per type, not two. 64 a side for 8-byte types too
     // where one input is staged (33 KiB of shared memory): a transposed float32 cast to
     // float64 ran at 72% of copy in tiles of 32, 95% in tiles of 64 (H200,

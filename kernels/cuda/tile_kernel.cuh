@@ -312,6 +312,7 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
       for (int k = 1; k <= N; ++k) {
         if (a.staged[k] < 0) continue;
         uint32_t* sh = words + a.staged[k] * kGroups * kRow;
+        const int32_t line = a.stride32[k][0];  // (held in a register, as in CastTileKernel)
 #pragma unroll
         for (int u = 0; u < kW1; ++u) {
           const int col = T0 * u + P * lane;
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
 #pragma unroll
             for (int h = 0; h < P; ++h) {
               const int r = P * (band + 8 * i) + h;
-              const char* p = at[k] + r * a.stride32[k][0] + col * int{sizeof(S)};
+              const char* p = at[k] + r * line + col * int{sizeof(S)};
               if (full || (r < n0 && col + P <= n1)) {
                 w[i][h].u = *reinterpret_cast<const uint32_t*>(p);
               } else {
@@ -353,6 +354,7 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
       WordOf<S> x[N][kCols];
 #pragma unroll
       for (int k = 1; k <= N; ++k) {
+        const int32_t line = a.stride32[k][1];
 #pragma unroll
         for (int i = 0; i < kCols; ++i) {
           const int c = band + 8 * i;
@@ -360,7 +362,7 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
             x[k - 1][i].u = words[a.staged[k] * kGroups * kRow + lane * kRow + c];
             continue;
           }
-          const char* p = at[k] + 4 * lane + c * a.stride32[k][1];
+          const char* p = at[k] + 4 * lane + c * line;
           if (full || (P * lane + P <= n0 && c < n1)) {
             x[k - 1][i].u = *reinterpret_cast<const uint32_t*>(p);
           } else {
@@ -374,6 +376,7 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
           }
         }
       }
+      const int32_t out_line = a.stride32[0][1];
 #pragma unroll
       for (int i = 0; i < kCols; ++i) {
         const int c = band + 8 * i;
@@ -385,7 +388,7 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
           for (int k = 0; k < N; ++k) v[k] = static_cast<C>(x[k][i].e[e]);
           y.e[e] = Convert<S>(Call(f, v, std::make_index_sequence<N>{}));
         }
-        char* p = at[0] + 4 * lane + c * a.stride32[0][1];
+        char* p = at[0] + 4 * lane + c * out_line;
         if (full || (P * lane + P <= n0 && c < n1)) {
           *reinterpret_cast<uint32_t*>(p) = y.u;
         } else {
@@ -400,31 +403,122 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
   }
 }
 
-// Casts between float32 and a 2-byte float type (float16, bfloat16) through 64 x 64 tiles,
-// the two types known at compile time, every load of a tile issued before the first
-// conversion, and the 2-byte side moved in 4-byte words, two elements a thread: a warp reads
-// or writes 128 bytes of it where the kernel that converts by run-time dtype moves 64. The
-// tile is held as float pairs along the 2-byte side's dense dim (`pairs`), so that each
-// shared access is one 8-byte pair: a thread of the 2-byte side takes its pair whole, a
-// thread of the float32 side its two lines' elements at once, and neither conflicts on a
-// bank (a tile of single floats cost a two-way conflict on the paired side). The input is
-// dense along dim 1 (staged), the output along dim 0; the launcher checks that the 2-byte
-// side's lines and batches start on 4-byte boundaries.
-template <typename TI, typename TO>
-__global__ void __launch_bounds__(256, 4) PairedCastTileKernel(TileArgs<2> a) {
-  static_assert((sizeof(TI) == 2 && sizeof(TO) == 4) || (sizeof(TI) == 4 && sizeof(TO) == 2));
-  constexpr int T = 64, kPairs = T / 2;
-  constexpr bool kPairIn = sizeof(TI) == 2;
-  // A 2-byte input: pairs[i0][j] holds dim-1 elements 2j and 2j + 1 of line i0. A 2-byte
-  // output: pairs[j][i1] holds dim-0 elements 2j and 2j + 1 of column i1. Rows an odd
-  // number of pairs long: a half warp's 8-byte accesses down a column meet 16 distinct bank
-  // pairs.
-  __shared__ float2 pairs[kPairIn ? T : kPairs][(kPairIn ? kPairs : T) + 1];
+// Tiles whose one staged input is float16 or bfloat16 and whose output is float32 (a cast,
+// or float32 add, sub, mul and div with a transposed 2-byte operand), typed for those dtypes:
+// the kernel that converts by run-time dtype ran such a cast at 66% of copy and such an add
+// at 78%; typed, 91% and 93% (H200, tensorcompute-tile-kernel-bench). The staged input
+// (operand kStaged, dense along dim 1) is read two elements a thread in 4-byte words, every
+// load of a tile issued first, into a tile of float pairs along dim 1 (pairs[i0][j]: dim-1
+// elements 2j and 2j + 1 of line i0, rows an odd number of pairs long, so that the 8-byte
+// accesses of a half warp meet 16 distinct bank pairs). The other input of a binary op (a
+// float32 read in place along dim 0) is loaded while the tile fills; the output, dense along
+// dim 0, is written a column pair at a time. The launcher checks that the staged input's
+// lines and batches start on 4-byte boundaries (PairedFits).
+template <typename TS, int N, int kStaged, typename F>
+__global__ void __launch_bounds__(256, 4) PairedTileKernel(F f, TileArgs<N + 1> a) {
+  static_assert(sizeof(TS) == 2 && (N == 1 || N == 2) && kStaged >= 1 && kStaged <= N);
+  constexpr int T = 64, kPairs = T / 2, kOther = N == 2 ? 3 - kStaged : 0;
+  __shared__ float2 pairs[T][kPairs + 1];
   const int tid = threadIdx.x;
-  // The 2-byte side: 32 threads a line, a pair each, 8 lines at a time. The float32 side: 64
-  // threads a line, 4 lines (a 2-byte input) or line pairs (a 2-byte output) at a time.
+  // Loading, 32 threads a line, a pair each, 8 lines at a time; computing, 64 threads a
+  // column pair, 4 pairs at a time.
   const int pair = tid % kPairs, pair_band = tid / kPairs;
   const int lane = tid % T, band = tid / T;
+  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
+    int64_t batch_offset[N + 1];
+    BatchOffsets(a, b, batch_offset);
+    for (int64_t t1 = blockIdx.y * int64_t{T}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T) {
+      const int64_t t0 = blockIdx.x * int64_t{T};
+      const int n0 = a.size[0] - t0 < T ? static_cast<int>(a.size[0] - t0) : T;
+      const int n1 = a.size[1] - t1 < T ? static_cast<int>(a.size[1] - t1) : T;
+      const bool full = n0 == T && n1 == T;
+      const char* in = a.base[kStaged] + t0 * a.stride[kStaged][0] +
+                       t1 * a.stride[kStaged][1] + batch_offset[kStaged];
+      const char* other = a.base[kOther] + t0 * a.stride[kOther][0] +
+                          t1 * a.stride[kOther][1] + batch_offset[kOther];
+      char* out = a.base[0] + t0 * a.stride[0][0] + t1 * a.stride[0][1] + batch_offset[0];
+      // The strides held in registers (as in CastTileKernel).
+      const int32_t in_line = a.stride32[kStaged][0];
+      const int32_t other_step = a.stride32[kOther][0], other_line = a.stride32[kOther][1];
+      const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
+      uint32_t q[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int r = pair_band + 8 * i;
+        const char* p = in + r * in_line + 4 * pair;
+        q[i] = 0;
+        if (full || (r < n0 && 2 * pair + 1 < n1)) {
+          q[i] = *reinterpret_cast<const uint32_t*>(p);
+        } else if (r < n0 && 2 * pair < n1) {
+          q[i] = *reinterpret_cast<const uint16_t*>(p);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        TS lo, hi;
+        lo.bits = static_cast<uint16_t>(q[i]);
+        hi.bits = static_cast<uint16_t>(q[i] >> 16);
+        pairs[pair_band + 8 * i][pair] = make_float2(Convert<float>(lo), Convert<float>(hi));
+      }
+      // The other input of a binary op at line `lane`, columns 2j and 2j + 1 for the pairs
+      // j = band + 4 * i this thread computes, read while the tile fills.
+      float o[16];
+      if constexpr (N == 2) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int j = band + 4 * i;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            o[2 * i + h] = full || (lane < n0 && 2 * j + h < n1)
+                               ? *reinterpret_cast<const float*>(other + lane * other_step +
+                                                                 (2 * j + h) * other_line)
+                               : 0.0f;
+          }
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int j = band + 4 * i;
+        const float2 v = pairs[lane][j];
+        const float staged[2] = {v.x, v.y};
+        char* p = out + lane * out_step + 2 * j * out_line;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float y = staged[h];
+          if constexpr (N == 2) {
+            y = kStaged == 1 ? f(staged[h], o[2 * i + h]) : f(o[2 * i + h], staged[h]);
+          } else {
+            y = f(y);
+          }
+          if (full || (lane < n0 && 2 * j + h < n1)) *reinterpret_cast<float*>(p + h * out_line) = y;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// Casts through 64 x 64 tiles typed for the pair of dtypes: float32 to float16 or bfloat16,
+// and between 4-byte types (int32 and float32). The kernel that converts by run-time dtype
+// ran them at 71-84% of copy; typed, 90-92% (float32 to the 2-byte floats) and 97-100% (H200,
+// tensorcompute-tile-kernel-bench). The input, dense along dim 1, is loaded with every load
+// of a tile issued first; the output is dense along dim 0. A 2-byte output is written two
+// elements a thread in 4-byte words, from a tile of float pairs along dim 0 (pairs[j][i1]:
+// dim-0 elements 2j and 2j + 1 of column i1) that a thread fills two lines at a time; the
+// launcher checks that its lines and batches start on 4-byte boundaries (PairedFits).
+template <typename TI, typename TO>
+__global__ void __launch_bounds__(256, 4) CastTileKernel(TileArgs<2> a) {
+  static_assert(sizeof(TI) == 4 && (sizeof(TO) == 2 || sizeof(TO) == 4));
+  constexpr int T = 64, kPairs = T / 2;
+  constexpr bool kPairOut = sizeof(TO) == 2;
+  using Tile = std::conditional_t<kPairOut, float2[kPairs][T + 1], TO[T][T + 1]>;
+  __shared__ Tile tile;
+  const int tid = threadIdx.x;
+  // Loading, 64 threads a line, 4 lines (or line pairs) at a time; storing a 2-byte output,
+  // 32 threads a column, a pair each, 8 columns at a time.
+  const int lane = tid % T, band = tid / T;
+  const int pair = tid % kPairs, pair_band = tid / kPairs;
   for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
     int64_t batch_offset[2];
     BatchOffsets(a, b, batch_offset);
@@ -435,62 +529,30 @@ __global__ void __launch_bounds__(256, 4) PairedCastTileKernel(TileArgs<2> a) {
       const bool full = n0 == T && n1 == T;
       const char* in = a.base[1] + t0 * a.stride[1][0] + t1 * a.stride[1][1] + batch_offset[1];
       char* out = a.base[0] + t0 * a.stride[0][0] + t1 * a.stride[0][1] + batch_offset[0];
+      // The strides held in registers: read from the arguments inside the loops, they made
+      // these kernels 6-7% slower.
       const int32_t in_line = a.stride32[1][0], in_step = a.stride32[1][1];
       const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
-      if constexpr (kPairIn) {
-        // Words of the input along dim 1, where it is dense.
-        uint32_t q[8];
+      // Line r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i.
+      TI q[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i;
+        q[i] = full || (r < n0 && lane < n1)
+                   ? *reinterpret_cast<const TI*>(in + r * in_line + lane * in_step)
+                   : TI{};
+      }
+      if constexpr (kPairOut) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const int r = pair_band + 8 * i;
-          const char* p = in + r * in_line + 4 * pair;
-          q[i] = 0;
-          if (full || (r < n0 && 2 * pair + 1 < n1)) {
-            q[i] = *reinterpret_cast<const uint32_t*>(p);
-          } else if (r < n0 && 2 * pair < n1) {
-            q[i] = *reinterpret_cast<const uint16_t*>(p);
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          TI lo, hi;
-          lo.bits = static_cast<uint16_t>(q[i]);
-          hi.bits = static_cast<uint16_t>(q[i] >> 16);
-          pairs[pair_band + 8 * i][pair] = make_float2(Convert<float>(lo), Convert<float>(hi));
+          tile[band + 4 * i][lane] =
+              make_float2(Convert<float>(q[2 * i]), Convert<float>(q[2 * i + 1]));
         }
         __syncthreads();
-        // Floats along dim 0, where the output is dense: each thread two columns at a time.
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int j = band + 4 * i;
-          const float2 v = pairs[lane][j];
-          char* p = out + lane * out_step + 2 * j * out_line;
-          if (full || (lane < n0 && 2 * j < n1)) *reinterpret_cast<float*>(p) = v.x;
-          if (full || (lane < n0 && 2 * j + 1 < n1)) {
-            *reinterpret_cast<float*>(p + out_line) = v.y;
-          }
-        }
-      } else {
-        // Floats of the input along dim 1, each thread two lines at a time.
-        float q[16];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = 2 * (band + 4 * i) + h;
-            q[2 * i + h] = full || (r < n0 && lane < n1)
-                               ? *reinterpret_cast<const float*>(in + r * in_line + lane * in_step)
-                               : 0.0f;
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 8; ++i) pairs[band + 4 * i][lane] = make_float2(q[2 * i], q[2 * i + 1]);
-        __syncthreads();
-        // Words of the output along dim 0, where it is dense.
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int c = pair_band + 8 * i;
-          const float2 v = pairs[pair][c];
+          const float2 v = tile[pair][c];
           const TO lo = Convert<TO>(v.x), hi = Convert<TO>(v.y);
           char* p = out + 4 * pair + c * out_line;
           if (full || (c < n1 && 2 * pair + 1 < n0)) {
@@ -498,6 +560,17 @@ __global__ void __launch_bounds__(256, 4) PairedCastTileKernel(TileArgs<2> a) {
                 static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
           } else if (c < n1 && 2 * pair < n0) {
             *reinterpret_cast<TO*>(p) = lo;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) tile[band + 4 * i][lane] = Convert<TO>(q[i]);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int c = band + 4 * i;
+          if (full || (lane < n0 && c < n1)) {
+            *reinterpret_cast<TO*>(out + lane * out_step + c * out_line) = tile[lane][c];
           }
         }
       }

@@ -640,8 +640,9 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
     }
   }
   // Between float32 and float16 or bfloat16 with the 2-byte side's lines on 4-byte
-  // boundaries (even sizes, offsets of 0 and 2 elements): the paired cast tiles, partial
-  // tiles along both dims.
+  // boundaries (even sizes, offsets of 0 and 2 elements): the typed tiles that move the
+  // 2-byte side in words, partial tiles along both dims. (int32 and float32 take typed tiles
+  // above, at any size.)
   constexpr int64_t R2 = 66, C2 = 130;
   const auto even = [&](DType t, bool transposed, int64_t offset) {
     storage.push_back(RandomBytes(t, R2 * C2 + offset, x));
@@ -659,6 +660,14 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
       }
     }
   }
+  // float32 add, sub, mul and div with a transposed 2-byte operand on 4-byte boundaries, first
+  // or second: the typed paired tiles (the add's alpha carried in).
+  check("float32 - transposed float16, even sizes", "sub",
+        {even(DType::kFloat32, false, 0), even(DType::kFloat16, true, 2)}, {}, {});
+  check("transposed bfloat16 / float32, even sizes", "div",
+        {even(DType::kBFloat16, true, 0), even(DType::kFloat32, false, 1)}, {}, {});
+  check("transposed float16 + 0.5 * float32, even sizes", "add",
+        {even(DType::kFloat16, true, 2), even(DType::kFloat32, false, 0)}, {{"alpha", 0.5}}, {});
   // float32 add, sub, mul and div convert in their tiles too; other mixed ops keep the cast
   // rows.
   check("float32 + transposed float16", "add",
