@@ -24,6 +24,7 @@
 #include "kernels/ops/binary.h"
 #include "kernels/ops/misc.h"
 #include "kernels/planner.h"
+#include "kernels/tensor_view.h"
 
 namespace tc::cuda {
 namespace {
@@ -51,22 +52,18 @@ struct Layout {
   DimVector out_strides;
 };
 
-DimVector Contiguous(const DimVector& shape) {
-  DimVector s(shape.size(), 1);
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * shape[d + 1];
-  return s;
-}
-
 TensorView View(DType t, DimVector shape, DimVector strides) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return TensorView{t, std::move(shape), std::move(strides), 0, nullptr, n * ItemSize(t)};
 }
 
-TensorView Dense(DType t, const DimVector& shape) { return View(t, shape, Contiguous(shape)); }
+TensorView Dense(DType t, const DimVector& shape) {
+  return View(t, shape, ContiguousStrides(shape));
+}
 
 TensorView Permuted(DType t, const DimVector& shape, const std::vector<int>& perm) {
-  const DimVector c = Contiguous(shape);
+  const DimVector c = ContiguousStrides(shape);
   DimVector s, st;
   for (int p : perm) {
     s.push_back(shape[static_cast<size_t>(p)]);

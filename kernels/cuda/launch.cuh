@@ -102,6 +102,11 @@ absl::Status MakeTileArgs(const Plan& plan, char* const* base, TileArgs<kOps>* o
     ta.batch_size[ta.batch_dims++] = plan.sizes[d];
     ta.batches *= plan.sizes[d];
   }
+  if (ta.batches < (int64_t{1} << 31)) {
+    for (int i = 0; i < ta.batch_dims; ++i) {
+      ta.batch_div[i] = MakeFastDivisor(static_cast<uint32_t>(ta.batch_size[i]));
+    }
+  }
   for (int k = 0; k < kOps; ++k) {
     ta.base[k] = base[k];
     for (int d = 0; d < 2; ++d) {
@@ -141,19 +146,26 @@ absl::Status MakeTileArgs(const Plan& plan, char* const* base, TileArgs<kOps>* o
   return absl::OkStatus();
 }
 
+// Whether operand k, of `item`-byte elements, is dense along tile dim d and starts every
+// line and batch of its tiles on a 4-byte boundary: the tiles that move 1- and 2-byte
+// elements in words may take it (WordTileKernel, PairedTileKernel, CastTileKernel).
+template <int kOps>
+bool LinesOnWords(const TileArgs<kOps>& ta, int k, int d, int64_t item) {
+  if (ta.stride[k][d] != item || ta.stride[k][1 - d] % 4 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(ta.base[k]) % 4 != 0) return false;
+  for (int i = 0; i < ta.batch_dims; ++i) {
+    if (ta.batch_stride[k][i] % 4 != 0) return false;
+  }
+  return true;
+}
+
 // Whether the word tiles take a plan of 1- or 2-byte operands (WordTileKernel): each input
-// staged dense along dim 1, every other operand dense along dim 0, and every line, batch and
-// base of each on a 4-byte boundary.
+// staged dense along dim 1, every other operand dense along dim 0, all on words.
 template <int kOps>
 bool WordTilesFit(const Plan& plan, const TileArgs<kOps>& ta, int64_t item) {
   if (plan.fused[0] >= 0) return false;
   for (int k = 0; k < kOps; ++k) {
-    const int d = k > 0 && ta.staged[k] >= 0 ? 1 : 0;
-    if (ta.stride[k][d] != item || ta.stride[k][1 - d] % 4 != 0) return false;
-    if (reinterpret_cast<uintptr_t>(ta.base[k]) % 4 != 0) return false;
-    for (int i = 0; i < ta.batch_dims; ++i) {
-      if (ta.batch_stride[k][i] % 4 != 0) return false;
-    }
+    if (!LinesOnWords(ta, k, k > 0 && ta.staged[k] >= 0 ? 1 : 0, item)) return false;
   }
   return true;
 }
@@ -167,19 +179,6 @@ absl::Status LaunchWordTileShape(const F& f, const TileArgs<N + 1>& ta, int num_
   WordTileKernel<S, N, kW1, kMinBlocks>
       <<<TileGrid(ta, T0, kW1 * T0), 256, shared, stream>>>(f, ta);
   return CheckLaunch();
-}
-
-// Whether operand `k`, a 2-byte float dense along tile dim `d`, starts every line and batch
-// of its tiles on a 4-byte boundary: the typed tiles may move it in words (PairedTileKernel,
-// CastTileKernel).
-template <int kOps>
-bool PairedFits(const TileArgs<kOps>& ta, int k, int d) {
-  if (ta.stride[k][d] != 2 || ta.stride[k][1 - d] % 4 != 0) return false;
-  if (reinterpret_cast<uintptr_t>(ta.base[k]) % 4 != 0) return false;
-  for (int i = 0; i < ta.batch_dims; ++i) {
-    if (ta.batch_stride[k][i] % 4 != 0) return false;
-  }
-  return true;
 }
 
 // Tiles typed for the dtypes of a plan of mixed dtypes, where one applies: casts between
@@ -197,7 +196,7 @@ bool LaunchTypedTiles(const F& f, const Plan& plan, const TileArgs<N + 1>& ta,
     // (A cast computes in the wider dtype, the input's where both are 4 bytes.)
     const DType in = plan.dtypes[1];
     if constexpr (std::is_same_v<S, float>) {
-      if (in == DType::kFloat32 && two_byte(out) && PairedFits(ta, 0, 0)) {
+      if (in == DType::kFloat32 && two_byte(out) && LinesOnWords(ta, 0, 0, 2)) {
         if (out == DType::kBFloat16) {
           CastTileKernel<float, BFloat16><<<grid, 256, 0, stream>>>(ta);
         } else {
@@ -205,7 +204,7 @@ bool LaunchTypedTiles(const F& f, const Plan& plan, const TileArgs<N + 1>& ta,
         }
         return true;
       }
-      if (two_byte(in) && out == DType::kFloat32 && PairedFits(ta, 1, 1)) {
+      if (two_byte(in) && out == DType::kFloat32 && LinesOnWords(ta, 1, 1, 2)) {
         if (in == DType::kBFloat16) {
           PairedTileKernel<BFloat16, 1, 1><<<grid, 256, 0, stream>>>(f, ta);
         } else {
@@ -230,7 +229,7 @@ bool LaunchTypedTiles(const F& f, const Plan& plan, const TileArgs<N + 1>& ta,
       // The staged input 2-byte, the other and the output float32.
       const int k = plan.staged[1] == 0 ? 1 : 2;
       if (out != DType::kFloat32 || plan.dtypes[3 - k] != DType::kFloat32 ||
-          !two_byte(plan.dtypes[k]) || !PairedFits(ta, k, 1)) {
+          !two_byte(plan.dtypes[k]) || !LinesOnWords(ta, k, 1, 2)) {
         return false;
       }
       const bool bf16 = plan.dtypes[k] == DType::kBFloat16;

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/cuda/fast_divisor.h"
 #include "kernels/cuda/memory_access.cuh"
 #include "kernels/tensor_view.h"
 
@@ -35,6 +36,7 @@ struct TileArgs {
   int batch_dims;
   int64_t batches;
   int64_t batch_size[kMaxTileBatchDims];
+  FastDivisor batch_div[kMaxTileBatchDims];  // batch_size's, where batches < 2^31
   int64_t batch_stride[kOps][kMaxTileBatchDims];
   // Each operand's dtype, for the kernel that converts (TileKernel's kSame false).
   DType dtype[kOps];
@@ -49,18 +51,55 @@ struct TileArgs {
 };
 
 // Each operand's offset at batch b (the batch dims' strides, b split fastest dim first):
-// once per batch, not per element.
+// once per batch, not per element; by multiplications where there are fewer than 2^31
+// batches (64-bit divisions by each batch dim took a rank-7 permutation's blocks, one tile
+// each, hundreds of instructions before their first load).
 template <int kOps>
 __device__ __forceinline__ void BatchOffsets(const TileArgs<kOps>& a, int64_t b,
                                              int64_t (&offset)[kOps]) {
 #pragma unroll
   for (int k = 0; k < kOps; ++k) offset[k] = 0;
+  if (a.batches < (int64_t{1} << 31)) {
+    auto rest = static_cast<uint32_t>(b);
+    for (int d = 0; d < a.batch_dims; ++d) {
+      const uint32_t q = FastDiv(rest, a.batch_div[d]);
+      const int64_t i = rest - q * a.batch_div[d].d;
+      rest = q;
+#pragma unroll
+      for (int k = 0; k < kOps; ++k) offset[k] += i * a.batch_stride[k][d];
+    }
+    return;
+  }
   for (int d = 0; d < a.batch_dims; ++d) {
     const int64_t i = b % a.batch_size[d];
     b /= a.batch_size[d];
 #pragma unroll
     for (int k = 0; k < kOps; ++k) offset[k] += i * a.batch_stride[k][d];
   }
+}
+
+// A block's tiles: T0 x T1 at (t0, t1) in every batch, the block's own (blockIdx) and those a
+// grid's step after it; body(t0, t1, batch_offset, n0, n1, full) for each, n0 x n1 of it
+// inside the tensor (full: all of it).
+template <int T0, int T1, int kOps, typename Body>
+__device__ __forceinline__ void ForEachTile(const TileArgs<kOps>& a, const Body& body) {
+  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
+    int64_t batch_offset[kOps];
+    BatchOffsets(a, b, batch_offset);
+    for (int64_t t1 = blockIdx.y * int64_t{T1}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T1) {
+      const int64_t t0 = blockIdx.x * int64_t{T0};
+      const int n0 = a.size[0] - t0 < T0 ? static_cast<int>(a.size[0] - t0) : T0;
+      const int n1 = a.size[1] - t1 < T1 ? static_cast<int>(a.size[1] - t1) : T1;
+      body(t0, t1, batch_offset, n0, n1, n0 == T0 && n1 == T1);
+    }
+  }
+}
+
+// Operand k's element at (t0, t1) of a tile in the batch at batch_offset.
+template <int kOps>
+__device__ __forceinline__ char* TileStart(const TileArgs<kOps>& a, int k, int64_t t0,
+                                           int64_t t1, const int64_t (&batch_offset)[kOps]) {
+  return a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
 }
 
 // Offset of index i along tile dim j, operand k, in the fused kernel's terms.
@@ -109,161 +148,154 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   auto* tiles = reinterpret_cast<S(*)[T0][kRow]>(shared);
   const int lane1 = threadIdx.x % T1, band1 = threadIdx.x / T1;
   const int lane0 = threadIdx.x % T0, band0 = threadIdx.x / T0;
-  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
-    int64_t batch_offset[N + 1];
-    BatchOffsets(a, b, batch_offset);
-    for (int64_t t1 = blockIdx.y * int64_t{T1}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T1) {
-      const int64_t t0 = blockIdx.x * int64_t{T0};
-      const int n0 = a.size[0] - t0 < T0 ? static_cast<int>(a.size[0] - t0) : T0;
-      const int n1 = a.size[1] - t1 < T1 ? static_cast<int>(a.size[1] - t1) : T1;
-      const bool full = n0 == T0 && n1 == T1;
-      char* at[N + 1];
+  ForEachTile<T0, T1>(a, [&](int64_t t0, int64_t t1, const int64_t (&batch_offset)[N + 1],
+                          int n0, int n1, bool full) {
+    char* at[N + 1];
 #pragma unroll
-      for (int k = 0; k <= N; ++k) {
-        if constexpr (kFused) {
-          at[k] = a.base[k] + FusedOffset(a, k, 0, t0) + FusedOffset(a, k, 1, t1) + batch_offset[k];
-        } else {
-          at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
+    for (int k = 0; k <= N; ++k) {
+      if constexpr (kFused) {
+        at[k] = a.base[k] + FusedOffset(a, k, 0, t0) + FusedOffset(a, k, 1, t1) + batch_offset[k];
+      } else {
+        at[k] = TileStart(a, k, t0, t1, batch_offset);
+      }
+    }
+    // Staged inputs: each thread reads down dim 0 at i1 = lane1, so that a warp reads
+    // along dim 1, where they are dense. Offsets within a tile fit 32 bits (checked at
+    // launch).
+#pragma unroll
+    for (int k = 1; k <= N; ++k) {
+      if (a.staged[k] < 0) continue;
+      S(*sh)[kRow] = tiles[a.staged[k]];
+      const char* p = at[k] + lane1 * a.stride32[k][1] + band1 * a.stride32[k][0];
+      const int32_t step = kBand1 * a.stride32[k][0];
+      if constexpr (!kSame) {
+        VisitDType(a.dtype[k], [&](auto tag) {
+          using T = typename decltype(tag)::type;
+#pragma unroll
+          for (int g = 0; g < kPasses1; g += 4) {
+            T q[4] = {};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
+                q[i] = *reinterpret_cast<const T*>(p + (g + i) * step);
+              }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sh[band1 + (g + i) * kBand1][lane1] = Convert<S>(q[i]);
+          }
+        });
+      } else {
+        // Four loads at a time; where fused, every load of the tile first (the rank-7
+        // permutation of the GPU matrix went from 72% to 77% of copy on the H200; the
+        // others lose 1-3% with it).
+        constexpr int kGroup = kFused ? kPasses1 : 4;
+#pragma unroll
+        for (int g = 0; g < kPasses1; g += kGroup) {
+          S q[kGroup] = {};
+#pragma unroll
+          for (int i = 0; i < kGroup; ++i) {
+            if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
+              if constexpr (kFused) {
+                q[i] = *reinterpret_cast<const S*>(
+                    at[k] + FusedOffset32(a, k, 1, lane1) +
+                    FusedOffset32(a, k, 0, band1 + (g + i) * kBand1));
+              } else {
+                q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
+              }
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kGroup; ++i) sh[band1 + (g + i) * kBand1][lane1] = q[i];
         }
       }
-      // Staged inputs: each thread reads down dim 0 at i1 = lane1, so that a warp reads
-      // along dim 1, where they are dense. Offsets within a tile fit 32 bits (checked at
-      // launch).
+    }
+    __syncthreads();
+    // Every thread now walks dim 1 at i0 = lane0: a warp reads and writes along dim 0. All
+    // of a thread's lines are loaded before the first is computed (a loop over halves of
+    // them was slower: 92% of copy bandwidth against 94.5% on a transposed-output add).
+    C x[N][kPasses0];
 #pragma unroll
-      for (int k = 1; k <= N; ++k) {
-        if (a.staged[k] < 0) continue;
-        S(*sh)[kRow] = tiles[a.staged[k]];
-        const char* p = at[k] + lane1 * a.stride32[k][1] + band1 * a.stride32[k][0];
-        const int32_t step = kBand1 * a.stride32[k][0];
-        if constexpr (!kSame) {
+    for (int k = 1; k <= N; ++k) {
+      const char* p = at[k] + lane0 * a.stride32[k][0] + band0 * a.stride32[k][1];
+      const int32_t step = kBand0 * a.stride32[k][1];
+      if constexpr (!kSame) {
+        if (a.staged[k] < 0) {
           VisitDType(a.dtype[k], [&](auto tag) {
             using T = typename decltype(tag)::type;
 #pragma unroll
-            for (int g = 0; g < kPasses1; g += 4) {
-              T q[4] = {};
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
-                  q[i] = *reinterpret_cast<const T*>(p + (g + i) * step);
-                }
-              }
-#pragma unroll
-              for (int i = 0; i < 4; ++i) sh[band1 + (g + i) * kBand1][lane1] = Convert<S>(q[i]);
+            for (int i = 0; i < kPasses0; ++i) {
+              x[k - 1][i] =
+                  full || (lane0 < n0 && band0 + i * kBand0 < n1)
+                      ? static_cast<C>(Convert<S>(*reinterpret_cast<const T*>(p + i * step)))
+                      : C{};
             }
           });
-        } else {
-          // Four loads at a time; where fused, every load of the tile first (the rank-7
-          // permutation of the GPU matrix went from 72% to 77% of copy on the H200; the
-          // others lose 1-3% with it).
-          constexpr int kGroup = kFused ? kPasses1 : 4;
-#pragma unroll
-          for (int g = 0; g < kPasses1; g += kGroup) {
-            S q[kGroup] = {};
-#pragma unroll
-            for (int i = 0; i < kGroup; ++i) {
-              if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
-                if constexpr (kFused) {
-                  q[i] = *reinterpret_cast<const S*>(
-                      at[k] + FusedOffset32(a, k, 1, lane1) +
-                      FusedOffset32(a, k, 0, band1 + (g + i) * kBand1));
-                } else {
-                  q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
-                }
-              }
-            }
-#pragma unroll
-            for (int i = 0; i < kGroup; ++i) sh[band1 + (g + i) * kBand1][lane1] = q[i];
-          }
+          continue;
         }
       }
-      __syncthreads();
-      // Every thread now walks dim 1 at i0 = lane0: a warp reads and writes along dim 0. All
-      // of a thread's lines are loaded before the first is computed (a loop over halves of
-      // them was slower: 92% of copy bandwidth against 94.5% on a transposed-output add).
-      C x[N][kPasses0];
 #pragma unroll
-      for (int k = 1; k <= N; ++k) {
-        const char* p = at[k] + lane0 * a.stride32[k][0] + band0 * a.stride32[k][1];
-        const int32_t step = kBand0 * a.stride32[k][1];
-        if constexpr (!kSame) {
-          if (a.staged[k] < 0) {
-            VisitDType(a.dtype[k], [&](auto tag) {
-              using T = typename decltype(tag)::type;
-#pragma unroll
-              for (int i = 0; i < kPasses0; ++i) {
-                x[k - 1][i] =
-                    full || (lane0 < n0 && band0 + i * kBand0 < n1)
-                        ? static_cast<C>(Convert<S>(*reinterpret_cast<const T*>(p + i * step)))
-                        : C{};
-              }
-            });
-            continue;
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < kPasses0; ++i) {
-          const int i1 = band0 + i * kBand0;
-          if (a.staged[k] >= 0) {
-            x[k - 1][i] = static_cast<C>(tiles[a.staged[k]][lane0][i1]);
-          } else if (full || (lane0 < n0 && i1 < n1)) {
-            if constexpr (kFused) {
-              x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(
-                  at[k] + FusedOffset32(a, k, 0, lane0) + FusedOffset32(a, k, 1, i1)));
-            } else {
-              x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(p + i * step));
-            }
+      for (int i = 0; i < kPasses0; ++i) {
+        const int i1 = band0 + i * kBand0;
+        if (a.staged[k] >= 0) {
+          x[k - 1][i] = static_cast<C>(tiles[a.staged[k]][lane0][i1]);
+        } else if (full || (lane0 < n0 && i1 < n1)) {
+          if constexpr (kFused) {
+            x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(
+                at[k] + FusedOffset32(a, k, 0, lane0) + FusedOffset32(a, k, 1, i1)));
           } else {
-            x[k - 1][i] = C{};
+            x[k - 1][i] = static_cast<C>(*reinterpret_cast<const S*>(p + i * step));
           }
+        } else {
+          x[k - 1][i] = C{};
         }
       }
-      char* out = at[0] + lane0 * a.stride32[0][0] + band0 * a.stride32[0][1];
-      const int32_t out_step = kBand0 * a.stride32[0][1];
-      if constexpr (!kSame) {
-        // Four results at a time, their dtype visited once a group.
-        constexpr int kGroup = kPasses0 < 4 ? kPasses0 : 4;
+    }
+    char* out = at[0] + lane0 * a.stride32[0][0] + band0 * a.stride32[0][1];
+    const int32_t out_step = kBand0 * a.stride32[0][1];
+    if constexpr (!kSame) {
+      // Four results at a time, their dtype visited once a group.
+      constexpr int kGroup = kPasses0 < 4 ? kPasses0 : 4;
 #pragma unroll
-        for (int g = 0; g < kPasses0; g += kGroup) {
-          Out y[kGroup];
+      for (int g = 0; g < kPasses0; g += kGroup) {
+        Out y[kGroup];
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) {
+          C v[N];
+#pragma unroll
+          for (int k = 0; k < N; ++k) v[k] = x[k][g + i];
+          // (Elements past the tile's edge are not computed.)
+          y[i] = full || (lane0 < n0 && band0 + (g + i) * kBand0 < n1)
+                     ? Convert<Out>(Call(f, v, std::make_index_sequence<N>{}))
+                     : Out{};
+        }
+        VisitDType(a.dtype[0], [&](auto tag) {
+          using T = typename decltype(tag)::type;
 #pragma unroll
           for (int i = 0; i < kGroup; ++i) {
-            C v[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) v[k] = x[k][g + i];
-            // (Elements past the tile's edge are not computed.)
-            y[i] = full || (lane0 < n0 && band0 + (g + i) * kBand0 < n1)
-                       ? Convert<Out>(Call(f, v, std::make_index_sequence<N>{}))
-                       : Out{};
-          }
-          VisitDType(a.dtype[0], [&](auto tag) {
-            using T = typename decltype(tag)::type;
-#pragma unroll
-            for (int i = 0; i < kGroup; ++i) {
-              if (full || (lane0 < n0 && band0 + (g + i) * kBand0 < n1)) {
-                *reinterpret_cast<T*>(out + (g + i) * out_step) = Convert<T>(y[i]);
-              }
+            if (full || (lane0 < n0 && band0 + (g + i) * kBand0 < n1)) {
+              *reinterpret_cast<T*>(out + (g + i) * out_step) = Convert<T>(y[i]);
             }
-          });
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kPasses0; ++i) {
-          if (full || (lane0 < n0 && band0 + i * kBand0 < n1)) {
-            C v[N];
-#pragma unroll
-            for (int k = 0; k < N; ++k) v[k] = x[k][i];
-            char* to = out + i * out_step;
-            if constexpr (kFused) {
-              to = at[0] + FusedOffset32(a, 0, 0, lane0) +
-                   FusedOffset32(a, 0, 1, band0 + i * kBand0);
-            }
-            *reinterpret_cast<Out*>(to) = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
           }
+        });
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPasses0; ++i) {
+        if (full || (lane0 < n0 && band0 + i * kBand0 < n1)) {
+          C v[N];
+#pragma unroll
+          for (int k = 0; k < N; ++k) v[k] = x[k][i];
+          char* to = out + i * out_step;
+          if constexpr (kFused) {
+            to = at[0] + FusedOffset32(a, 0, 0, lane0) +
+                 FusedOffset32(a, 0, 1, band0 + i * kBand0);
+          }
+          *reinterpret_cast<Out*>(to) = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
         }
       }
-      __syncthreads();
     }
-  }
+    __syncthreads();
+  });
 }
 
 // A 4-byte word of 1- or 2-byte elements.
@@ -295,112 +327,105 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
   uint32_t* words = reinterpret_cast<uint32_t*>(shared);
   // Staging, a warp reads a line's 32 words; computing, a warp takes a column's.
   const int lane = threadIdx.x % 32, band = threadIdx.x / 32;
-  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
-    int64_t batch_offset[N + 1];
-    BatchOffsets(a, b, batch_offset);
-    for (int64_t t1 = blockIdx.y * int64_t{T1}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T1) {
-      const int64_t t0 = blockIdx.x * int64_t{T0};
-      const int n0 = a.size[0] - t0 < T0 ? static_cast<int>(a.size[0] - t0) : T0;
-      const int n1 = a.size[1] - t1 < T1 ? static_cast<int>(a.size[1] - t1) : T1;
-      const bool full = n0 == T0 && n1 == T1;
-      char* at[N + 1];
+  ForEachTile<T0, T1>(a, [&](int64_t t0, int64_t t1, const int64_t (&batch_offset)[N + 1],
+                          int n0, int n1, bool full) {
+    char* at[N + 1];
 #pragma unroll
-      for (int k = 0; k <= N; ++k) {
-        at[k] = a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
-      }
+    for (int k = 0; k <= N; ++k) {
+      at[k] = TileStart(a, k, t0, t1, batch_offset);
+    }
 #pragma unroll
-      for (int k = 1; k <= N; ++k) {
-        if (a.staged[k] < 0) continue;
-        uint32_t* sh = words + a.staged[k] * kGroups * kRow;
-        const int32_t line = a.stride32[k][0];  // (held in a register, as in CastTileKernel)
+    for (int k = 1; k <= N; ++k) {
+      if (a.staged[k] < 0) continue;
+      uint32_t* sh = words + a.staged[k] * kGroups * kRow;
+      const int32_t line = a.stride32[k][0];  // (held in a register, as in CastTileKernel)
 #pragma unroll
-        for (int u = 0; u < kW1; ++u) {
-          const int col = T0 * u + P * lane;
-          // Lines P * g + h, g = band + 8 * i: every load of the pass issued first.
-          WordOf<S> w[4][P];
+      for (int u = 0; u < kW1; ++u) {
+        const int col = T0 * u + P * lane;
+        // Lines P * g + h, g = band + 8 * i: every load of the pass issued first.
+        WordOf<S> w[4][P];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 4; ++i) {
 #pragma unroll
-            for (int h = 0; h < P; ++h) {
-              const int r = P * (band + 8 * i) + h;
-              const char* p = at[k] + r * line + col * int{sizeof(S)};
-              if (full || (r < n0 && col + P <= n1)) {
-                w[i][h].u = *reinterpret_cast<const uint32_t*>(p);
-              } else {
-                w[i][h].u = 0;
+          for (int h = 0; h < P; ++h) {
+            const int r = P * (band + 8 * i) + h;
+            const char* p = at[k] + r * line + col * int{sizeof(S)};
+            if (full || (r < n0 && col + P <= n1)) {
+              w[i][h].u = *reinterpret_cast<const uint32_t*>(p);
+            } else {
+              w[i][h].u = 0;
 #pragma unroll
-                for (int e = 0; e < P; ++e) {
-                  if (r < n0 && col + e < n1) {
-                    w[i][h].e[e] = *reinterpret_cast<const S*>(p + e * int{sizeof(S)});
-                  }
+              for (int e = 0; e < P; ++e) {
+                if (r < n0 && col + e < n1) {
+                  w[i][h].e[e] = *reinterpret_cast<const S*>(p + e * int{sizeof(S)});
                 }
               }
             }
           }
+        }
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 4; ++i) {
 #pragma unroll
-            for (int c = 0; c < P; ++c) {
-              WordOf<S> t;
+          for (int c = 0; c < P; ++c) {
+            WordOf<S> t;
 #pragma unroll
-              for (int h = 0; h < P; ++h) t.e[h] = w[i][h].e[c];
-              sh[(band + 8 * i) * kRow + col + c] = t.u;
-            }
+            for (int h = 0; h < P; ++h) t.e[h] = w[i][h].e[c];
+            sh[(band + 8 * i) * kRow + col + c] = t.u;
           }
         }
       }
-      __syncthreads();
-      // Column c = band + 8 * i, word `lane` of it (dim-0 elements P * lane and on).
-      WordOf<S> x[N][kCols];
+    }
+    __syncthreads();
+    // Column c = band + 8 * i, word `lane` of it (dim-0 elements P * lane and on).
+    WordOf<S> x[N][kCols];
 #pragma unroll
-      for (int k = 1; k <= N; ++k) {
-        const int32_t line = a.stride32[k][1];
-#pragma unroll
-        for (int i = 0; i < kCols; ++i) {
-          const int c = band + 8 * i;
-          if (a.staged[k] >= 0) {
-            x[k - 1][i].u = words[a.staged[k] * kGroups * kRow + lane * kRow + c];
-            continue;
-          }
-          const char* p = at[k] + 4 * lane + c * line;
-          if (full || (P * lane + P <= n0 && c < n1)) {
-            x[k - 1][i].u = *reinterpret_cast<const uint32_t*>(p);
-          } else {
-            x[k - 1][i].u = 0;
-#pragma unroll
-            for (int e = 0; e < P; ++e) {
-              if (P * lane + e < n0 && c < n1) {
-                x[k - 1][i].e[e] = *reinterpret_cast<const S*>(p + e * int{sizeof(S)});
-              }
-            }
-          }
-        }
-      }
-      const int32_t out_line = a.stride32[0][1];
+    for (int k = 1; k <= N; ++k) {
+      const int32_t line = a.stride32[k][1];
 #pragma unroll
       for (int i = 0; i < kCols; ++i) {
         const int c = band + 8 * i;
-        WordOf<S> y;
-#pragma unroll
-        for (int e = 0; e < P; ++e) {
-          C v[N];
-#pragma unroll
-          for (int k = 0; k < N; ++k) v[k] = static_cast<C>(x[k][i].e[e]);
-          y.e[e] = Convert<S>(Call(f, v, std::make_index_sequence<N>{}));
+        if (a.staged[k] >= 0) {
+          x[k - 1][i].u = words[a.staged[k] * kGroups * kRow + lane * kRow + c];
+          continue;
         }
-        char* p = at[0] + 4 * lane + c * out_line;
+        const char* p = at[k] + 4 * lane + c * line;
         if (full || (P * lane + P <= n0 && c < n1)) {
-          *reinterpret_cast<uint32_t*>(p) = y.u;
+          x[k - 1][i].u = *reinterpret_cast<const uint32_t*>(p);
         } else {
+          x[k - 1][i].u = 0;
 #pragma unroll
           for (int e = 0; e < P; ++e) {
-            if (P * lane + e < n0 && c < n1) *reinterpret_cast<S*>(p + e * int{sizeof(S)}) = y.e[e];
+            if (P * lane + e < n0 && c < n1) {
+              x[k - 1][i].e[e] = *reinterpret_cast<const S*>(p + e * int{sizeof(S)});
+            }
           }
         }
       }
-      __syncthreads();
     }
-  }
+    const int32_t out_line = a.stride32[0][1];
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int c = band + 8 * i;
+      WordOf<S> y;
+#pragma unroll
+      for (int e = 0; e < P; ++e) {
+        C v[N];
+#pragma unroll
+        for (int k = 0; k < N; ++k) v[k] = static_cast<C>(x[k][i].e[e]);
+        y.e[e] = Convert<S>(Call(f, v, std::make_index_sequence<N>{}));
+      }
+      char* p = at[0] + 4 * lane + c * out_line;
+      if (full || (P * lane + P <= n0 && c < n1)) {
+        *reinterpret_cast<uint32_t*>(p) = y.u;
+      } else {
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+          if (P * lane + e < n0 && c < n1) *reinterpret_cast<S*>(p + e * int{sizeof(S)}) = y.e[e];
+        }
+      }
+    }
+    __syncthreads();
+  });
 }
 
 // Tiles whose one staged input is float16 or bfloat16 and whose output is float32 (a cast,
@@ -413,7 +438,7 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
 // accesses of a half warp meet 16 distinct bank pairs). The other input of a binary op (a
 // float32 read in place along dim 0) is loaded while the tile fills; the output, dense along
 // dim 0, is written a column pair at a time. The launcher checks that the staged input's
-// lines and batches start on 4-byte boundaries (PairedFits).
+// lines and batches start on 4-byte boundaries (LinesOnWords).
 template <typename TS, int N, int kStaged, typename F>
 __global__ void __launch_bounds__(256, 4) PairedTileKernel(F f, TileArgs<N + 1> a) {
   static_assert(sizeof(TS) == 2 && (N == 1 || N == 2) && kStaged >= 1 && kStaged <= N);
@@ -424,79 +449,70 @@ __global__ void __launch_bounds__(256, 4) PairedTileKernel(F f, TileArgs<N + 1> 
   // column pair, 4 pairs at a time.
   const int pair = tid % kPairs, pair_band = tid / kPairs;
   const int lane = tid % T, band = tid / T;
-  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
-    int64_t batch_offset[N + 1];
-    BatchOffsets(a, b, batch_offset);
-    for (int64_t t1 = blockIdx.y * int64_t{T}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T) {
-      const int64_t t0 = blockIdx.x * int64_t{T};
-      const int n0 = a.size[0] - t0 < T ? static_cast<int>(a.size[0] - t0) : T;
-      const int n1 = a.size[1] - t1 < T ? static_cast<int>(a.size[1] - t1) : T;
-      const bool full = n0 == T && n1 == T;
-      const char* in = a.base[kStaged] + t0 * a.stride[kStaged][0] +
-                       t1 * a.stride[kStaged][1] + batch_offset[kStaged];
-      const char* other = a.base[kOther] + t0 * a.stride[kOther][0] +
-                          t1 * a.stride[kOther][1] + batch_offset[kOther];
-      char* out = a.base[0] + t0 * a.stride[0][0] + t1 * a.stride[0][1] + batch_offset[0];
-      // The strides held in registers (as in CastTileKernel).
-      const int32_t in_line = a.stride32[kStaged][0];
+  ForEachTile<T, T>(a, [&](int64_t t0, int64_t t1, const int64_t (&batch_offset)[N + 1],
+                          int n0, int n1, bool full) {
+    const char* in = TileStart(a, kStaged, t0, t1, batch_offset);
+    char* out = TileStart(a, 0, t0, t1, batch_offset);
+    // The strides held in registers (as in CastTileKernel).
+    const int32_t in_line = a.stride32[kStaged][0];
+    const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
+    uint32_t q[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = pair_band + 8 * i;
+      const char* p = in + r * in_line + 4 * pair;
+      q[i] = 0;
+      if (full || (r < n0 && 2 * pair + 1 < n1)) {
+        q[i] = *reinterpret_cast<const uint32_t*>(p);
+      } else if (r < n0 && 2 * pair < n1) {
+        q[i] = *reinterpret_cast<const uint16_t*>(p);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      TS lo, hi;
+      lo.bits = static_cast<uint16_t>(q[i]);
+      hi.bits = static_cast<uint16_t>(q[i] >> 16);
+      pairs[pair_band + 8 * i][pair] = make_float2(Convert<float>(lo), Convert<float>(hi));
+    }
+    // The other input of a binary op at line `lane`, columns 2j and 2j + 1 for the pairs
+    // j = band + 4 * i this thread computes, read while the tile fills.
+    float o[16];
+    if constexpr (N == 2) {
+      const char* other = TileStart(a, kOther, t0, t1, batch_offset);
       const int32_t other_step = a.stride32[kOther][0], other_line = a.stride32[kOther][1];
-      const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
-      uint32_t q[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int r = pair_band + 8 * i;
-        const char* p = in + r * in_line + 4 * pair;
-        q[i] = 0;
-        if (full || (r < n0 && 2 * pair + 1 < n1)) {
-          q[i] = *reinterpret_cast<const uint32_t*>(p);
-        } else if (r < n0 && 2 * pair < n1) {
-          q[i] = *reinterpret_cast<const uint16_t*>(p);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        TS lo, hi;
-        lo.bits = static_cast<uint16_t>(q[i]);
-        hi.bits = static_cast<uint16_t>(q[i] >> 16);
-        pairs[pair_band + 8 * i][pair] = make_float2(Convert<float>(lo), Convert<float>(hi));
-      }
-      // The other input of a binary op at line `lane`, columns 2j and 2j + 1 for the pairs
-      // j = band + 4 * i this thread computes, read while the tile fills.
-      float o[16];
-      if constexpr (N == 2) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int j = band + 4 * i;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            o[2 * i + h] = full || (lane < n0 && 2 * j + h < n1)
-                               ? *reinterpret_cast<const float*>(other + lane * other_step +
-                                                                 (2 * j + h) * other_line)
-                               : 0.0f;
-          }
-        }
-      }
-      __syncthreads();
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int j = band + 4 * i;
-        const float2 v = pairs[lane][j];
-        const float staged[2] = {v.x, v.y};
-        char* p = out + lane * out_step + 2 * j * out_line;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float y = staged[h];
-          if constexpr (N == 2) {
-            y = kStaged == 1 ? f(staged[h], o[2 * i + h]) : f(o[2 * i + h], staged[h]);
-          } else {
-            y = f(y);
-          }
-          if (full || (lane < n0 && 2 * j + h < n1)) *reinterpret_cast<float*>(p + h * out_line) = y;
+          o[2 * i + h] = full || (lane < n0 && 2 * j + h < n1)
+                             ? *reinterpret_cast<const float*>(other + lane * other_step +
+                                                               (2 * j + h) * other_line)
+                             : 0.0f;
         }
       }
-      __syncthreads();
     }
-  }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int j = band + 4 * i;
+      const float2 v = pairs[lane][j];
+      const float staged[2] = {v.x, v.y};
+      char* p = out + lane * out_step + 2 * j * out_line;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float y = staged[h];
+        if constexpr (N == 2) {
+          y = kStaged == 1 ? f(staged[h], o[2 * i + h]) : f(o[2 * i + h], staged[h]);
+        } else {
+          y = f(y);
+        }
+        if (full || (lane < n0 && 2 * j + h < n1)) *reinterpret_cast<float*>(p + h * out_line) = y;
+      }
+    }
+    __syncthreads();
+  });
 }
 
 // Casts through 64 x 64 tiles typed for the pair of dtypes: float32 to float16 or bfloat16,
@@ -506,7 +522,7 @@ __global__ void __launch_bounds__(256, 4) PairedTileKernel(F f, TileArgs<N + 1> 
 // of a tile issued first; the output is dense along dim 0. A 2-byte output is written two
 // elements a thread in 4-byte words, from a tile of float pairs along dim 0 (pairs[j][i1]:
 // dim-0 elements 2j and 2j + 1 of column i1) that a thread fills two lines at a time; the
-// launcher checks that its lines and batches start on 4-byte boundaries (PairedFits).
+// launcher checks that its lines and batches start on 4-byte boundaries (LinesOnWords).
 template <typename TI, typename TO>
 __global__ void __launch_bounds__(256, 4) CastTileKernel(TileArgs<2> a) {
   static_assert(sizeof(TI) == 4 && (sizeof(TO) == 2 || sizeof(TO) == 4));
@@ -519,64 +535,57 @@ __global__ void __launch_bounds__(256, 4) CastTileKernel(TileArgs<2> a) {
   // 32 threads a column, a pair each, 8 columns at a time.
   const int lane = tid % T, band = tid / T;
   const int pair = tid % kPairs, pair_band = tid / kPairs;
-  for (int64_t b = blockIdx.z; b < a.batches; b += gridDim.z) {
-    int64_t batch_offset[2];
-    BatchOffsets(a, b, batch_offset);
-    for (int64_t t1 = blockIdx.y * int64_t{T}; t1 < a.size[1]; t1 += int64_t{gridDim.y} * T) {
-      const int64_t t0 = blockIdx.x * int64_t{T};
-      const int n0 = a.size[0] - t0 < T ? static_cast<int>(a.size[0] - t0) : T;
-      const int n1 = a.size[1] - t1 < T ? static_cast<int>(a.size[1] - t1) : T;
-      const bool full = n0 == T && n1 == T;
-      const char* in = a.base[1] + t0 * a.stride[1][0] + t1 * a.stride[1][1] + batch_offset[1];
-      char* out = a.base[0] + t0 * a.stride[0][0] + t1 * a.stride[0][1] + batch_offset[0];
-      // The strides held in registers: read from the arguments inside the loops, they made
-      // these kernels 6-7% slower.
-      const int32_t in_line = a.stride32[1][0], in_step = a.stride32[1][1];
-      const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
-      // Line r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i.
-      TI q[16];
+  ForEachTile<T, T>(a, [&](int64_t t0, int64_t t1, const int64_t (&batch_offset)[2],
+                          int n0, int n1, bool full) {
+    const char* in = TileStart(a, 1, t0, t1, batch_offset);
+    char* out = TileStart(a, 0, t0, t1, batch_offset);
+    // The strides held in registers: read from the arguments inside the loops, they made
+    // these kernels 6-7% slower.
+    const int32_t in_line = a.stride32[1][0], in_step = a.stride32[1][1];
+    const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
+    // Line r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i.
+    TI q[16];
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i;
-        q[i] = full || (r < n0 && lane < n1)
-                   ? *reinterpret_cast<const TI*>(in + r * in_line + lane * in_step)
-                   : TI{};
-      }
-      if constexpr (kPairOut) {
+    for (int i = 0; i < 16; ++i) {
+      const int r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i;
+      q[i] = full || (r < n0 && lane < n1)
+                 ? *reinterpret_cast<const TI*>(in + r * in_line + lane * in_step)
+                 : TI{};
+    }
+    if constexpr (kPairOut) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          tile[band + 4 * i][lane] =
-              make_float2(Convert<float>(q[2 * i]), Convert<float>(q[2 * i + 1]));
-        }
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int c = pair_band + 8 * i;
-          const float2 v = tile[pair][c];
-          const TO lo = Convert<TO>(v.x), hi = Convert<TO>(v.y);
-          char* p = out + 4 * pair + c * out_line;
-          if (full || (c < n1 && 2 * pair + 1 < n0)) {
-            *reinterpret_cast<uint32_t*>(p) =
-                static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
-          } else if (c < n1 && 2 * pair < n0) {
-            *reinterpret_cast<TO*>(p) = lo;
-          }
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < 16; ++i) tile[band + 4 * i][lane] = Convert<TO>(q[i]);
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int c = band + 4 * i;
-          if (full || (lane < n0 && c < n1)) {
-            *reinterpret_cast<TO*>(out + lane * out_step + c * out_line) = tile[lane][c];
-          }
-        }
+      for (int i = 0; i < 8; ++i) {
+        tile[band + 4 * i][lane] =
+            make_float2(Convert<float>(q[2 * i]), Convert<float>(q[2 * i + 1]));
       }
       __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = pair_band + 8 * i;
+        const float2 v = tile[pair][c];
+        const TO lo = Convert<TO>(v.x), hi = Convert<TO>(v.y);
+        char* p = out + 4 * pair + c * out_line;
+        if (full || (c < n1 && 2 * pair + 1 < n0)) {
+          *reinterpret_cast<uint32_t*>(p) =
+              static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
+        } else if (c < n1 && 2 * pair < n0) {
+          *reinterpret_cast<TO*>(p) = lo;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) tile[band + 4 * i][lane] = Convert<TO>(q[i]);
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int c = band + 4 * i;
+        if (full || (lane < n0 && c < n1)) {
+          *reinterpret_cast<TO*>(out + lane * out_step + c * out_line) = tile[lane][c];
+        }
+      }
     }
-  }
+    __syncthreads();
+  });
 }
 
 }  // namespace tc::cuda
