@@ -10,6 +10,8 @@
 //   tensorcompute-row-kernel-bench --waves erf f64
 //                                             also grids capped at 4, 16, 32 and 64 rounds of
 //                                             resident blocks, each thread looping over its packs
+//   tensorcompute-row-kernel-bench add_rows_unaligned
+//                                             the peeled rows of misaligned outputs alone
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -183,6 +185,61 @@ void RunWhere(const char* type, const Buffers& b, char* cond, float copy_ms) {
   TimeWhere<S, 4>(name, b, cond, copy_ms);
 }
 
+// x[:, :8189] + y over [8192, 8189] (x [8192, 8192], y and the output dense): every output
+// row starts elsewhere against a 16-byte boundary, as in the matrix's rowslice group.
+// PeeledRowKernel over packs a thread and block sizes; % of copy against a copy of the
+// output's bytes, times 1.5 (three operands' bytes against a copy's two).
+template <typename S, int U>
+void TimePeeled(const std::string& name, const Buffers& b, int threads, float copy_ms) {
+  constexpr int V = 16 / sizeof(S);
+  const int64_t m = 8192, cols = m - 3;
+  RowArgs<3> a{};
+  a.rows = m;
+  a.inner_rows = m;
+  a.cols = cols;
+  a.base[0] = b.out;
+  a.base[1] = b.in[0];
+  a.base[2] = b.in[1];
+  a.row_stride[0] = cols * sizeof(S);
+  a.row_stride[1] = m * sizeof(S);
+  a.row_stride[2] = cols * sizeof(S);
+  for (int k = 0; k < 3; ++k) {
+    a.step[k] = sizeof(S);
+    a.dtype[k] = DTypeOf<S>();
+    a.access[k] = k == 1 ? Access::kVector : Access::kStrided;
+  }
+  const int64_t packs = cols / V;
+  int tx = 1;
+  while (tx < threads && tx < (packs + U - 1) / U) tx *= 2;
+  const dim3 block(tx, threads / tx);
+  const dim3 grid(static_cast<unsigned>((packs + int64_t{tx} * U - 1) / (int64_t{tx} * U)),
+                  static_cast<unsigned>((m + block.y - 1) / block.y));
+  const AddOp f{1.0};
+  const float ms = MedianMs([&] { PeeledRowKernel<S, 2, V, U><<<grid, block>>>(f, a); });
+  cudaFuncAttributes attr{};
+  Check(cudaFuncGetAttributes(&attr, PeeledRowKernel<S, 2, V, U, AddOp>), "cudaFuncGetAttributes");
+  std::printf("%-22s V=%2d U=%d threads=%3d registers=%3d  %.4f ms  %5.1f%% of copy\n",
+              name.c_str(), V, U, threads, attr.numRegs, ms, 100.0 * copy_ms * 1.5 / ms);
+}
+
+template <typename S>
+void RunPeeled(const char* type, const Buffers& b) {
+  const std::string name = std::string("add_rows_unaligned ") + type;
+  if (!Selected(name)) return;
+  const int64_t m = 8192;
+  for (int k = 0; k < 2; ++k) {
+    FillKernel<S><<<1024, 256>>>(reinterpret_cast<S*>(b.in[k]), m * m, -50, 50);
+  }
+  const float copy_ms = MedianMs([&] {
+    cudaMemcpyAsync(b.out, b.in[1], m * (m - 3) * sizeof(S), cudaMemcpyDeviceToDevice);
+  });
+  for (int threads : {128, 256}) {
+    TimePeeled<S, 1>(name, b, threads, copy_ms);
+    TimePeeled<S, 2>(name, b, threads, copy_ms);
+    TimePeeled<S, 4>(name, b, threads, copy_ms);
+  }
+}
+
 int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--waves") == 0) {
@@ -276,6 +333,8 @@ int Main(int argc, char** argv) {
   Run<uint8_t, 2>("quantized_add", "u8", QAddOp{0.05f, 3, 0.1f, 2, 5, 1, 0, 255}, byte, 0, 256,
                   copy1);
   Run<bool, 1>("logical_not", "bool", LogicalNotOp{}, byte, 0, 2, copy1);
+  RunPeeled<int8_t>("i8", narrow);
+  RunPeeled<Half>("f16", narrow);
   char* cond = nullptr;
   Check(cudaMalloc(&cond, int64_t{1} << 26), "cudaMalloc");
   RunWhere<int8_t>("i8", byte, cond, copy1);

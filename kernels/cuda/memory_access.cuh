@@ -38,24 +38,15 @@ __device__ __forceinline__ void StoreAs(DType t, char* p, R r) {
   });
 }
 
-// B consecutive bytes (B = 8 or 16) from p at any alignment, by aligned accesses of B bytes:
-// the two aligned blocks the range straddles (the same one twice where p is aligned), put
-// together by selects and funnel shifts. Both blocks hold bytes of [p, p + B), so nothing is
-// read from an aligned block the range does not touch; no branch, so that a kernel issues
-// every chunk's loads before the first use. A warp whose threads take consecutive ranges
-// makes whole-sector accesses (element by element, a thread 16 bytes from the next, it made
-// eight to sixteen times as many L1 requests as bytes needed).
-template <int B>
-__device__ __forceinline__ void LoadUnaligned(const char* p, uint32_t (&out)[B / 4]) {
+// The B bytes (B = 8 or 16) that start `off` bytes into block x and run on into block y,
+// the next B bytes of memory (0 <= off < B), by selects and funnel shifts: no branch.
+template <int B, typename Block>
+__device__ __forceinline__ void ShiftDown(Block x, Block y, int off,
+                                          uint32_t (&out)[B / 4]) {
   static_assert(B == 8 || B == 16);
-  using Block = std::conditional_t<B == 16, uint4, uint2>;
+  static_assert(sizeof(Block) == B);
   constexpr int M = B / 4;
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  const int off = static_cast<int>(at % B);
-  const Block* lo = reinterpret_cast<const Block*>(at - off);
-  const Block* hi = lo + (off != 0 ? 1 : 0);
   uint32_t w[2 * M];
-  const Block x = *lo, y = *hi;
   memcpy(w, &x, B);
   memcpy(w + M, &y, B);
   // Down by off / 4 words (selects, one bit of it at a time), then by the bytes left.
@@ -68,6 +59,25 @@ __device__ __forceinline__ void LoadUnaligned(const char* p, uint32_t (&out)[B /
   const int sh = (off % 4) * 8;
 #pragma unroll
   for (int i = 0; i < M; ++i) out[i] = __funnelshift_r(w[i], w[i + 1], sh);
+}
+
+// B consecutive bytes (B = 8 or 16) from p at any alignment, by aligned accesses of B bytes:
+// the two aligned blocks the range straddles (the same one twice where p is aligned), put
+// together by ShiftDown. Both blocks hold bytes of [p, p + B), so nothing is read from an
+// aligned block the range does not touch; no branch, so that a kernel issues every chunk's
+// loads before the first use. A warp whose threads take consecutive ranges makes
+// whole-sector accesses (element by element, a thread 16 bytes from the next, it made eight
+// to sixteen times as many L1 requests as bytes needed).
+template <int B>
+__device__ __forceinline__ void LoadUnaligned(const char* p, uint32_t (&out)[B / 4]) {
+  static_assert(B == 8 || B == 16);
+  using Block = std::conditional_t<B == 16, uint4, uint2>;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const int off = static_cast<int>(at % B);
+  const Block* lo = reinterpret_cast<const Block*>(at - off);
+  const Block* hi = lo + (off != 0 ? 1 : 0);
+  const Block x = *lo, y = *hi;
+  ShiftDown<B>(x, y, off, out);
 }
 
 template <typename F, typename C, size_t... I>
