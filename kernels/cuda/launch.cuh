@@ -483,6 +483,49 @@ bool LaunchPeeledRows(const F& f, const Plan& plan, char* const* base, const Lau
   }
 }
 
+// A float32 add, sub, mul or div over a float16/bfloat16 input and a float32 one, both dense
+// along the row, into a float32 output dense along the row but not aligned for packs:
+// PeeledPairRowKernel; false (nothing launched) for anything else.
+template <typename S, int N, typename F>
+bool LaunchPeeledPairRows(const F& f, const Plan& plan, const RowArgs<N + 1>& ra,
+                          const LaunchEnv& env) {
+  if constexpr (N == 2 && std::is_same_v<S, float> &&
+                (kConvertingTiles<F> & DTypeBit(DType::kFloat32)) != 0) {
+    using R = decltype(ResultOf<F, float>(std::make_index_sequence<N>{}));
+    if constexpr (std::is_same_v<R, float>) {
+      if (plan.dtypes[0] != DType::kFloat32 || ra.step[0] != 4) return false;
+      for (int k = 1; k <= 2; ++k) {
+        if (ra.access[k] == Access::kBroadcast || ra.step[k] != ItemSize(plan.dtypes[k])) {
+          return false;
+        }
+      }
+      constexpr int kE = 8, kU = 2;
+      dim3 grid, block;
+      RowGrid(ra.rows, std::max<int64_t>(1, ra.cols / kE), kU, &grid, &block, 128, 32);
+      const DType a = plan.dtypes[1], b = plan.dtypes[2];
+      const auto launch = [&](auto ta, auto tb) {
+        using TA = typename decltype(ta)::type;
+        using TB = typename decltype(tb)::type;
+        PeeledPairRowKernel<TA, TB, kE, kU><<<grid, block, 0, env.stream>>>(f, ra);
+      };
+      if (b == DType::kFloat32 && a == DType::kBFloat16) {
+        launch(TypeTag<BFloat16>{}, TypeTag<float>{});
+      } else if (b == DType::kFloat32 && a == DType::kFloat16) {
+        launch(TypeTag<Half>{}, TypeTag<float>{});
+      } else if (a == DType::kFloat32 && b == DType::kBFloat16) {
+        launch(TypeTag<float>{}, TypeTag<BFloat16>{});
+      } else if (a == DType::kFloat32 && b == DType::kFloat16) {
+        launch(TypeTag<float>{}, TypeTag<Half>{});
+      } else {
+        return false;
+      }
+      return true;
+    }
+  }
+  (void)f, (void)plan, (void)ra, (void)env;
+  return false;
+}
+
 // where with a bool condition and values of the output's dtype: WhereRowKernel, one chunk a
 // thread (H200, 2^26 elements: 104-113% of copy with one, two or four for every element
 // size; fewer registers with one).
@@ -530,7 +573,8 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
   dim3 grid, block;
   RowGrid(ra.rows, (ra.cols + kE - 1) / kE, kU, &grid, &block);
   // Outputs whose rows are not aligned for vector stores: rows of 1- and 2-byte types that
-  // RowKernel peels (LaunchPeeledRows) go there; the rest are written spread (coalesced
+  // PeeledRowKernel takes (LaunchPeeledRows), and float32 ops over a 2-byte float and a
+  // float32 (LaunchPeeledPairRows), go there; the rest are written spread (coalesced
   // across a warp): for compute types of 4 and 8 bytes with any operand dtypes (a float32
   // row slice at 99% of copy instead of 36%), for narrower ones where every operand has the
   // op's own dtype (float16 row slices 31% -> 59% on the H100), which keeps their second
@@ -553,6 +597,7 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
   }
   if (ra.access[0] == Access::kStrided) {
     if (same_types && LaunchPeeledRows<S, N>(f, plan, base, env)) return CheckLaunch();
+    if (!same_types && LaunchPeeledPairRows<S, N>(f, plan, ra, env)) return CheckLaunch();
     if constexpr (sizeof(S) >= 4) {
       SpreadRowKernel<S, N, kE, kU, false><<<grid, block, 0, env.stream>>>(f, ra);
       return CheckLaunch();

@@ -817,13 +817,14 @@ TEST_F(CudaBackendTest, RunsTheKernelThePlanNames) {
 
 // Row slices x[:, s:s + cols] beside contiguous operands and outputs, every row start aligned
 // differently (rows of every length from one element to several blocks' worth, 1- to 8-byte
-// types, a cast between dtypes, a broadcast row and a 0-dim operand): the row kernels, bit
-// for bit the CPU's result.
+// types, mixed with float32 on either side, a broadcast row and a 0-dim operand): the row
+// kernels, bit for bit the CPU's result.
 TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
   uint64_t x = testing::TestSeed() ^ 0x5e1ull;
   CpuBackend cpu_backend;
   constexpr int64_t R = 37;
-  for (const DType t : {DType::kInt8, DType::kFloat16, DType::kFloat32, DType::kFloat64}) {
+  for (const DType t : {DType::kInt8, DType::kFloat16, DType::kBFloat16, DType::kFloat32,
+                        DType::kFloat64}) {
     for (const int64_t cols : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{1000}, int64_t{4099}}) {
       const int64_t wide = cols + 5;
       const std::vector<std::byte> a = RandomBytes(t, R * wide, x), b = RandomBytes(t, R * cols, x);
@@ -852,6 +853,8 @@ TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
                          {sliced, view(t, b, {}, {}, 0)}, {}});
         cases.push_back({absl::StrCat("slice at ", s, " * float32 slice at 2"), "mul",
                          {sliced, view(DType::kFloat32, f, {R, cols}, {wide, 1}, 2)}, {}});
+        cases.push_back({absl::StrCat("float32 slice at ", s, " - slice at ", s), "sub",
+                         {view(DType::kFloat32, f, {R, cols}, {wide, 1}, s), sliced}, {}});
         cases.push_back({absl::StrCat("slice at ", s, " reversed rows"), "add",
                          {view(t, a, {R, cols}, {-wide, 1}, (R - 1) * wide + s),
                           view(t, b, {R, cols}, {cols, 1}, 0)}, {}});
