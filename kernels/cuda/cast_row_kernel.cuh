@@ -252,16 +252,13 @@ __global__ void __launch_bounds__(256) PeeledPairRowKernel(F f, RowArgs<3> a) {
        r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
     char* row[3];
     RowStarts(a, r, row);
-    const auto misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(row[0]) % 16);
-    const int64_t to_boundary = ((16 - misaligned) % 16) / static_cast<int>(sizeof(float));
-    const int64_t head = to_boundary < a.cols ? to_boundary : a.cols;
-    const int64_t chunks = (a.cols - head) / E;
-    const int64_t body = chunks * E;
-    row[0] += head * int64_t{sizeof(float)};
-    row[1] += head * int64_t{sizeof(TA)};
-    row[2] += head * int64_t{sizeof(TB)};
-    const bool extra = t0 < a.cols - body;
-    const int64_t e = t0 < head ? t0 - head : body + (t0 - head);
+    const PeeledRow peel = PeelRow<float>(row[0], a.cols, E);
+    const int64_t chunks = peel.runs;
+    row[0] += peel.head * int64_t{sizeof(float)};
+    row[1] += peel.head * int64_t{sizeof(TA)};
+    row[2] += peel.head * int64_t{sizeof(TB)};
+    const bool extra = t0 < a.cols - peel.body;
+    const int64_t e = peel.Extra(t0);
     float ea = 0, eb = 0;
     if (extra) {
       ea = ToCompute<float>(*reinterpret_cast<const TA*>(row[1] + e * int64_t{sizeof(TA)}));

@@ -179,17 +179,14 @@ __global__ void __launch_bounds__(256) PeeledRowKernel(F f, RowArgs<N + 1> a) {
        r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
     char* row[N + 1];
     RowStarts(a, r, row);
-    const auto misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(row[0]) % 16);
-    const int64_t to_boundary = ((16 - misaligned) % 16) / static_cast<int>(sizeof(S));
-    const int64_t head = to_boundary < a.cols ? to_boundary : a.cols;
-    const int64_t packs = (a.cols - head) / V;
-    const int64_t body = packs * V;
+    const PeeledRow peel = PeelRow<Out>(row[0], a.cols, V);
+    const int64_t packs = peel.runs;
 #pragma unroll
-    for (int k = 0; k <= N; ++k) row[k] += head * a.step[k];
+    for (int k = 0; k <= N; ++k) row[k] += peel.head * a.step[k];
     // The elements outside the packs (at most 2V - 2), one a thread of the row's first ones:
     // loaded before the packs' loads and stored after them, so that they wait together.
-    const bool extra = t0 < a.cols - body;
-    const int64_t e = t0 < head ? t0 - head : body + (t0 - head);
+    const bool extra = t0 < a.cols - peel.body;
+    const int64_t e = peel.Extra(t0);
     C ev[N];
     if (extra) {
 #pragma unroll

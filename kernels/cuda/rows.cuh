@@ -84,4 +84,29 @@ __device__ __forceinline__ void RowStarts(const DeepRowArgs<kOps>& a, int64_t r,
   }
 }
 
+// A row of the peeled row kernels (PeeledRowKernel, PeeledPairRowKernel), taken from its
+// output's first 16-byte boundary on: `head` elements before it (the whole row where shorter),
+// then `runs` whole runs of `run` elements, `body` in all, then the tail.
+struct PeeledRow {
+  int64_t head;
+  int64_t runs;
+  int64_t body;
+  // Thread t's element outside the runs (for t < cols - body), counted from the boundary:
+  // the head's before it, the tail's after the body.
+  __device__ __forceinline__ int64_t Extra(int64_t t) const {
+    return t < head ? t - head : body + (t - head);
+  }
+};
+
+template <typename Out>
+__device__ __forceinline__ PeeledRow PeelRow(const char* out_row, int64_t cols, int run) {
+  const auto misaligned = static_cast<int>(reinterpret_cast<uintptr_t>(out_row) % 16);
+  const int64_t to_boundary = ((16 - misaligned) % 16) / static_cast<int>(sizeof(Out));
+  PeeledRow p;
+  p.head = to_boundary < cols ? to_boundary : cols;
+  p.runs = (cols - p.head) / run;
+  p.body = p.runs * run;
+  return p;
+}
+
 }  // namespace tc::cuda
