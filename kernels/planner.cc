@@ -300,7 +300,8 @@ int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides,
   }
   if (fuse0 && outer0 < 0) return 0;
   // Offsets within a tile fit 32 bits: every stride of the tile dims within 2^23 bytes; where
-  // they are fused, what a 16 x 256 tile spans along the four dims within 2^31.
+  // they are fused, what a tile of either fused shape (16 x 256, 128 x 32) spans along the
+  // four dims within 2^31.
   for (int k = 0; k < num_operands; ++k) {
     if (!fuse0) {
       for (int d : {0, dim}) {
@@ -319,10 +320,12 @@ int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides,
     for (int d : {0, dim, outer0, outer1}) {
       if (d >= 0 && std::abs(stride(k, d)) >= (int64_t{1} << 31)) return 0;
     }
-    const auto [a0, b0] = span(0, sizes[0], 16, outer0);
-    const auto [a1, b1] = span(dim, outer1 >= 0 ? sizes[dim] : 256, 256, outer1);
-    const int64_t reach = a0 + b0 + a1 + b1;  // each under 2^39: no overflow
-    if (reach >= (int64_t{1} << 31)) return 0;
+    for (const auto& [side0, side1] : {std::pair{16, 256}, std::pair{128, 32}}) {
+      const auto [a0, b0] = span(0, sizes[0], side0, outer0);
+      const auto [a1, b1] = span(dim, outer1 >= 0 ? sizes[dim] : side1, side1, outer1);
+      const int64_t reach = a0 + b0 + a1 + b1;  // each under 2^39: no overflow
+      if (reach >= (int64_t{1} << 31)) return 0;
+    }
   }
   // Tiles of 16 to 64 along dim 0, at most 2^31 - 1 of them.
   if (sizes[0] * (fuse0 ? sizes[outer0] : 1) / 16 >= INT32_MAX) return 0;

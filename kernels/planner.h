@@ -133,7 +133,7 @@ struct Plan {
   // kTiles, tile dim j (0 or 1) fused from two plan dims: plan dim j, a power of two long,
   // inside plan dim fused[j] (-1 where dim j alone is the tile dim). Any kernel may walk the
   // plan's dims as they are; the fusing is the CUDA tile kernel's: an output dense along only
-  // 8 elements (a rank-7 permutation) still gets tiles 16 deep, written in whole runs.
+  // 8 elements (a rank-7 permutation) still gets tiles 16 or 128 deep, written in whole runs.
   int8_t fused[2] = {-1, -1};
 };
 
@@ -180,7 +180,8 @@ struct Iteration : IterationDims {
 // power of two), tile dim 0 fuses them with the output's fastest other dim, and tile dim 1,
 // shorter than 256 and a power of two, with the dim its staged inputs' run goes on in: dims
 // end as [inner 0, inner 1, outer 0, outer 1 (if fused), batch...] and fused[j] names outer j
-// (Plan::fused). What a 16 x 256 tile spans along the four dims within 2^31 bytes.
+// (Plan::fused). What a tile of the CUDA kernel's fused shapes (16 x 256, 128 x 32) spans
+// along the four dims within 2^31 bytes.
 int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides, int rank,
                    const int64_t* item, int max_staged, int8_t* staged, int8_t* fused);
 

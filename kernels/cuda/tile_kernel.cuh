@@ -129,8 +129,9 @@ constexpr int TilePad() {
 // are converted from and to their dtypes (TileArgs::dtype), each visited once per loop of
 // accesses; that kernel is built only where kConvertingTiles says (casts; float32 add, sub,
 // mul and div), the build time of one more kernel for every op and type being what it is.
-// kFused: tile dims fused from two plan dims each (TileArgs::bits), for tiles 16 deep of the
-// op's own types only; T0 a multiple of dim 0's inner size, T1 of dim 1's or a divisor.
+// kFused: tile dims fused from two plan dims each (TileArgs::bits), for tiles 16 x 256 and
+// 128 x 32 of the op's own types only; T0 a multiple of dim 0's inner size, T1 of dim 1's or
+// a divisor.
 template <typename S, int N, int T0, int T1, bool kSame, bool kFused, typename F>
 __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   static_assert(!kFused || kSame);

@@ -512,7 +512,7 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
   CpuBackend cpu_backend;
   for (const DType t : {DType::kUInt8, DType::kFloat16, DType::kInt32, DType::kFloat32, DType::kFloat64}) {
     const int64_t item = ItemSize(t);
-    constexpr int64_t kStorage = 3 * 4 * 5 * 5 * 2 * 3 * 16 + 1;  // the largest view below, and one
+    constexpr int64_t kStorage = 8 * 129 * 3 * 16 + 1;  // the largest view below, and one
     const std::vector<std::byte> a = random_bytes(t, kStorage), b = random_bytes(t, kStorage);
     const auto view = [&](const std::vector<std::byte>& s, DimVector shape, DimVector strides, int64_t offset) {
       return TensorView{t, std::move(shape), std::move(strides), offset, s.data(),
@@ -562,6 +562,14 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
         {"rank 5, fused tile dims, one reversed",
          {view(b, {32, 5, 3, 4, 8}, {1, 128, -5120, 32, 640}, 2 * 5120),
           view(a, {32, 5, 3, 4, 8}, {480, 96, 32, 8, 1}, 1)},
+         {},
+         true},
+        // A [8, 129, 3, 16] storage permuted (3, 2, 1, 0): the output dense along 8, fused
+        // with the 129 to 1032 lines (4-byte types: tiles 128 deep, the last of them 8 lines);
+        // tile dim 1 the input's 16 with the 3 its run goes on in (partial tiles of 32).
+        {"rank 4, fused tile dims 128 deep",
+         {view(a, {16, 3, 129, 8}, {1, 16, 48, 6192}, 1),
+          view(b, {16, 3, 129, 8}, {3096, 1032, 8, 1}, 0)},
          {},
          true},
         // Lines a multiple of 4 bytes long: 1- and 2-byte types take the word tiles (the
