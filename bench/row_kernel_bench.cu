@@ -1,5 +1,5 @@
 // The CUDA row kernel alone, over the packs a thread keeps in flight (U) and the block size:
-// what the per-op choices (kLongMath, kRowPacks in kernels/ops/op_spec.h) and the row grid
+// what the per-op choices (kLongMath, kRowPacks, kRowOnePass in kernels/ops/op_spec.h) and the row grid
 // (kernels/cuda/launch.cuh) were measured with. 2^26 elements of every type in one dense row,
 // values uniform in [-4, 4] (log in [0.01, 4]; integers in [0, 100)); each launch timed with
 // events, the median of 30 after 3 warm-up launches, beside a device copy of one operand's
@@ -12,6 +12,8 @@
 //                                             resident blocks, each thread looping over its packs
 //   tensorcompute-row-kernel-bench add_rows_unaligned
 //                                             the peeled rows of misaligned outputs alone
+// Floating ops also in the one-pass kernel (OnePassRowKernel) at 1, 2 and 4 packs a thread
+// (lines ending "one pass").
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -108,6 +110,31 @@ void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads,
               grid_note);
 }
 
+// OnePassRowKernel (kRowOnePass): a thread for every U packs, 128-thread blocks, no loop.
+template <typename S, int N, int U, typename F>
+void TimeOnePass(const std::string& name, const F& f, const Buffers& b, float copy_ms) {
+  constexpr int V = static_cast<int>(16 / sizeof(S));
+  const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
+  RowArgs<N + 1> a{};
+  a.rows = 1;
+  a.inner_rows = 1;
+  a.cols = n;
+  a.base[0] = b.out;
+  for (int k = 0; k < N; ++k) a.base[k + 1] = b.in[k];
+  for (int k = 0; k <= N; ++k) {
+    a.step[k] = sizeof(S);
+    a.dtype[k] = DTypeOf<S>();
+    a.access[k] = Access::kVector;
+  }
+  const int64_t per_block = int64_t{V} * U * 128;
+  const dim3 grid(static_cast<unsigned>((n + per_block - 1) / per_block), 1);
+  const float ms = MedianMs([&] { OnePassRowKernel<S, N, V, U><<<grid, 128>>>(f, a); });
+  cudaFuncAttributes attr{};
+  Check(cudaFuncGetAttributes(&attr, OnePassRowKernel<S, N, V, U, F>), "cudaFuncGetAttributes");
+  std::printf("%-22s V=%2d U=%d threads=128 registers=%3d  %.4f ms  %5.1f%% of copy one pass\n",
+              name.c_str(), V, U, attr.numRegs, ms, 100.0 * copy_ms * (N + 1) / 2 / ms);
+}
+
 template <typename S, int N, typename F>
 void Run(const char* op, const char* type, const F& f, const Buffers& b, float lo, float hi,
          float copy_ms) {
@@ -130,6 +157,11 @@ void Run(const char* op, const char* type, const F& f, const Buffers& b, float l
       TimeOne<S, N, 2, static_cast<int>(8 / sizeof(S))>(name, f, b, threads, copy_ms);
       TimeOne<S, N, 1, static_cast<int>(4 / sizeof(S))>(name, f, b, threads, copy_ms);
     }
+  }
+  if constexpr (IsFloating(DTypeOf<S>()) && !RowPacks<S, N, 16 / sizeof(S), F>::kWords) {
+    TimeOnePass<S, N, 1>(name, f, b, copy_ms);
+    TimeOnePass<S, N, 2>(name, f, b, copy_ms);
+    TimeOnePass<S, N, 4>(name, f, b, copy_ms);
   }
   if (!g_waves) return;
   for (int waves : {4, 16, 32, 64}) {

@@ -424,6 +424,20 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   }
   // Rows over more than two dims: binary ops only (the planner's rule), every operand aligned.
   if (N != 2 && deep) return false;
+  // One pass where the op's form states it (kRowOnePass) and the grid covers every row and
+  // pack: rows of two dims, aligned operands.
+  constexpr int kOnePassU = kRowOnePass<F>.For(sizeof(S), IsFloating(DTypeOf<S>()));
+  if constexpr (kOnePassU > 0) {
+    if (!shifted && !deep && RowOnePassTakes(f, sizeof(S))) {
+      dim3 grid, block;
+      RowGrid(ra.rows, ra.cols / kV, kOnePassU, &grid, &block, 128);
+      if (int64_t{grid.y} * block.y >= ra.rows &&
+          int64_t{grid.x} * block.x * kOnePassU >= ra.cols / kV) {
+        OnePassRowKernel<S, N, kV, kOnePassU><<<grid, block, 0, env.stream>>>(f, ra);
+        return true;
+      }
+    }
+  }
   // Packs per thread: where an op states its own (kRowPacks) that; else two for 4- and
   // 8-byte types, four for float32 long math. Narrower types' 16-byte packs already carry 8
   // or 16 elements: one pack, but two for unary float16/bfloat16 ops, whose math per element

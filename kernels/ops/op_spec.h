@@ -147,6 +147,20 @@ inline constexpr uint32_t kConvertingTiles = 0;
 template <typename F>
 inline constexpr ByWidth kRowWaves{};
 
+// kRowOnePass<F>: where nonzero, the packs a thread of the one-pass row kernel that takes F's
+// aligned rows for that form (OnePassRowKernel, kernels/cuda/row_kernel.cuh: a thread for
+// every few packs and no loop), in place of RowKernel with its kRowPacks and kRowWaves; 0:
+// RowKernel. RowOnePassTakes(f, size) may decline it for some functors of such an op (gelu's
+// erf form in float64). Figures beside each op (unary.h).
+template <typename F>
+inline constexpr ByWidth kRowOnePass{};
+#ifndef __CUDACC_RTC__
+template <typename F>
+inline bool RowOnePassTakes(const F&, size_t /*size*/) {
+  return true;
+}
+#endif
+
 // Wordwise<F>: for storage types S in kTypes, Word<S>(f, a, b) (a unary op: Word<S>(f, a))
 // gives in each byte of a 32-bit word what functor f gives for the bytes of words a and b
 // there, so that a kernel may apply F to four bytes at once. Bitwise and/or/xor act bit by bit

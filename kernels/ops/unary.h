@@ -171,6 +171,31 @@ template <>
 inline constexpr bool kLongMath<Expm1Op> = true;
 template <>
 inline constexpr ByWidth kRowPacks<SigmoidOp>{4, 0, 4};
+// One pass at two packs a thread (OnePassRowKernel), against the looping kernel's choices in
+// the same calls (H200, 2^26 elements, ms; copy 0.262 float64, 0.131 float32; bench/results/
+// 2026-11-30-one-pass-rows-h200.md):
+//   float64: exp 0.271 -> 0.259, expm1 0.287 -> 0.259, sin 0.272 -> 0.259, cos 0.273 ->
+//   0.260 (erf, tanh, log, log1p, sigmoid level or slower: kept);
+//   float32: erf 0.150 -> 0.138, tanh 0.136 -> 0.133, exp 0.136 -> 0.133, expm1 0.148 ->
+//   0.134, log 0.138 -> 0.132, log1p 0.135 -> 0.132, sigmoid 0.135 -> 0.132 (sin, cos level).
+template <>
+inline constexpr ByWidth kRowOnePass<ErfOp>{0, 2, 0};
+template <>
+inline constexpr ByWidth kRowOnePass<TanhOp>{0, 2, 0};
+template <>
+inline constexpr ByWidth kRowOnePass<ExpOp>{0, 2, 2};
+template <>
+inline constexpr ByWidth kRowOnePass<Expm1Op>{0, 2, 2};
+template <>
+inline constexpr ByWidth kRowOnePass<LogOp>{0, 2, 0};
+template <>
+inline constexpr ByWidth kRowOnePass<Log1pOp>{0, 2, 0};
+template <>
+inline constexpr ByWidth kRowOnePass<SigmoidOp>{0, 2, 0};
+template <>
+inline constexpr ByWidth kRowOnePass<SinOp>{0, 0, 2};
+template <>
+inline constexpr ByWidth kRowOnePass<CosOp>{0, 0, 2};
 // Its narrow form (float16, bfloat16) two: 0.0708 and 0.0700 ms against 0.0719 and 0.0759 with
 // four (H200, tensorcompute-row-kernel-bench sigmoid).
 template <bool R>
@@ -220,7 +245,7 @@ TC_UNARY_OP(TruncOp,
 })
 TC_UNARY_OP_WITH(SiluOp,
             ("silu", kFloatTypes, "a * sigmoid(a)"),
-            kFloatTypes, T, TC_NARROW_UNARY(math::SiluNarrow), { return a / (T(1) + std::exp(-a)); })
+            kFloatTypes, T, TC_NARROW_UNARY(math::SiluNarrow), { return math::TimesSigmoid(a, a); })
 template <>
 inline constexpr bool kNarrowMath<SiluOp> = true;
 TC_UNARY_OP(BitwiseNotOp,
@@ -319,6 +344,12 @@ struct GeluOp {
     if (tanh_form) {
       const T kBeta = T(0.7978845608028654);  // sqrt(2 / pi)
       const T inner = kBeta * (x + T(0.044715) * x * x * x);
+#ifdef __CUDA_ARCH__
+      // x sigmoid(2 inner), the same function: on the GPU an exp and a reciprocal where tanh
+      // takes an exp, a reciprocal and a polynomial for small arguments (math::TimesSigmoid);
+      // it keeps the negative tail, where 1 + tanh cancels.
+      if constexpr (std::is_same_v<T, double>) return math::TimesSigmoid(x, T(2) * inner);
+#endif
       return T(0.5) * x * (T(1) + std::tanh(inner));
     }
     return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
@@ -337,15 +368,30 @@ inline constexpr bool kNarrowMath<GeluOp> = true;
 // float64 0.304 -> 0.289 with four; gelu float32 0.151 -> 0.139 (tanh form 0.146 -> 0.138),
 // float16 0.104 -> 0.096 (tanh form 0.090 -> 0.082), bfloat16 0.108 -> 0.099 with four; gelu
 // float64 one pack in 16 rounds of resident blocks (kRowWaves): the erf form 0.358 (two
-// packs) -> 0.328, the tanh form 0.375 -> 0.321; silu float64 keeps four packs in 16 rounds
-// (0.285 -> 0.278).
+// packs) -> 0.328, the tanh form 0.375 -> 0.321; silu float64 one pack in 16 rounds since its
+// reciprocal form (math::TimesSigmoid: one, two and four packs 0.265 / 0.270 / 0.272 ms; the
+// division at four 0.277).
 template <>
-inline constexpr ByWidth kRowPacks<SiluOp>{0, 4, 4};
+inline constexpr ByWidth kRowPacks<SiluOp>{0, 4, 1};
 template <>
 inline constexpr ByWidth kRowPacks<GeluOp>{4, 4, 1};
 template <>
 inline constexpr ByWidth kRowWaves<GeluOp>{0, 0, 16};
 template <>
 inline constexpr ByWidth kRowWaves<SiluOp>{0, 0, 16};
+// One pass at two packs a thread (OnePassRowKernel; measured as kRowOnePass<ExpOp>): silu
+// float64 0.266 -> 0.260, float32 0.136 -> 0.132; gelu float32 0.138 -> 0.132 (tanh form
+// 0.137 -> 0.133), float64's tanh form 0.283 -> 0.264. Its erf form in float64 keeps the
+// looping kernel (0.314-0.332 there, 0.341-0.369 in one pass).
+template <>
+inline constexpr ByWidth kRowOnePass<SiluOp>{0, 2, 2};
+template <>
+inline constexpr ByWidth kRowOnePass<GeluOp>{0, 2, 2};
+#ifndef __CUDACC_RTC__
+template <>
+inline bool RowOnePassTakes<GeluOp>(const GeluOp& f, size_t size) {
+  return size != 8 || f.tanh_form;
+}
+#endif
 
 }  // namespace tc

@@ -887,6 +887,82 @@ TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
   }
 }
 
+// Rows of the one-pass row kernel (kRowOnePass: float32 and float64 long math): one long row
+// whose last block is partial (and a thread's second pack past the row), rows apart in
+// memory, short rows several to a block, an input repeated along the rows and one repeated
+// everywhere; gelu's erf form in
+// float64 takes the looping kernel beside its tanh form. Against the CPU within a few ulps
+// (the GPU's math library is not the host's; gelu's tanh form differs where 1 + tanh cancels).
+TEST_F(CudaBackendTest, OnePassRowsMatchCpu) {
+  std::mt19937_64 rng(testing::TestSeed() ^ 0x0e9a55ull);
+  CpuBackend cpu_backend;
+  for (const DType t : {DType::kFloat32, DType::kFloat64}) {
+    const int64_t item = ItemSize(t);
+    for (const char* name : {"exp", "expm1", "sin", "cos", "log", "erf", "tanh", "sigmoid", "silu",
+                             "gelu", "gelu_tanh"}) {
+      const bool positive = std::string(name) == "log";
+      struct Shape {
+        DimVector shape, strides;
+        int64_t elems;  // of storage
+      };
+      // Row strides a multiple of 16 bytes past the row: rows that do not coalesce.
+      const std::vector<Shape> shapes = {{{1, 100000}, {100000, 1}, 100000},
+                                         {{37, 1000}, {1004, 1}, 37 * 1004},
+                                         {{3001, 8}, {12, 1}, 3001 * 12},
+                                         {{5, 1000}, {0, 1}, 1000},
+                                         {{64, 64}, {0, 0}, 1}};
+      for (const Shape& sh : shapes) {
+        std::uniform_real_distribution<double> dist(positive ? 0.01 : -4.0, 4.0);
+        std::vector<std::byte> storage(static_cast<size_t>(sh.elems * item));
+        for (int64_t i = 0; i < sh.elems; ++i) {
+          const double v = dist(rng);
+          if (t == DType::kFloat32) {
+            const float f = static_cast<float>(v);
+            std::memcpy(storage.data() + i * item, &f, sizeof f);
+          } else {
+            std::memcpy(storage.data() + i * item, &v, sizeof v);
+          }
+        }
+        const std::vector<TensorView> inputs = {TensorView{t, sh.shape, sh.strides, 0,
+                                                           storage.data(),
+                                                           static_cast<int64_t>(storage.size())}};
+        AttrMap attrs;
+        const bool tanh_form = std::string(name) == "gelu_tanh";
+        if (tanh_form) attrs["approximate"] = std::string("tanh");
+        auto op = PrepareOp(tanh_form ? "gelu" : name, inputs, attrs);
+        ASSERT_TRUE(op.ok()) << name << ": " << op.status();
+        const DeviceRun r = RunOnDevice(*op, inputs);
+        const std::string where = absl::StrCat(name, " on ", DTypeName(t), ", shape ",
+                                               sh.shape[0], " x ", sh.shape[1]);
+        ASSERT_TRUE(r.status.ok()) << where << ": " << r.status;
+        EXPECT_EQ(r.ran, Kernel::kRows) << where << ": ran " << KernelName(r.ran);
+        std::vector<std::byte> cpu(static_cast<size_t>(op->plan.out_storage_bytes));
+        ASSERT_TRUE(cpu_backend.Run(*op, inputs, cpu.data()).ok()) << where;
+        const int64_t n = op->plan.out_storage_bytes / item;
+        const double rel = t == DType::kFloat32 ? 4e-6 : 1e-12;
+        const double abs = t == DType::kFloat32 ? 1e-6 : 1e-15;
+        int bad = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          double g, c;
+          if (t == DType::kFloat32) {
+            float gf, cf;
+            std::memcpy(&gf, r.out.data() + i * item, sizeof gf);
+            std::memcpy(&cf, cpu.data() + i * item, sizeof cf);
+            g = gf, c = cf;
+          } else {
+            std::memcpy(&g, r.out.data() + i * item, sizeof g);
+            std::memcpy(&c, cpu.data() + i * item, sizeof c);
+          }
+          if (!(std::fabs(g - c) <= rel * std::fabs(c) + abs) && bad++ < 3) {
+            ADD_FAILURE() << where << ": element " << i << " is " << g << ", the CPU's " << c;
+          }
+        }
+        EXPECT_EQ(bad, 0) << where;
+      }
+    }
+  }
+}
+
 // One-dimensional views at every element offset within 16 bytes beside dense operands and a
 // dense output: the cast-row kernel's loads of dense misaligned chunks (aligned blocks
 // shifted into place), full chunks and the partial last one, same and mixed dtypes, and
