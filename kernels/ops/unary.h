@@ -370,7 +370,7 @@ inline constexpr bool kNarrowMath<GeluOp> = true;
 // float64 one pack in 16 rounds of resident blocks (kRowWaves): the erf form 0.358 (two
 // packs) -> 0.328, the tanh form 0.375 -> 0.321; silu float64 one pack in 16 rounds since its
 // reciprocal form (math::TimesSigmoid: one, two and four packs 0.265 / 0.270 / 0.272 ms; the
-// division at four 0.277).
+// division at four 0.276).
 template <>
 inline constexpr ByWidth kRowPacks<SiluOp>{0, 4, 1};
 template <>
