@@ -69,10 +69,9 @@ bool Selected(const std::string& name) {
   return true;
 }
 
-template <typename S, int N, int U, int V = static_cast<int>(16 / sizeof(S)), typename F>
-void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads, float copy_ms,
-             int waves = 0) {
-  const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
+// One dense row of n elements of S: b's output and its first N inputs.
+template <typename S, int N>
+RowArgs<N + 1> DenseRow(const Buffers& b, int64_t n) {
   RowArgs<N + 1> a{};
   a.rows = 1;
   a.inner_rows = 1;
@@ -84,10 +83,18 @@ void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads,
     a.dtype[k] = DTypeOf<S>();
     a.access[k] = Access::kVector;
   }
+  return a;
+}
+
+template <typename S, int N, int U, int V = static_cast<int>(16 / sizeof(S)), typename F>
+void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads, float copy_ms,
+             int waves = 0) {
+  const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
+  const RowArgs<N + 1> a = DenseRow<S, N>(b, n);
   const int64_t per_thread = static_cast<int64_t>(V) * U;
   const dim3 block(threads, 1);
   int64_t blocks = (n + per_thread * threads - 1) / (per_thread * threads);
-  char grid_note[32] = "";
+  char grid_note[48] = "";
   if (waves > 0) {
     // A grid of `waves` rounds of the blocks the SMs hold at once: the row kernel's grid-stride
     // loop gives each thread several steps.
@@ -115,17 +122,7 @@ template <typename S, int N, int U, typename F>
 void TimeOnePass(const std::string& name, const F& f, const Buffers& b, float copy_ms) {
   constexpr int V = static_cast<int>(16 / sizeof(S));
   const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
-  RowArgs<N + 1> a{};
-  a.rows = 1;
-  a.inner_rows = 1;
-  a.cols = n;
-  a.base[0] = b.out;
-  for (int k = 0; k < N; ++k) a.base[k + 1] = b.in[k];
-  for (int k = 0; k <= N; ++k) {
-    a.step[k] = sizeof(S);
-    a.dtype[k] = DTypeOf<S>();
-    a.access[k] = Access::kVector;
-  }
+  const RowArgs<N + 1> a = DenseRow<S, N>(b, n);
   const int64_t per_block = int64_t{V} * U * 128;
   const dim3 grid(static_cast<unsigned>((n + per_block - 1) / per_block), 1);
   const float ms = MedianMs([&] { OnePassRowKernel<S, N, V, U><<<grid, 128>>>(f, a); });
