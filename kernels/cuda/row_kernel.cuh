@@ -158,8 +158,8 @@ __global__ void __launch_bounds__(256) RowKernel(F f, RowKernelArgs<N + 1, kMode
 // Same-dtype rows as RowKernel's aligned ones, in one pass: the grid covers every row and
 // pack, each thread takes U packs of one row (blockDim.y rows a block) and no loop. Long math
 // inside RowKernel's loops ran slower than the same math straight through (H200, 2^26
-// float64 elements at two packs a thread: erf 0.297 -> 0.287 ms, exp 0.270 -> 0.259, expm1
-// 0.288 -> 0.260; kRowOnePass in op_spec.h says for which ops and types).
+// float64 elements at two packs a thread: exp 0.271 -> 0.259 ms, expm1 0.287 -> 0.259, sin
+// 0.272 -> 0.259; kRowOnePass in op_spec.h says for which ops and types).
 template <typename S, int N, int V, int U, typename F>
 __global__ void __launch_bounds__(128) OnePassRowKernel(F f, RowArgs<N + 1> a) {
   using P = RowPacks<S, N, V, F>;
