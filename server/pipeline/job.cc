@@ -406,16 +406,28 @@ absl::StatusOr<runtime::StoragePtr> ComputeJob::AllocateOutput(absl::Time deadli
   return device_->Allocate(p.out_storage_bytes, p.out_has_gaps, deadline, lane_.get());
 }
 
-void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
-                     runtime::Device::ReadBack read_back) {
-  device_->Run(*lane_, prepared_, views_, out, std::move(done), read_back);
+std::function<void(absl::Status)> ComputeJob::LeavingFirst(
+    std::function<void(absl::Status)> done) {
+  return [this, done = std::move(done)](absl::Status s) {
+    admission_ = runtime::Admission();
+    done(std::move(s));
+  };
 }
 
+void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
+                     runtime::Device::ReadBack read_back) {
+  device_->Run(*lane_, prepared_, views_, out, LeavingFirst(std::move(done)), read_back);
+}
+
+// Wrapped for good, whether or not it starts here: a caller that then calls Run hands the
+// wrapped one on, and giving the slot back twice gives it back once.
 bool ComputeJob::TryRun(std::byte* out, std::function<void(absl::Status)>& done) {
+  done = LeavingFirst(std::move(done));
   return device_->TryRun(*lane_, prepared_, views_, out, done);
 }
 
 bool ComputeJob::TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done) {
+  done = LeavingFirst(std::move(done));
   return device_->TryRunSmall(*lane_, prepared_, views_, host_out, done);
 }
 

@@ -69,7 +69,9 @@ class ComputeJob {
   // Device storage for the output (zeroed where its strides leave gaps).
   absl::StatusOr<runtime::StoragePtr> AllocateOutput(absl::Time deadline);
   // Runs into `out` (device memory; host memory on a host device). `done` and `read_back`
-  // as Device::Run.
+  // as Device::Run. The job's slot on the device goes back as the device finishes, before
+  // `done` answers: a client that has its answer finds the device idle for its next request.
+  // The job lives until `done` has run.
   void Run(std::byte* out, std::function<void(absl::Status)> done,
            runtime::Device::ReadBack read_back = {});
 
@@ -91,6 +93,8 @@ class ComputeJob {
   absl::Status PlaceByInputs(runtime::Device* out_device);
   // Once admitted, with a lane: those inputs copied into storage on device_.
   absl::Status CopyFromOtherDevices(absl::Time deadline);
+  // `done`, giving the device slot back first.
+  std::function<void(absl::Status)> LeavingFirst(std::function<void(absl::Status)> done);
 
   PreparedOp prepared_;
   runtime::Device* device_ = nullptr;
