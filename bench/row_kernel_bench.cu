@@ -13,7 +13,8 @@
 //   tensorcompute-row-kernel-bench add_rows_unaligned
 //                                             the peeled rows of misaligned outputs alone
 // Floating ops also in the one-pass kernel (OnePassRowKernel) at 1, 2 and 4 packs a thread
-// (lines ending "one pass").
+// (lines ending "one pass") and from the operands' bases (FlatRowKernel) at 1 and 2 (lines
+// ending "flat").
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -117,19 +118,22 @@ void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads,
               grid_note);
 }
 
-// OnePassRowKernel (kRowOnePass): a thread for every U packs, 128-thread blocks, no loop.
-template <typename S, int N, int U, typename F>
+// OnePassRowKernel (kRowOnePass): a thread for every U packs, 128-thread blocks, no loop; with
+// kFlat FlatRowKernel, the same from the operands' bases (one row of dense operands).
+template <typename S, int N, int U, bool kFlat, typename F>
 void TimeOnePass(const std::string& name, const F& f, const Buffers& b, float copy_ms) {
   constexpr int V = static_cast<int>(16 / sizeof(S));
   const int64_t n = b.bytes / static_cast<int64_t>(sizeof(S));
   const RowArgs<N + 1> a = DenseRow<S, N>(b, n);
   const int64_t per_block = int64_t{V} * U * 128;
   const dim3 grid(static_cast<unsigned>((n + per_block - 1) / per_block), 1);
-  const float ms = MedianMs([&] { OnePassRowKernel<S, N, V, U><<<grid, 128>>>(f, a); });
+  const auto kernel = kFlat ? FlatRowKernel<S, N, V, U, F> : OnePassRowKernel<S, N, V, U, F>;
+  const float ms = MedianMs([&] { kernel<<<grid, 128>>>(f, a); });
   cudaFuncAttributes attr{};
-  Check(cudaFuncGetAttributes(&attr, OnePassRowKernel<S, N, V, U, F>), "cudaFuncGetAttributes");
-  std::printf("%-22s V=%2d U=%d threads=128 registers=%3d  %.4f ms  %5.1f%% of copy one pass\n",
-              name.c_str(), V, U, attr.numRegs, ms, 100.0 * copy_ms * (N + 1) / 2 / ms);
+  Check(cudaFuncGetAttributes(&attr, kernel), "cudaFuncGetAttributes");
+  std::printf("%-22s V=%2d U=%d threads=128 registers=%3d  %.4f ms  %5.1f%% of copy %s\n",
+              name.c_str(), V, U, attr.numRegs, ms, 100.0 * copy_ms * (N + 1) / 2 / ms,
+              kFlat ? "flat" : "one pass");
 }
 
 template <typename S, int N, typename F>
@@ -156,9 +160,11 @@ void Run(const char* op, const char* type, const F& f, const Buffers& b, float l
     }
   }
   if constexpr (IsFloating(DTypeOf<S>()) && !RowPacks<S, N, 16 / sizeof(S), F>::kWords) {
-    TimeOnePass<S, N, 1>(name, f, b, copy_ms);
-    TimeOnePass<S, N, 2>(name, f, b, copy_ms);
-    TimeOnePass<S, N, 4>(name, f, b, copy_ms);
+    TimeOnePass<S, N, 1, false>(name, f, b, copy_ms);
+    TimeOnePass<S, N, 2, false>(name, f, b, copy_ms);
+    TimeOnePass<S, N, 4, false>(name, f, b, copy_ms);
+    TimeOnePass<S, N, 1, true>(name, f, b, copy_ms);
+    TimeOnePass<S, N, 2, true>(name, f, b, copy_ms);
   }
   if (!g_waves) return;
   for (int waves : {4, 16, 32, 64}) {

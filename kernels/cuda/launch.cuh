@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -425,10 +426,20 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // Rows over more than two dims: binary ops only (the planner's rule), every operand aligned.
   if (N != 2 && deep) return false;
   // One pass where the op's form states it (kRowOnePass) and the grid covers every row and
-  // pack: rows of two dims, aligned operands.
+  // pack: rows of two dims, aligned operands; one row of dense operands without row
+  // arithmetic.
   constexpr int kOnePassU = kRowOnePass<F>.For(sizeof(S), IsFloating(DTypeOf<S>()));
   if constexpr (kOnePassU > 0) {
     if (!shifted && !deep && RowOnePassTakes(f, sizeof(S))) {
+      // One row of dense operands: from their bases (FlatRowKernel).
+      bool flat = ra.rows == 1;
+      for (int k = 1; k <= N; ++k) flat = flat && ra.access[k] == Access::kVector;
+      const int64_t flat_blocks = (ra.cols / kV + 128 * kOnePassU - 1) / (128 * kOnePassU);
+      if (flat && flat_blocks <= std::numeric_limits<int32_t>::max()) {
+        FlatRowKernel<S, N, kV, kOnePassU>
+            <<<static_cast<unsigned>(flat_blocks), 128, 0, env.stream>>>(f, ra);
+        return true;
+      }
       dim3 grid, block;
       RowGrid(ra.rows, ra.cols / kV, kOnePassU, &grid, &block, 128);
       if (int64_t{grid.y} * block.y >= ra.rows &&

@@ -175,13 +175,15 @@ inline constexpr ByWidth kRowPacks<SigmoidOp>{4, 0, 4};
 // the same calls (H200, 2^26 elements, ms; copy 0.262 float64, 0.131 float32; bench/results/
 // 2026-11-30-one-pass-rows-h200.md):
 //   float64: exp 0.271 -> 0.259, expm1 0.287 -> 0.259, sin 0.272 -> 0.259, cos 0.273 ->
-//   0.260 (erf, tanh, log, log1p, sigmoid level or slower: kept);
+//   0.260 (log, log1p, sigmoid level or slower: kept); erf and tanh at two packs since one
+//   row of dense operands runs without row arithmetic (FlatRowKernel, interleaved runs:
+//   erf 0.281 ms, tanh 0.273, where the one-pass kernel took 0.327 and 0.318);
 //   float32: erf 0.150 -> 0.138, tanh 0.136 -> 0.133, exp 0.136 -> 0.133, expm1 0.148 ->
 //   0.134, log 0.138 -> 0.132, log1p 0.135 -> 0.132, sigmoid 0.135 -> 0.132 (sin, cos level).
 template <>
-inline constexpr ByWidth kRowOnePass<ErfOp>{0, 2, 0};
+inline constexpr ByWidth kRowOnePass<ErfOp>{0, 2, 2};
 template <>
-inline constexpr ByWidth kRowOnePass<TanhOp>{0, 2, 0};
+inline constexpr ByWidth kRowOnePass<TanhOp>{0, 2, 2};
 template <>
 inline constexpr ByWidth kRowOnePass<ExpOp>{0, 2, 2};
 template <>

@@ -888,9 +888,10 @@ TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
 }
 
 // Rows of the one-pass row kernel (kRowOnePass: float32 and float64 long math): one long row
-// whose last block is partial (and a thread's second pack past the row), rows apart in
-// memory, short rows several to a block, an input repeated along the rows and one repeated
-// everywhere; gelu's erf form in
+// whose last block is partial (and a thread's second pack past the row) and one shorter than
+// a block (both one row of dense operands: FlatRowKernel), rows apart in memory, short rows
+// several to a block, an input repeated along the rows and one repeated everywhere (the
+// one-pass kernel); gelu's erf form in
 // float64 takes the looping kernel beside its tanh form. Against the CPU within a few ulps
 // (the GPU's math library is not the host's; gelu's tanh form differs where 1 + tanh cancels).
 TEST_F(CudaBackendTest, OnePassRowsMatchCpu) {
@@ -907,6 +908,7 @@ TEST_F(CudaBackendTest, OnePassRowsMatchCpu) {
       };
       // Row strides a multiple of 16 bytes past the row: rows that do not coalesce.
       const std::vector<Shape> shapes = {{{1, 100000}, {100000, 1}, 100000},
+                                         {{1, 24}, {24, 1}, 24},
                                          {{37, 1000}, {1004, 1}, 37 * 1004},
                                          {{3001, 8}, {12, 1}, 3001 * 12},
                                          {{5, 1000}, {0, 1}, 1000},
