@@ -602,9 +602,10 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
     }
   }
   constexpr int kE = kCastRun<S>;
-  // Chunks per thread in flight: four of 8-byte types (two elements each), two for unary and
-  // binary ops of narrower types; ternary ops hold three operands' chunks already (two made
-  // a float16 where 0.288 ms on the H200 against 0.194 with one, when it took this kernel).
+  // Chunks per thread in flight in SpreadRowKernel: four of 8-byte types (two elements
+  // each), two for unary and binary ops of narrower types; ternary ops hold three operands'
+  // chunks already (two made a float16 where 0.288 ms on the H200 against 0.194 with one,
+  // when it took this kernel).
   constexpr int kU = sizeof(S) == 8 ? (N <= 2 ? 4 : 2) : N <= 2 ? 2 : 1;
   const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kE);
   dim3 grid, block;
@@ -645,7 +646,30 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
       }
     }
   }
-  CastRowKernel<S, N, kE, kU><<<grid, block, 0, env.stream>>>(f, ra);
+  // CastRowKernel's chunks a thread: fewer where the output is as wide as the compute type.
+  // A thread's chunks are stored a block apart, and more of those stores in flight slowed
+  // every such case (H200, 2^26 elements, one / two / four chunks a thread, ms): cast int32
+  // -> int64 0.220 / 0.222 / 0.249, float16 -> float32 0.106 / 0.113 (two chunks of 8),
+  // int8 -> int32 0.091 / 0.094, float32 one element off 0.132 / 0.139, float64 one element
+  // off 0.280 / 0.287 / 0.313. Narrowing casts keep more loads in flight (float64 -> float32
+  // 0.220 / 0.201 / 0.190), and binary ops of 8-byte types do best at two (add float32 +
+  // float64 0.364 against 0.370 at four, float64 one element off 0.424 against 0.440, int32
+  // + int64 0.392 against 0.404, float64 into a float32 output 0.306 against 0.335). Unary
+  // ops' outputs are as wide as their compute type (bool results aside) but casts', which
+  // are told apart at run time: two kernels for the cast op alone.
+  using R = decltype(ResultOf<F, OpMath<S>>(std::make_index_sequence<N>{}));
+  constexpr bool kCast = std::is_same_v<F, CastOp>;
+  if constexpr (kCast) {
+    if (ItemSize(plan.dtypes[0]) < static_cast<int64_t>(sizeof(S))) {
+      CastRowKernel<S, N, kE, kU><<<grid, block, 0, env.stream>>>(f, ra);
+      return CheckLaunch();
+    }
+  }
+  constexpr int kCastRowU = N == 1 && !std::is_same_v<R, bool> ? 1
+                            : sizeof(S) == 8 && N == 2         ? 2
+                                                               : kU;
+  RowGrid(ra.rows, (ra.cols + kE - 1) / kE, kCastRowU, &grid, &block);
+  CastRowKernel<S, N, kE, kCastRowU><<<grid, block, 0, env.stream>>>(f, ra);
   return CheckLaunch();
 }
 

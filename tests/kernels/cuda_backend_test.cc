@@ -967,7 +967,8 @@ TEST_F(CudaBackendTest, OnePassRowsMatchCpu) {
 
 // One-dimensional views at every element offset within 16 bytes beside dense operands and a
 // dense output: the cast-row kernel's loads of dense misaligned chunks (aligned blocks
-// shifted into place), full chunks and the partial last one, same and mixed dtypes, and
+// shifted into place), full chunks and the partial last one, same and mixed dtypes, unary
+// ops and casts (widening, narrowing: the kernel's chunks a thread differ), and
 // where's own row kernel (condition and values misaligned, repeated, 0-dim), bit for bit the
 // CPU's result.
 TEST_F(CudaBackendTest, OffsetViewsMatchCpu) {
@@ -988,8 +989,13 @@ TEST_F(CudaBackendTest, OffsetViewsMatchCpu) {
         struct Case {
           const char* op;
           std::vector<TensorView> inputs;
+          AttrMap attrs = {};
         };
         const Case cases[] = {
+            {"abs", {view(t, a, n, s)}},
+            {"cast", {view(t, a, n, s)}, {{"dtype", DType::kFloat64}}},
+            {"cast", {view(t, a, n, s)}, {{"dtype", DType::kInt8}}},
+            {"cast", {view(t, a, n, 0)}, {{"dtype", DType::kInt64}}},
             {"mul", {view(t, a, n, s), view(t, b, n, 0)}},
             {"add", {view(t, b, n, 0), view(t, a, n, s)}},
             {"sub", {view(t, a, n, s), view(t, b, n, (s + 1) % per16)}},
@@ -1004,7 +1010,7 @@ TEST_F(CudaBackendTest, OffsetViewsMatchCpu) {
                        view(t, b, n, s)}},
         };
         for (const Case& c : cases) {
-          auto op = PrepareOp(c.op, c.inputs, {}, OutputOptions{});
+          auto op = PrepareOp(c.op, c.inputs, c.attrs, OutputOptions{});
           ASSERT_TRUE(op.ok()) << c.op << ": " << op.status();
           const DeviceRun r = RunOnDevice(*op, c.inputs);
           const std::string where = absl::StrCat(c.op, " on ", DTypeName(t), ", ", n,
