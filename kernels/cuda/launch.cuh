@@ -430,12 +430,13 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // arithmetic.
   constexpr int kOnePassU = kRowOnePass<F>.For(sizeof(S), IsFloating(DTypeOf<S>()));
   if constexpr (kOnePassU > 0) {
-    if (!shifted && !deep && RowOnePassTakes(f, sizeof(S))) {
-      // One row of dense operands: from their bases (FlatRowKernel).
-      bool flat = ra.rows == 1;
-      for (int k = 1; k <= N; ++k) flat = flat && ra.access[k] == Access::kVector;
-      const int64_t flat_blocks = (ra.cols / kV + 128 * kOnePassU - 1) / (128 * kOnePassU);
-      if (flat && flat_blocks <= std::numeric_limits<int32_t>::max()) {
+    // One row of dense operands: from their bases (FlatRowKernel).
+    bool flat = ra.rows == 1;
+    for (int k = 1; k <= N; ++k) flat = flat && ra.access[k] == Access::kVector;
+    const int64_t flat_blocks = (ra.cols / kV + 128 * kOnePassU - 1) / (128 * kOnePassU);
+    flat = flat && flat_blocks <= std::numeric_limits<int32_t>::max();
+    if (!shifted && !deep && RowOnePassTakes(f, sizeof(S), flat)) {
+      if (flat) {
         FlatRowKernel<S, N, kV, kOnePassU>
             <<<static_cast<unsigned>(flat_blocks), 128, 0, env.stream>>>(f, ra);
         return true;
@@ -763,9 +764,8 @@ absl::Status LaunchTyped(const F& f, const Plan& plan, char* const* base, const 
 }
 
 template <typename F>
-absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env) {
-  F f = F::Make(MakeArgs{op.attrs, op.result_type});
-  if constexpr (kHasErrorFlag<F>) f.error = env.error;
+absl::Status LaunchFunctor(const F& f, const PreparedOp& op, char* const* base,
+                           const LaunchEnv& env) {
   return VisitDType(op.plan.compute_dtype, [&](auto tag) -> absl::Status {
     using S = typename decltype(tag)::type;
     if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {
@@ -775,6 +775,27 @@ absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& en
                                               DTypeName(op.plan.compute_dtype)));
     }
   });
+}
+
+// A functor of several forms (kForms) runs in kernels built for the form it holds.
+template <typename F, int K = 0>
+absl::Status LaunchForm(const F& f, const PreparedOp& op, char* const* base,
+                        const LaunchEnv& env) {
+  if constexpr (K + 1 < kForms<F>) {
+    if (f.Form() != K) return LaunchForm<F, K + 1>(f, op, base, env);
+  }
+  return LaunchFunctor(FixedForm<F, K>{f}, op, base, env);
+}
+
+template <typename F>
+absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env) {
+  F f = F::Make(MakeArgs{op.attrs, op.result_type});
+  if constexpr (kHasErrorFlag<F>) f.error = env.error;
+  if constexpr (kForms<F> > 1) {
+    return LaunchForm(f, op, base, env);
+  } else {
+    return LaunchFunctor(f, op, base, env);
+  }
 }
 
 }  // namespace tc::cuda

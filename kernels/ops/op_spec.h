@@ -150,13 +150,14 @@ inline constexpr ByWidth kRowWaves{};
 // kRowOnePass<F>: where nonzero, the packs a thread of the one-pass row kernel that takes F's
 // aligned rows for that form (OnePassRowKernel, kernels/cuda/row_kernel.cuh: a thread for
 // every few packs and no loop), in place of RowKernel with its kRowPacks and kRowWaves; 0:
-// RowKernel. RowOnePassTakes(f, size) may decline it for some functors of such an op (gelu's
-// erf form in float64). Figures beside each op (unary.h).
+// RowKernel. RowOnePassTakes(f, size, flat) may decline it for some functors of such an op (gelu's
+// erf form in float64 but for one row of dense operands). `flat`: the row is one and its
+// operands dense (FlatRowKernel). Figures beside each op (unary.h).
 template <typename F>
 inline constexpr ByWidth kRowOnePass{};
 #ifndef __CUDACC_RTC__
 template <typename F>
-inline bool RowOnePassTakes(const F&, size_t /*size*/) {
+inline bool RowOnePassTakes(const F&, size_t /*size*/, bool /*flat*/) {
   return true;
 }
 #endif
@@ -244,6 +245,54 @@ template <typename F, bool R>
 inline constexpr ByWidth kRowWaves<NarrowMath<F, R>> = kRowWaves<F>;
 template <typename F, bool R>
 inline constexpr uint32_t kConvertingTiles<NarrowMath<F, R>> = kConvertingTiles<F>;
+
+// kForms<F>: functors that hold a run-time choice between forms of their math (gelu's
+// `approximate`) state how many forms there are (F::kForms), which one a functor holds
+// (f.Form(), 0 to kForms - 1) and give it with its form fixed (F::Fixed<K>(f)). The GPU
+// builds an op's kernels once per form, each over FixedForm<F, K>, and chooses at launch:
+// a kernel then holds one form's math and registers, not both behind a branch (H200, gelu
+// float64's erf form, 2^26 elements, interleaved runs: 0.307-0.316 ms, 0.317-0.323 with both
+// forms in the kernel).
+template <typename F, typename = void>
+inline constexpr int kForms = 1;
+template <typename F>
+inline constexpr int kForms<F, std::void_t<decltype(F::kForms)>> = F::kForms;
+
+template <typename F, int K>
+struct FixedForm {
+  static constexpr uint32_t kComputeTypes = F::kComputeTypes;
+  static constexpr int kArity = F::kArity;
+  F f;
+  template <typename... C>
+  TC_HOST_DEVICE auto operator()(C... v) const {
+    return F::template Fixed<K>(f)(v...);
+  }
+#if defined(__CUDACC__)
+  template <bool kFullRange, typename... C>
+  __device__ float Narrow(C... v) const {
+    return F::template Fixed<K>(f).template Narrow<kFullRange>(v...);
+  }
+#endif
+};
+// A form's traits are its op's unless stated for the form (unary.h).
+template <typename F, int K>
+inline constexpr bool kLongMath<FixedForm<F, K>> = kLongMath<F>;
+template <typename F, int K>
+inline constexpr bool kNarrowMath<FixedForm<F, K>> = kNarrowMath<F>;
+template <typename F, int K>
+inline constexpr ByWidth kRowPacks<FixedForm<F, K>> = kRowPacks<F>;
+template <typename F, int K>
+inline constexpr ByWidth kRowWaves<FixedForm<F, K>> = kRowWaves<F>;
+template <typename F, int K>
+inline constexpr ByWidth kRowOnePass<FixedForm<F, K>> = kRowOnePass<F>;
+template <typename F, int K>
+inline constexpr uint32_t kConvertingTiles<FixedForm<F, K>> = kConvertingTiles<F>;
+#ifndef __CUDACC_RTC__
+template <typename F, int K>
+inline bool RowOnePassTakes(const FixedForm<F, K>& g, size_t size, bool flat) {
+  return RowOnePassTakes(F::template Fixed<K>(g.f), size, flat);
+}
+#endif
 
 // kHasHostFloatRow<F>: F has `static void HostFloatRow(const float*..., float* out, int64_t n)`,
 // a vectorized float32 row the CPU calls instead of the functor per element (its results

@@ -341,6 +341,14 @@ struct GeluOp {
   static GeluOp Make(const MakeArgs& m) { return {m.attrs.String("approximate") == "tanh"}; }
 #endif
   bool tanh_form;
+  // Form 0 the erf form, 1 the tanh form (kForms, op_spec.h).
+  static constexpr int kForms = 2;
+  TC_HOST_DEVICE int Form() const { return tanh_form ? 1 : 0; }
+  template <int K>
+  static TC_HOST_DEVICE GeluOp Fixed(GeluOp f) {
+    f.tanh_form = K == 1;
+    return f;
+  }
   template <typename T>
   TC_HOST_DEVICE T operator()(T x) const {
     if (tanh_form) {
@@ -384,15 +392,20 @@ inline constexpr ByWidth kRowWaves<SiluOp>{0, 0, 16};
 // One pass at two packs a thread (OnePassRowKernel; measured as kRowOnePass<ExpOp>): silu
 // float64 0.266 -> 0.260, float32 0.136 -> 0.132; gelu float32 0.138 -> 0.132 (tanh form
 // 0.137 -> 0.133), float64's tanh form 0.283 -> 0.264. Its erf form in float64 keeps the
-// looping kernel (0.314-0.332 there, 0.341-0.369 in one pass).
+// looping kernel for rows (0.314-0.332 there, 0.341-0.369 in one pass; in its own kernel
+// 0.360-0.370) but one row of dense operands, in its own kernel at one pack a thread (H200,
+// 2^26 elements, interleaved runs: 0.307-0.316 ms, 0.322-0.331 at two packs, 0.337-0.342
+// looping).
 template <>
 inline constexpr ByWidth kRowOnePass<SiluOp>{0, 2, 2};
 template <>
 inline constexpr ByWidth kRowOnePass<GeluOp>{0, 2, 2};
+template <>
+inline constexpr ByWidth kRowOnePass<FixedForm<GeluOp, 0>>{0, 2, 1};
 #ifndef __CUDACC_RTC__
 template <>
-inline bool RowOnePassTakes<GeluOp>(const GeluOp& f, size_t size) {
-  return size != 8 || f.tanh_form;
+inline bool RowOnePassTakes<GeluOp>(const GeluOp& f, size_t size, bool flat) {
+  return size != 8 || f.tanh_form || flat;
 }
 #endif
 

@@ -891,17 +891,19 @@ TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
 // whose last block is partial (and a thread's second pack past the row) and one shorter than
 // a block (both one row of dense operands: FlatRowKernel), rows apart in memory, short rows
 // several to a block, an input repeated along the rows and one repeated everywhere (the
-// one-pass kernel); gelu's erf form in
-// float64 takes the looping kernel beside its tanh form. Against the CPU within a few ulps
-// (the GPU's math library is not the host's; gelu's tanh form differs where 1 + tanh cancels).
+// one-pass kernel); gelu's erf form in float64 takes the looping kernel for rows and its own
+// flat kernel for one row; pow (float64 in one pass) over a second input of the same layout.
+// Against the CPU within a few ulps (the GPU's math library is not the host's; gelu's tanh
+// form differs where 1 + tanh cancels).
 TEST_F(CudaBackendTest, OnePassRowsMatchCpu) {
   std::mt19937_64 rng(testing::TestSeed() ^ 0x0e9a55ull);
   CpuBackend cpu_backend;
   for (const DType t : {DType::kFloat32, DType::kFloat64}) {
     const int64_t item = ItemSize(t);
     for (const char* name : {"exp", "expm1", "sin", "cos", "log", "erf", "tanh", "sigmoid", "silu",
-                             "gelu", "gelu_tanh"}) {
-      const bool positive = std::string(name) == "log";
+                             "gelu", "gelu_tanh", "pow"}) {
+      const bool binary = std::string(name) == "pow";
+      const bool positive = std::string(name) == "log" || binary;
       struct Shape {
         DimVector shape, strides;
         int64_t elems;  // of storage
@@ -914,20 +916,28 @@ TEST_F(CudaBackendTest, OnePassRowsMatchCpu) {
                                          {{5, 1000}, {0, 1}, 1000},
                                          {{64, 64}, {0, 0}, 1}};
       for (const Shape& sh : shapes) {
-        std::uniform_real_distribution<double> dist(positive ? 0.01 : -4.0, 4.0);
-        std::vector<std::byte> storage(static_cast<size_t>(sh.elems * item));
-        for (int64_t i = 0; i < sh.elems; ++i) {
-          const double v = dist(rng);
-          if (t == DType::kFloat32) {
-            const float f = static_cast<float>(v);
-            std::memcpy(storage.data() + i * item, &f, sizeof f);
-          } else {
-            std::memcpy(storage.data() + i * item, &v, sizeof v);
+        const auto random = [&](double lo) {
+          std::uniform_real_distribution<double> dist(lo, 4.0);
+          std::vector<std::byte> storage(static_cast<size_t>(sh.elems * item));
+          for (int64_t i = 0; i < sh.elems; ++i) {
+            const double v = dist(rng);
+            if (t == DType::kFloat32) {
+              const float f = static_cast<float>(v);
+              std::memcpy(storage.data() + i * item, &f, sizeof f);
+            } else {
+              std::memcpy(storage.data() + i * item, &v, sizeof v);
+            }
           }
+          return storage;
+        };
+        const std::vector<std::byte> storage = random(positive ? 0.01 : -4.0);
+        const std::vector<std::byte> exponents = random(-4.0);
+        std::vector<TensorView> inputs = {TensorView{t, sh.shape, sh.strides, 0, storage.data(),
+                                                     static_cast<int64_t>(storage.size())}};
+        if (binary) {
+          inputs.push_back(TensorView{t, sh.shape, sh.strides, 0, exponents.data(),
+                                      static_cast<int64_t>(exponents.size())});
         }
-        const std::vector<TensorView> inputs = {TensorView{t, sh.shape, sh.strides, 0,
-                                                           storage.data(),
-                                                           static_cast<int64_t>(storage.size())}};
         AttrMap attrs;
         const bool tanh_form = std::string(name) == "gelu_tanh";
         if (tanh_form) attrs["approximate"] = std::string("tanh");
