@@ -372,7 +372,7 @@ TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
 // infinities, NaN, subnormals, the largest, integers odd and even, 1 and its neighbours) and
 // at random, in both argument orders; each within one unit in the last place of the exact
 // result rounded to the dtype (double math), NaN exactly where that is NaN, zeros with their
-// sign.
+// sign. The unary ops also over views one and three elements in (shifted loads).
 TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
   std::mt19937_64 rng(testing::TestSeed() ^ 0xa7a2ull);
   for (DType t : {DType::kFloat16, DType::kBFloat16}) {
@@ -407,31 +407,32 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
       }
       return name == "sin" ? std::sin(x) : std::cos(x);
     };
-    // Runs op `name` on inputs (one or two, broadcast) and checks every element.
+    // Runs op `name` on inputs (one or two, broadcast) and checks every element; a unary op's
+    // input may start `offset` elements into `a` (a view off the 16-byte packs).
     const auto check = [&](const std::string& name, const std::vector<uint16_t>& a, DimVector a_shape,
-                           const std::vector<uint16_t>* b, DimVector b_shape) {
+                           const std::vector<uint16_t>* b, DimVector b_shape, int64_t offset = 0) {
       std::vector<TensorView> inputs;
-      const auto view = [t](const std::vector<uint16_t>& v, DimVector shape) {
+      const auto view = [t](const std::vector<uint16_t>& v, DimVector shape, int64_t at) {
         DimVector strides(shape.size(), 1);
         if (shape.size() == 2) strides[0] = shape[1];
-        return TensorView{t, std::move(shape), std::move(strides), 0,
+        return TensorView{t, std::move(shape), std::move(strides), at,
                           reinterpret_cast<const std::byte*>(v.data()),
                           static_cast<int64_t>(v.size() * 2)};
       };
-      inputs.push_back(view(a, a_shape));
-      if (b != nullptr) inputs.push_back(view(*b, b_shape));
+      inputs.push_back(view(a, a_shape, offset));
+      if (b != nullptr) inputs.push_back(view(*b, b_shape, 0));
       AttrMap attrs;
       if (name == "gelu_tanh") attrs["approximate"] = std::string("tanh");
       auto op = PrepareOp(name == "gelu_tanh" ? "gelu" : name, inputs, attrs);
       ASSERT_TRUE(op.ok()) << op.status();
       const int64_t nb = b == nullptr ? 1 : static_cast<int64_t>(b_shape.back());
-      const int64_t na = b == nullptr ? static_cast<int64_t>(a.size()) : a_shape[0];
+      const int64_t na = b == nullptr ? static_cast<int64_t>(a.size()) - offset : a_shape[0];
       std::vector<uint16_t> got(static_cast<size_t>(na * nb));
       ASSERT_TRUE(backend_->Run(*op, inputs, reinterpret_cast<std::byte*>(got.data())).ok());
       int64_t inexact = 0, failures = 0;
       for (int64_t i = 0; i < na; ++i) {
         for (int64_t j = 0; j < nb; ++j) {
-          const double x = decode(a[static_cast<size_t>(i)]);
+          const double x = decode(a[static_cast<size_t>(i + offset)]);
           const double y = b == nullptr ? 0 : decode((*b)[static_cast<size_t>(j)]);
           const double e = exact(name, x, y);
           const uint16_t want = encode(e), g = got[static_cast<size_t>(i * nb + j)];
@@ -458,6 +459,9 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
     for (int i = 0; i < 65536; ++i) every[i] = static_cast<uint16_t>(i);
     for (const char* name : {"sin", "cos", "sigmoid", "silu", "gelu", "gelu_tanh"}) {
       check(name, every, {65536}, nullptr, {});
+      // Views one and three elements in: the row kernel's shifted loads.
+      check(name, every, {65535}, nullptr, {}, 1);
+      check(name, every, {65533}, nullptr, {}, 3);
     }
     const double inf = std::numeric_limits<double>::infinity();
     const double ulp1 = half ? 0x1p-10 : 0x1p-7;
