@@ -150,9 +150,9 @@ inline constexpr ByWidth kRowWaves{};
 // kRowOnePass<F>: where nonzero, the packs a thread of the one-pass row kernel that takes F's
 // aligned rows for that form (OnePassRowKernel, kernels/cuda/row_kernel.cuh: a thread for
 // every few packs and no loop), in place of RowKernel with its kRowPacks and kRowWaves; 0:
-// RowKernel. RowOnePassTakes(f, size, flat) may decline it for some functors of such an op (gelu's
-// erf form in float64 but for one row of dense operands). `flat`: the row is one and its
-// operands dense (FlatRowKernel). Figures beside each op (unary.h).
+// RowKernel. RowOnePassTakes(f, size, flat) may decline it for some functors of such an op
+// (gelu's erf form in float64 but for one row of dense operands); `flat`: the plan is one row
+// of dense operands (FlatRowKernel). Figures beside each op (unary.h).
 template <typename F>
 inline constexpr ByWidth kRowOnePass{};
 #ifndef __CUDACC_RTC__
