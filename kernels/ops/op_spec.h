@@ -237,14 +237,20 @@ TC_HOST_DEVICE auto GpuMath(const F& f) {
     return f;
   }
 }
-template <typename F, bool R>
-inline constexpr bool kLongMath<NarrowMath<F, R>> = kLongMath<F>;
-template <typename F, bool R>
-inline constexpr ByWidth kRowPacks<NarrowMath<F, R>> = kRowPacks<F>;
-template <typename F, bool R>
-inline constexpr ByWidth kRowWaves<NarrowMath<F, R>> = kRowWaves<F>;
-template <typename F, bool R>
-inline constexpr uint32_t kConvertingTiles<NarrowMath<F, R>> = kConvertingTiles<F>;
+// A functor that wraps op F (the wrapper's type, ..., over template parameters F and P)
+// takes F's launch traits.
+#define TC_WRAPPER_TRAITS(P, ...)                                                         \
+  template <typename F, P>                                                                \
+  inline constexpr bool kLongMath<__VA_ARGS__> = kLongMath<F>;                             \
+  template <typename F, P>                                                                \
+  inline constexpr ByWidth kRowPacks<__VA_ARGS__> = kRowPacks<F>;                          \
+  template <typename F, P>                                                                \
+  inline constexpr ByWidth kRowWaves<__VA_ARGS__> = kRowWaves<F>;                          \
+  template <typename F, P>                                                                \
+  inline constexpr ByWidth kRowOnePass<__VA_ARGS__> = kRowOnePass<F>;                      \
+  template <typename F, P>                                                                \
+  inline constexpr uint32_t kConvertingTiles<__VA_ARGS__> = kConvertingTiles<F>;
+TC_WRAPPER_TRAITS(bool R, NarrowMath<F, R>)
 
 // kForms<F>: functors that hold a run-time choice between forms of their math (gelu's
 // `approximate`) state how many forms there are (F::kForms), which one a functor holds
@@ -275,18 +281,10 @@ struct FixedForm {
 #endif
 };
 // A form's traits are its op's unless stated for the form (unary.h).
-template <typename F, int K>
-inline constexpr bool kLongMath<FixedForm<F, K>> = kLongMath<F>;
+TC_WRAPPER_TRAITS(int K, FixedForm<F, K>)
+#undef TC_WRAPPER_TRAITS
 template <typename F, int K>
 inline constexpr bool kNarrowMath<FixedForm<F, K>> = kNarrowMath<F>;
-template <typename F, int K>
-inline constexpr ByWidth kRowPacks<FixedForm<F, K>> = kRowPacks<F>;
-template <typename F, int K>
-inline constexpr ByWidth kRowWaves<FixedForm<F, K>> = kRowWaves<F>;
-template <typename F, int K>
-inline constexpr ByWidth kRowOnePass<FixedForm<F, K>> = kRowOnePass<F>;
-template <typename F, int K>
-inline constexpr uint32_t kConvertingTiles<FixedForm<F, K>> = kConvertingTiles<F>;
 #ifndef __CUDACC_RTC__
 template <typename F, int K>
 inline bool RowOnePassTakes(const FixedForm<F, K>& g, size_t size, bool flat) {
