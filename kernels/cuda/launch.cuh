@@ -405,16 +405,17 @@ absl::Status CheckRowWidths(const Plan& plan, bool rows) {
 // kRows, where every operand's row start is aligned for 16-byte packs; false (nothing
 // launched) where one is not.
 // Inputs of 1- and 2-byte types that are dense but misaligned (a row slice, an offset view)
-// are taken too by the kernel's shifted variant, for unary ops and binary ops without long
-// math: the output must be aligned. (H200, 2^26 elements: int8 add with one input 3 bytes off
-// 40% -> 90% of copy, float16 multiply one element off 71% -> 92%; unary float16/bfloat16
-// long math one element off, against the casting row kernel: sin 56% -> 79%, exp 66% -> 97%,
-// tanh 60% -> 83%, sigmoid 75% -> 100%; float32 add one element off 100% -> 88%: wider types
-// keep the casting row kernel.)
+// are taken too by the kernel's shifted variant, for unary and binary ops: the output must be
+// aligned. (H200, 2^26 elements: int8 add with one input 3 bytes off 40% -> 90% of copy,
+// float16 multiply one element off 71% -> 92%; unary float16/bfloat16 long math one element
+// off, against the casting row kernel: sin 56% -> 79%, exp 66% -> 97%, tanh 60% -> 83%,
+// sigmoid 75% -> 100%; pow float16 / bfloat16 with x one element off 0.207 / 0.229 ms ->
+// 0.175 / 0.184 in 8 rounds of resident blocks; float32 add one element off 100% -> 88%:
+// wider types keep the casting row kernel.)
 template <typename S, int N, typename F>
 bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
   constexpr int kV = kRowVector<S>;
-  constexpr bool kMayShift = sizeof(S) <= 2 && (N == 1 || (N == 2 && !kLongMath<F>));
+  constexpr bool kMayShift = sizeof(S) <= 2 && N <= 2;
   const RowArgs<N + 1> ra = MakeRowArgs<N + 1>(plan, base, kV);
   const bool deep = plan.ndim > 3;
   bool shifted = false;

@@ -286,11 +286,14 @@ template <>
 inline constexpr bool kNarrowMath<PowOp> = true;
 // In 16 rounds of resident blocks (H200 row kernel, whole grid -> 16 rounds): float32 at four
 // packs 0.224 -> 0.217 ms; float64 at one pack 0.640 -> 0.584 (two packs, the default: 0.610).
-// float16/bfloat16 (narrow math) two packs: 0.166 -> 0.163 ms, 0.189 -> 0.175.
+// float16/bfloat16 (narrow math) two packs: 0.166 -> 0.163 ms, 0.189 -> 0.175, and in 8
+// rounds (whole grid / 8 / 16 / 32 rounds, interleaved): float16 0.165 / 0.156 / 0.157 /
+// 0.165, bfloat16 0.176 / 0.168 / 0.169 / 0.176; with x one element off (shifted loads)
+// 0.187 / 0.175 / 0.179 / 0.184 and 0.195 / 0.184 / 0.188 / 0.195.
 template <>
 inline constexpr ByWidth kRowPacks<PowOp>{2, 0, 1};
 template <>
-inline constexpr ByWidth kRowWaves<PowOp>{0, 16, 16};
+inline constexpr ByWidth kRowWaves<PowOp>{8, 16, 16};
 // float64 in one pass at two packs a thread (H200, interleaved runs, ms): 2^26 elements in
 // one row 0.573-0.608 against 0.628-0.665 in 16 rounds at one pack; [8192, 8192] rows 0.613
 // against 0.674. float32 keeps four packs in 16 rounds (0.227; one pass 0.228-0.242).
@@ -383,9 +386,12 @@ struct Atan2Op {
 template <>
 inline constexpr bool kNarrowMath<Atan2Op> = true;
 // float32 and float64 in 16 rounds of resident blocks (H200 row kernel at two packs: float64
-// 0.416 -> 0.385 ms; float32 0.207 -> 0.194, PyTorch 0.193-0.203 in the same calls).
+// 0.416 -> 0.385 ms; float32 0.207 -> 0.194, PyTorch 0.193-0.203 in the same calls);
+// float16/bfloat16 in 8 (whole grid / 8 / 16 / 32 rounds, interleaved: bfloat16 0.114 /
+// 0.104 / 0.108 / 0.114 ms, float16 0.102 / 0.102 / 0.101 / 0.102; with x one element off
+// 0.141 / 0.132 / 0.135 / 0.141 and 0.121 / 0.116 / 0.116 / 0.121).
 template <>
-inline constexpr ByWidth kRowWaves<Atan2Op>{0, 16, 16};
+inline constexpr ByWidth kRowWaves<Atan2Op>{8, 16, 16};
 // float16/bfloat16 (narrow math) two packs (H200 row kernel: 0.106 -> 0.101 ms, 0.119 ->
 // 0.113).
 template <>

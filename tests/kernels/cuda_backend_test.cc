@@ -1,5 +1,6 @@
 // The CUDA backend against the reference and the CPU backend. Skips where no GPU is visible.
 #include <cuda_runtime.h>
+#include <algorithm>
 
 #include <cmath>
 #include <cstdio>
@@ -407,10 +408,12 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
       }
       return name == "sin" ? std::sin(x) : std::cos(x);
     };
-    // Runs op `name` on inputs (one or two, broadcast) and checks every element; a unary op's
-    // input may start `offset` elements into `a` (a view off the 16-byte packs).
+    // Runs op `name` on inputs (one, or two broadcast against each other, or two of one 1-dim
+    // shape paired element by element) and checks every element; the input views may start
+    // `offset` and `b_offset` elements into `a` and `b` (views off the 16-byte packs).
     const auto check = [&](const std::string& name, const std::vector<uint16_t>& a, DimVector a_shape,
-                           const std::vector<uint16_t>* b, DimVector b_shape, int64_t offset = 0) {
+                           const std::vector<uint16_t>* b, DimVector b_shape, int64_t offset = 0,
+                           int64_t b_offset = 0) {
       std::vector<TensorView> inputs;
       const auto view = [t](const std::vector<uint16_t>& v, DimVector shape, int64_t at) {
         DimVector strides(shape.size(), 1);
@@ -419,13 +422,14 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
                           reinterpret_cast<const std::byte*>(v.data()),
                           static_cast<int64_t>(v.size() * 2)};
       };
+      const bool paired = b != nullptr && b_shape.size() == 1;
       inputs.push_back(view(a, a_shape, offset));
-      if (b != nullptr) inputs.push_back(view(*b, b_shape, 0));
+      if (b != nullptr) inputs.push_back(view(*b, b_shape, b_offset));
       AttrMap attrs;
       if (name == "gelu_tanh") attrs["approximate"] = std::string("tanh");
       auto op = PrepareOp(name == "gelu_tanh" ? "gelu" : name, inputs, attrs);
       ASSERT_TRUE(op.ok()) << op.status();
-      const int64_t nb = b == nullptr ? 1 : static_cast<int64_t>(b_shape.back());
+      const int64_t nb = b == nullptr || paired ? 1 : static_cast<int64_t>(b_shape.back());
       const int64_t na = b == nullptr ? static_cast<int64_t>(a.size()) - offset : a_shape[0];
       std::vector<uint16_t> got(static_cast<size_t>(na * nb));
       ASSERT_TRUE(backend_->Run(*op, inputs, reinterpret_cast<std::byte*>(got.data())).ok());
@@ -433,7 +437,8 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
       for (int64_t i = 0; i < na; ++i) {
         for (int64_t j = 0; j < nb; ++j) {
           const double x = decode(a[static_cast<size_t>(i + offset)]);
-          const double y = b == nullptr ? 0 : decode((*b)[static_cast<size_t>(j)]);
+          const double y =
+              b == nullptr ? 0 : decode((*b)[static_cast<size_t>((paired ? i : j) + b_offset)]);
           const double e = exact(name, x, y);
           const uint16_t want = encode(e), g = got[static_cast<size_t>(i * nb + j)];
           if (g == want || (is_nan(g) && is_nan(want))) continue;
@@ -478,9 +483,15 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
     while (partners.size() < 72) partners.push_back(encode(moderate(rng)));
     while (partners.size() < 80) partners.push_back(static_cast<uint16_t>(rng()));
     const int64_t np = static_cast<int64_t>(partners.size());
+    // Every value beside every value of another order, element by element, over views one
+    // and three elements in (the shifted loads of either input).
+    std::vector<uint16_t> shuffled = every;
+    std::shuffle(shuffled.begin(), shuffled.end(), rng);
     for (const char* name : {"atan2", "pow"}) {
       check(name, every, {65536, 1}, &partners, {1, np});
       check(name, partners, {np, 1}, &every, {1, 65536});
+      check(name, every, {65535}, &shuffled, {65535}, 1, 0);
+      check(name, shuffled, {65533}, &every, {65533}, 0, 3);
     }
   }
   EXPECT_EQ(device_->memory_in_use(), 0);
