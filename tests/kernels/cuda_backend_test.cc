@@ -1,7 +1,7 @@
 // The CUDA backend against the reference and the CPU backend. Skips where no GPU is visible.
 #include <cuda_runtime.h>
-#include <algorithm>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
