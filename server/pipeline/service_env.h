@@ -36,6 +36,8 @@ struct ServiceOptions {
   // For ServerInfo.
   std::string backend;
   int metrics_port = -1;
+  // This process's id (ServerInfoResponse.instance): random, new at every start.
+  std::string instance;
 };
 
 // The server's own drain: once draining, calls that arrive are refused UNAVAILABLE by the

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 #include <thread>
@@ -58,6 +59,14 @@ int64_t MachineMemory() {
     if (f >> limit && limit > 0 && limit < bytes) bytes = limit;
   }
   return bytes;
+}
+
+// 16 random bytes in hex: this process among every server that was or will be on its address.
+std::string InstanceId() {
+  std::random_device random;
+  std::string out;
+  for (int i = 0; i < 4; ++i) out += absl::StrCat(absl::Hex(random(), absl::kZeroPad8));
+  return out;
 }
 
 // Descriptors: the region socket's connections and tickets hold some each, besides gRPC's.
@@ -220,6 +229,7 @@ int main(int argc, char** argv) {
       std::min(options.chunk_bytes, std::max(max_message - 1024, max_message / 2));
   options.backend = backend_name;
   options.metrics_port = metrics_http != nullptr ? metrics_http->port() : -1;
+  options.instance = InstanceId();
   const tc::server::Auth auth = tc::server::MakeAuth();
   tc::server::Lifecycle life;
   tc::server::TensorServiceImpl service(&devices, request_pool.get(), &resident, regions.get(),
@@ -247,6 +257,12 @@ int main(int argc, char** argv) {
     if (lstat(unix_socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(unix_socket.c_str());
     builder.AddListeningPort("unix:" + unix_socket, credentials);
   }
+  // Clients find a frozen server by HTTP/2 pings (a second apart, idle or not; the project's
+  // clients send them): answer them all. gRPC's default takes more than one ping in five
+  // minutes on a connection with no call as abuse and closes it.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 200);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
   builder.SetMaxSendMessageSize(static_cast<int>(max_message));
   builder.RegisterService(&service);

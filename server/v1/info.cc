@@ -58,6 +58,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
   response->set_build(TC_BUILD);
   response->set_backend(o.backend);
   response->set_metrics_port(o.metrics_port);
+  response->set_instance(o.instance);
   for (int i = 0; i < env_.devices->size(); ++i) {
     const runtime::Device& d = env_.devices->at(i);
     v1::DeviceInfo* di = response->add_devices();
