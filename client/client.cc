@@ -44,6 +44,19 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// The deadline every call of this thread ends by at the latest (Client::Within).
+thread_local absl::Time t_deadline = absl::InfiniteFuture();
+
+}  // namespace
+
+Client::Within::Within(absl::Time deadline) : previous_(t_deadline) {
+  t_deadline = std::min(t_deadline, deadline);
+}
+
+Client::Within::~Within() { t_deadline = previous_; }
+
 Client::Client(const std::string& target, ClientOptions options) : options_(options) {
   std::random_device random;
   session_ = !options_.session.empty() ? options_.session : absl::StrCat(absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8),
@@ -56,6 +69,20 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
   args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE,
               static_cast<int>(std::min<int64_t>(options_.spread_bytes + (1 << 20),
                                                  options_.max_message_bytes)));
+  // A server back on its address is connected again within a second; a connect that does not
+  // complete in 3 s (a frozen server still accepts TCP connections) is given up.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 3000);
+  if (options_.keepalive > absl::ZeroDuration()) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+                static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive)));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                static_cast<int>(std::max<int64_t>(
+                    100, absl::ToInt64Milliseconds(options_.keepalive_timeout))));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!options_.tls_ca_file.empty()) {
     grpc::SslCredentialsOptions ssl;
@@ -77,34 +104,165 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
       args.SetSslTargetNameOverride(options_.tls_server_name);
     }
   }
+  creds_ = creds;
+  args_ = args;
   target_ = target;
   if (auto replicas = ResolveReplicas(target); !replicas.ok()) {
     setup_error_.Update(replicas.status());
   } else {
     replicas_ = replicas->addresses;
     if (!replicas->balanced.empty()) {
-      target_ = replicas_[std::uniform_int_distribution<size_t>(0, replicas_.size() - 1)(random)];
+      // Several replicas: a client of each, this one choosing where each call goes.
+      int home = std::uniform_int_distribution<int>(0, static_cast<int>(replicas_.size()) - 1)(
+          random);
       if (!options_.home.empty()) {
-        if (std::find(replicas_.begin(), replicas_.end(), options_.home) == replicas_.end()) {
+        auto at = std::find(replicas_.begin(), replicas_.end(), options_.home);
+        if (at == replicas_.end()) {
           setup_error_.Update(absl::InvalidArgumentError(
               absl::StrCat("home ", options_.home, " is not one of the target's replicas")));
+        } else {
+          home = static_cast<int>(at - replicas_.begin());
         }
-        target_ = options_.home;
       }
-      grpc::ChannelArguments balanced = args;
-      balanced.SetServiceConfigJSON(ServiceConfig(options_.retry_attempts, true));
-      balanced_ = grpc::CreateCustomChannel(replicas->balanced, creds, balanced);
-      balanced_stub_ = v1::TensorService::NewStub(balanced_);
+      ClientOptions peer = options_;
+      peer.session = session_;
+      peer.retry_attempts = 1;  // Retries go to the next replica, from here.
+      peer.home.clear();
+      for (const std::string& a : replicas_) {
+        peers_.push_back(Peer{std::make_unique<Client>(a, peer)});
+      }
+      home_.store(home);
+      turn_.store(random());
+      return;
     }
   }
-  creds_ = creds;
-  args_ = args;
   grpc::ChannelArguments home = args;
-  home.SetServiceConfigJSON(ServiceConfig(options_.retry_attempts, false));
+  // No retry policy of gRPC's: retries are OnReplicas', for the calls that are safe to send
+  // again, on whichever replica (two layers of retries would multiply their tries).
+  home.SetServiceConfigJSON(ServiceConfig(1, false));
   channel_ = grpc::CreateCustomChannel(target_, creds, home);
   stub_ = v1::TensorService::NewStub(channel_);
   health_ = grpc::health::v1::Health::NewStub(channel_);
   generic_ = std::make_unique<grpc::GenericStub>(channel_);
+}
+
+const std::string& Client::home() const { return peers_.empty() ? target_ : Home().target_; }
+
+absl::StatusOr<std::string> Client::Rehome(const std::string& replica) {
+  if (peers_.empty()) return target_;
+  if (replica.empty()) {
+    home_.store(Pick({home_.load()}));
+  } else {
+    auto at = std::find(replicas_.begin(), replicas_.end(), replica);
+    if (at == replicas_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(replica, " is not one of the replicas"));
+    }
+    home_.store(static_cast<int>(at - replicas_.begin()));
+  }
+  return home();
+}
+
+int Client::Pick(const std::vector<int>& tried) {
+  const absl::Time now = absl::Now();
+  const int n = static_cast<int>(peers_.size());
+  std::vector<int> fresh, up;
+  for (int i = 0; i < n; ++i) {
+    if (std::find(tried.begin(), tried.end(), i) == tried.end()) fresh.push_back(i);
+  }
+  if (fresh.empty()) {
+    for (int i = 0; i < n; ++i) fresh.push_back(i);
+  }
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  for (int i : fresh) {
+    if (peers_[i].down_until <= now) up.push_back(i);
+  }
+  const int home = home_.load();
+  if (!options_.spread_replicas && std::find(up.begin(), up.end(), home) != up.end()) {
+    return home;
+  }
+  if (!up.empty()) return up[turn_.fetch_add(1) % up.size()];
+  return *std::min_element(fresh.begin(), fresh.end(), [this](int a, int b) {
+    return peers_[a].down_until < peers_[b].down_until;
+  });
+}
+
+void Client::PeerFailed(int i) {
+  {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    Peer& p = peers_[i];
+    p.failures = std::min(p.failures + 1, 16);
+    p.down_until = absl::Now() + std::min(absl::Seconds(2),
+                                          absl::Milliseconds(250) * (1 << (p.failures - 1)));
+  }
+  int expected = i;
+  if (peers_.size() > 1) home_.compare_exchange_strong(expected, Pick({i}));
+}
+
+void Client::PeerAnswered(int i) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  peers_[i].failures = 0;
+  peers_[i].down_until = absl::InfinitePast();
+}
+
+namespace {
+
+// A try that failed as a gone or going server fails: sent again, to another replica where
+// there is one. UNAVAILABLE (draining, a refused or lost connection, a balancer's 502),
+// CANCELLED (a server in its last second; this client never cancels), and a stream a
+// balancer reset when the replica behind it died mid-call (INTERNAL "Received RST_STREAM";
+// a server's own INTERNAL carries its own message).
+bool Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled ||
+         (s.code() == absl::StatusCode::kInternal && absl::StrContains(s.message(), "RST_STREAM"));
+}
+
+}  // namespace
+
+template <class T, class Fn>
+absl::StatusOr<T> Client::OnReplicas(int64_t bytes, Fn fn) {
+  if (!setup_error_.ok()) return setup_error_;
+  const absl::Time end = std::min(absl::Now() + options_.timeout, t_deadline);
+  absl::Duration per_try = absl::InfiniteDuration();
+  if (options_.try_timeout > absl::ZeroDuration()) {
+    per_try = options_.try_timeout +
+              absl::Seconds(static_cast<double>(bytes) /
+                            std::max(1.0, options_.try_bytes_per_second));
+  }
+  std::vector<int> tried;
+  absl::Status last;
+  for (int n = 0; n < std::max(1, options_.retry_attempts); ++n) {
+    const absl::Duration left = end - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    const int i = peers_.empty() ? -1 : Pick(tried);
+    Client& c = i < 0 ? *this : *peers_[i].client;
+    const absl::Duration budget = std::min(left, per_try);
+    absl::StatusOr<T> out = [&] {
+      Within within(absl::Now() + budget);
+      return fn(c);
+    }();
+    if (out.ok()) {
+      if (i >= 0) PeerAnswered(i);
+      return out;
+    }
+    const bool expired = out.status().code() == absl::StatusCode::kDeadlineExceeded &&
+                         budget < left - absl::Milliseconds(50);
+    if (!expired && !Retryable(out.status())) return out;
+    if (i >= 0) PeerFailed(i);
+    last = expired ? absl::UnavailableError(absl::StrCat(
+                         c.target_, " did not answer within the per-try deadline (",
+                         absl::FormatDuration(budget), "): ", out.status().message()))
+                   : out.status();
+    tried.push_back(i);
+    std::this_thread::sleep_for(absl::ToChronoMilliseconds(
+        std::max(absl::ZeroDuration(),
+                 std::min({absl::Milliseconds(100) * (1 << std::min(n, 4)),
+                           absl::Milliseconds(500), end - absl::Now()}))));
+  }
+  if (last.ok()) {
+    return absl::DeadlineExceededError(absl::StrCat("no replica answered within ",
+                                                    absl::FormatDuration(options_.timeout)));
+  }
+  return last;
 }
 
 std::vector<grpc::GenericStub*> Client::Lanes(int n) {
@@ -134,7 +292,7 @@ void Client::LaneCall(const grpc::GenericStub& stub, grpc::ClientContext& ctx) c
 }
 
 void Client::SetDeadline(grpc::ClientContext& ctx) const {
-  ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.timeout));
+  ctx.set_deadline(absl::ToChronoTime(std::min(absl::Now() + options_.timeout, t_deadline)));
   if (!options_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.token);
   // One session over all of this client's connections: the server keeps its resident tensors
   // on one device.
@@ -142,6 +300,10 @@ void Client::SetDeadline(grpc::ClientContext& ctx) const {
 }
 
 absl::StatusOr<std::string> Client::Health(const std::string& service) {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->Health(service));
+  }
   if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
@@ -166,15 +328,16 @@ bool Stateless(const v1::ComputeRequest& request) {
 }  // namespace
 
 absl::StatusOr<v1::ListOpsResponse> Client::ListOps() {
-  if (!setup_error_.ok()) return setup_error_;
-  grpc::ClientContext ctx;
-  SetDeadline(ctx);
-  v1::ListOpsResponse resp;
-  v1::TensorService::Stub* stub = balanced_stub_ ? balanced_stub_.get() : stub_.get();
-  if (grpc::Status s = stub->ListOps(&ctx, v1::ListOpsRequest(), &resp); !s.ok()) {
-    return FromGrpc(s);
-  }
-  return resp;
+  return OnReplicas<v1::ListOpsResponse>(0, [](Client& c) -> absl::StatusOr<v1::ListOpsResponse> {
+    if (!c.setup_error_.ok()) return c.setup_error_;
+    grpc::ClientContext ctx;
+    c.SetDeadline(ctx);
+    v1::ListOpsResponse resp;
+    if (grpc::Status s = c.stub_->ListOps(&ctx, v1::ListOpsRequest(), &resp); !s.ok()) {
+      return FromGrpc(s);
+    }
+    return resp;
+  });
 }
 
 absl::StatusOr<v1::Tensor> Client::Compute(const v1::ComputeRequest& request) {
@@ -209,6 +372,24 @@ absl::StatusOr<v1::Tensor> Client::ComputeFrom(const v1::ComputeRequest& request
 absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
                                             const Bytes& bytes, const v1::ComputeRequest* unary,
                                             const OutputAllocator& allocate) {
+  // Stateless: tried on one replica after another (see ClientOptions::retry_attempts), each
+  // try on whichever road its size takes there. Stateful: on the home replica, once.
+  if (!Stateless(request)) {
+    if (peers_.empty()) return DispatchOnce(request, bytes, unary, allocate);
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->DispatchOnce(request, bytes, unary, allocate));
+  }
+  int64_t inline_bytes = 0;
+  for (const ExternalBytes& b : bytes) inline_bytes += b.size;
+  return OnReplicas<v1::Tensor>(inline_bytes, [&](Client& c) {
+    return c.DispatchOnce(request, bytes, unary, allocate);
+  });
+}
+
+absl::StatusOr<v1::Tensor> Client::DispatchOnce(const v1::ComputeRequest& request,
+                                                const Bytes& bytes,
+                                                const v1::ComputeRequest* unary,
+                                                const OutputAllocator& allocate) {
   int64_t inline_bytes = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const v1::Tensor& t = request.inputs(i);
@@ -238,29 +419,10 @@ absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
     unary = &assembled;
   }
   v1::ComputeResponse resp;
-  // A stateless call goes over the balanced channel where there is one, and is sent again
-  // where gRPC's own retry could not (a balancer in front passed the server's answer on as
-  // headers first, which commits the call): a server that refuses it while it drains
-  // (UNAVAILABLE) or cancels it in its last second (CANCELLED, which this client never asks
-  // for) has not answered it, and neither has one whose stream a balancer reset when the
-  // replica behind it died mid-call (INTERNAL, "Received RST_STREAM"; a server's own INTERNAL
-  // carries its own message).
-  const bool stateless = Stateless(*unary);
-  v1::TensorService::Stub* stub =
-      balanced_stub_ != nullptr && stateless ? balanced_stub_.get() : stub_.get();
-  for (int attempt = 1;; ++attempt) {
+  {
     grpc::ClientContext ctx;
     SetDeadline(ctx);
-    grpc::Status s = stub->Compute(&ctx, *unary, &resp);
-    if (s.ok()) break;
-    const bool reset = s.error_code() == grpc::StatusCode::INTERNAL &&
-                       absl::StrContains(s.error_message(), "RST_STREAM");
-    if (!stateless || attempt >= options_.retry_attempts ||
-        (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-         s.error_code() != grpc::StatusCode::CANCELLED && !reset)) {
-      return FromGrpc(s);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, 100 << (attempt - 1))));
+    if (grpc::Status s = stub_->Compute(&ctx, *unary, &resp); !s.ok()) return FromGrpc(s);
   }
   v1::Tensor* out = resp.mutable_output();
   if (allocate && !out->data().empty()) {
@@ -424,7 +586,17 @@ class TensorReceiver {
 
 absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
                                                    int64_t chunk_bytes) {
-  return StreamedImpl(request, DataOf(request), chunk_bytes, nullptr);
+  const Bytes bytes = DataOf(request);
+  if (!Stateless(request)) {
+    if (peers_.empty()) return StreamedImpl(request, bytes, chunk_bytes, nullptr);
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->StreamedImpl(request, bytes, chunk_bytes, nullptr));
+  }
+  int64_t size = 0;
+  for (const ExternalBytes& b : bytes) size += b.size;
+  return OnReplicas<v1::Tensor>(size, [&](Client& c) {
+    return c.StreamedImpl(request, bytes, chunk_bytes, nullptr);
+  });
 }
 
 absl::StatusOr<v1::Tensor> Client::StreamedImpl(const v1::ComputeRequest& request,
@@ -498,6 +670,10 @@ absl::Status Client::SendUpload(grpc::GenericStub& stub, const v1::UploadRequest
 
 absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int64_t ttl_seconds,
                                                   int64_t chunk_bytes, const Progress& progress) {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->Upload(tensor, ttl_seconds, chunk_bytes, progress));
+  }
   if (!setup_error_.ok()) return setup_error_;
   v1::UploadRequest header;
   v1::Tensor* t = header.mutable_header()->mutable_tensor();
@@ -514,6 +690,10 @@ absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int6
 
 absl::StatusOr<v1::UploadResponse> Client::UploadWith(const v1::UploadHeader& options,
                                                       const v1::Tensor& tensor) {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->UploadWith(options, tensor));
+  }
   if (!setup_error_.ok()) return setup_error_;
   v1::UploadRequest header;
   *header.mutable_header() = options;
@@ -530,6 +710,10 @@ absl::StatusOr<v1::UploadResponse> Client::UploadWith(const v1::UploadHeader& op
 }
 
 absl::StatusOr<v1::Tensor> Client::Download(const std::string& handle, const Progress& progress) {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->Download(handle, progress));
+  }
   if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
@@ -558,7 +742,14 @@ template <class Fn>
 absl::Status OnEveryLane(int p, Fn fn) {
   std::vector<absl::Status> results(p);
   std::vector<std::thread> threads;
-  for (int k = 1; k < p; ++k) threads.emplace_back([&, k] { results[k] = fn(k); });
+  // The lanes' calls end by the caller's deadline too.
+  const absl::Time deadline = t_deadline;
+  for (int k = 1; k < p; ++k) {
+    threads.emplace_back([&, k, deadline] {
+      Client::Within within(deadline);
+      results[k] = fn(k);
+    });
+  }
   results[0] = fn(0);
   for (auto& th : threads) th.join();
   for (const absl::Status& s : results) {
@@ -626,6 +817,10 @@ absl::Status Client::DownloadParts(const std::string& handle, int64_t bytes, std
 
 absl::StatusOr<v1::UploadResponse> Client::UploadFrom(const v1::Tensor& tensor,
                                                       ExternalBytes bytes, int64_t ttl_seconds) {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->UploadFrom(tensor, bytes, ttl_seconds));
+  }
   if (!setup_error_.ok()) return setup_error_;
   v1::UploadRequest header;
   v1::Tensor* t = header.mutable_header()->mutable_tensor();
@@ -650,6 +845,10 @@ absl::StatusOr<v1::UploadResponse> Client::UploadFrom(const v1::Tensor& tensor,
 
 absl::Status Client::DownloadInto(const std::string& handle, int64_t storage_bytes,
                                   std::byte* dst) {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->DownloadInto(handle, storage_bytes, dst));
+  }
   if (!setup_error_.ok()) return setup_error_;
   const int p = options_.connections > 1 && storage_bytes >= options_.spread_bytes
                     ? options_.connections
@@ -659,7 +858,17 @@ absl::Status Client::DownloadInto(const std::string& handle, int64_t storage_byt
 
 absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& request,
                                                  int connections) {
-  return SpreadImpl(request, DataOf(request), connections, nullptr);
+  const Bytes bytes = DataOf(request);
+  if (!Stateless(request)) {
+    if (peers_.empty()) return SpreadImpl(request, bytes, connections, nullptr);
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->SpreadImpl(request, bytes, connections, nullptr));
+  }
+  int64_t size = 0;
+  for (const ExternalBytes& b : bytes) size += b.size;
+  return OnReplicas<v1::Tensor>(size, [&](Client& c) {
+    return c.SpreadImpl(request, bytes, connections, nullptr);
+  });
 }
 
 absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
@@ -673,7 +882,12 @@ absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
     Client* c;
     std::vector<std::string>* handles;
     ~Cleanup() {
-      if (!handles->empty()) (void)c->Release(*handles);
+      if (handles->empty()) return;
+      // With a deadline of its own: the call's may have passed (that may be why it ends).
+      const absl::Time previous = t_deadline;
+      t_deadline = absl::Now() + absl::Seconds(5);
+      (void)c->Release(*handles);
+      t_deadline = previous;
     }
   } cleanup{this, &made};
   const int64_t ttl =
@@ -757,6 +971,10 @@ absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
 }
 
 absl::StatusOr<int64_t> Client::Release(const std::vector<std::string>& handles) {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->Release(handles));
+  }
   if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
@@ -843,6 +1061,10 @@ absl::StatusOr<std::string> Client::SendRegionFd(int fd) {
 
 absl::StatusOr<std::unique_ptr<SharedRegion>> Client::CreateRegion(int64_t bytes,
                                                                    const std::string& name) {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->CreateRegion(bytes, name));
+  }
   if (bytes <= 0) return absl::InvalidArgumentError("a region needs at least one byte");
   const int fd = memfd_create(name.empty() ? "tensorcompute" : name.c_str(),
                               MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -898,6 +1120,10 @@ v1::Tensor SharedRegion::Input(v1::DType dtype, const std::vector<int64_t>& shap
 }
 
 absl::StatusOr<v1::ServerInfoResponse> Client::ServerInfo() {
+  if (!peers_.empty()) {
+    const int h = home_.load();
+    return Noted(h, peers_[h].client->ServerInfo());
+  }
   if (!setup_error_.ok()) return setup_error_;
   grpc::ClientContext ctx;
   SetDeadline(ctx);

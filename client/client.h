@@ -1,6 +1,7 @@
 // The thin C++ client: one channel, reused for every call, with a deadline on each.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <cstddef>
 #include <memory>
@@ -46,17 +47,30 @@ struct ClientOptions {
   int64_t spread_bytes = int64_t{32} << 20;
   // Chunk size of streamed data.
   int64_t chunk_bytes = int64_t{1} << 20;
-  // Unary Computes, ListOps and Health are tried up to `retry_attempts` times in all on
-  // UNAVAILABLE (a draining server, a lost connection, a balancer's 502; client/replicas.h).
-  // Several replicas (a target that lists them or a DNS name with several addresses):
-  // stateless unary Computes (inline inputs, the output returned) and ListOps are spread
-  // over the replicas per call, each retry on another. Everything that keeps state on a
-  // server (uploads, resident tensors, streams, transfers spread over connections, regions,
-  // ServerInfo, Health) goes to one replica, this client's home, picked at random.
+  // Stateless Computes (inline inputs, the output returned, however they travel: one
+  // message, a stream, or spread over connections) and ListOps are tried up to
+  // `retry_attempts` times in all where their server fails as a gone one does (UNAVAILABLE: a
+  // draining server, a refused or lost connection, a balancer's 502; CANCELLED; a stream a
+  // balancer reset; no answer within the try's deadline). Several replicas (a target that
+  // lists them or a DNS name with several addresses): such calls go to the replicas in turn
+  // (`spread_replicas`; false: to the home replica while it answers), each retry to another.
+  // Everything that keeps state on a server (uploads, resident tensors, regions, ServerInfo,
+  // Health) goes to one replica, this client's home, picked at random; when home fails, the
+  // next stateful call goes to another (Rehome).
   int retry_attempts = 4;
-  // The home replica, as replicas() writes it (a Python client and its native transport
-  // share one); empty: one at random.
+  bool spread_replicas = true;
+  // The home replica, as replicas() writes it; empty: one at random.
   std::string home;
+  // A frozen server (stopped, or a host gone without closing its connections): each
+  // connection is pinged every `keepalive` (idle or not) and given up, failing its calls
+  // UNAVAILABLE, when a ping is not answered within `keepalive_timeout`. Zero: no pings.
+  absl::Duration keepalive = absl::Seconds(1);
+  absl::Duration keepalive_timeout = absl::Seconds(2);
+  // Each try of a stateless call ends by `try_timeout` plus the time its inline bytes take at
+  // `try_bytes_per_second` (a balancer in front answers pings for a replica behind it that
+  // froze); zero: each try may take the whole `timeout`.
+  absl::Duration try_timeout = absl::Seconds(5);
+  double try_bytes_per_second = 10e6;
 };
 
 class Client;
@@ -159,7 +173,24 @@ class Client {
   ~Client();
   // The replicas the target names (one channel target each) and the one stateful calls go to.
   const std::vector<std::string>& replicas() const { return replicas_; }
-  const std::string& home() const { return target_; }
+  const std::string& home() const;
+  // Makes `replica` (one of replicas(); empty: the next one that has answered lately) the
+  // home of stateful calls from now on, and returns it. Tensors kept on the old home stay
+  // there; their handles answer NOT_FOUND elsewhere.
+  absl::StatusOr<std::string> Rehome(const std::string& replica = "");
+
+  // While one lives, every call this thread makes through any Client (and the transfer
+  // threads such a call starts) ends by `deadline` at the latest.
+  class Within {
+   public:
+    explicit Within(absl::Time deadline);
+    ~Within();
+    Within(const Within&) = delete;
+    Within& operator=(const Within&) = delete;
+
+   private:
+    absl::Time previous_;
+  };
 
  private:
   friend class SharedRegion;
@@ -168,6 +199,10 @@ class Client {
   absl::StatusOr<v1::Tensor> Dispatch(const v1::ComputeRequest& request, const Bytes& bytes,
                                       const v1::ComputeRequest* unary,
                                       const OutputAllocator& allocate);
+  // One try of Dispatch on this client's own server.
+  absl::StatusOr<v1::Tensor> DispatchOnce(const v1::ComputeRequest& request, const Bytes& bytes,
+                                          const v1::ComputeRequest* unary,
+                                          const OutputAllocator& allocate);
   absl::StatusOr<v1::Tensor> StreamedImpl(const v1::ComputeRequest& request, const Bytes& bytes,
                                           int64_t chunk_bytes, const OutputAllocator& allocate);
   absl::StatusOr<v1::Tensor> SpreadImpl(const v1::ComputeRequest& request, const Bytes& bytes,
@@ -208,9 +243,36 @@ class Client {
   std::unique_ptr<v1::TensorService::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
   std::vector<std::string> replicas_;
-  // Over every replica (round_robin, retries); null where the target names one.
-  std::shared_ptr<grpc::Channel> balanced_;
-  std::unique_ptr<v1::TensorService::Stub> balanced_stub_;
+  // Several replicas: a client of each (made at construction, connecting on first use), the
+  // index of the home one, and how each answered lately. Empty where the target names one.
+  struct Peer {
+    std::unique_ptr<Client> client;
+    int failures = 0;
+    absl::Time down_until = absl::InfinitePast();
+  };
+  std::vector<Peer> peers_;
+  std::atomic<int> home_{0};
+  std::atomic<uint64_t> turn_{0};
+  std::mutex peers_mu_;
+  Client& Home() const { return *peers_[home_.load()].client; }
+  // The peer the next try goes to, avoiding those in `tried` while others are left.
+  int Pick(const std::vector<int>& tried);
+  void PeerFailed(int i);
+  void PeerAnswered(int i);
+  // `r`, the outcome of a stateful call on peer i; UNAVAILABLE moves the home on.
+  static const absl::Status& StatusOf(const absl::Status& s) { return s; }
+  template <class T>
+  static const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+    return s.status();
+  }
+  template <class R>
+  R Noted(int i, R r) {
+    if (StatusOf(r).code() == absl::StatusCode::kUnavailable) PeerFailed(i);
+    return r;
+  }
+  // fn(peer) on one replica after another until one answers (see retry_attempts).
+  template <class T, class Fn>
+  absl::StatusOr<T> OnReplicas(int64_t bytes, Fn fn);
 };
 
 // grpc::Status -> absl::Status (the codes are the same numbers).

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,12 +68,16 @@ extern "C" {
 // `session`: the session id to send (so that a client using this and another transport is one
 // session to the server); empty: a random one. `home`: where `target` names several replicas,
 // the one stateful calls go to (ClientOptions::home); empty: one at random.
+// `retry_attempts`: ClientOptions::retry_attempts (1: a caller that retries itself, on
+// another replica, takes each failure at once).
 tcn_client* tcn_connect(const char* target, const char* token, const char* tls_ca_file,
                         const char* tls_cert_file, const char* tls_key_file,
                         const char* tls_server_name, double timeout_seconds,
                         int64_t max_message_bytes, int connections, int64_t spread_bytes,
-                        int64_t chunk_bytes, const char* session, const char* home) {
+                        int64_t chunk_bytes, const char* session, const char* home,
+                        int retry_attempts) {
   tc::client::ClientOptions o;
+  if (retry_attempts > 0) o.retry_attempts = retry_attempts;
   auto str = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
   o.home = str(home);
   o.token = str(token);
@@ -101,7 +106,7 @@ tcn_client* tcn_open(const char* target, const char* token, const char* tls_ca_f
                      int64_t chunk_bytes, const char* session) {
   return tcn_connect(target, token, tls_ca_file, tls_cert_file, tls_key_file, tls_server_name,
                      timeout_seconds, max_message_bytes, connections, spread_bytes, chunk_bytes,
-                     session, nullptr);
+                     session, nullptr, 0);
 }
 
 void tcn_close(tcn_client* c) { delete c; }
@@ -109,9 +114,25 @@ void tcn_close(tcn_client* c) { delete c; }
 // Runs a serialized ComputeRequest whose inline inputs carry no data: input i's bytes are
 // [data[i], data[i] + sizes[i]) (ignored for handles and regions), unchanged until this
 // returns. The result (free it with tcn_result_free) holds the output.
+tcn_result* tcn_compute_within(tcn_client* c, const void* request, size_t request_len,
+                               const void* const* data, const int64_t* sizes, int n,
+                               double timeout_seconds, int* code, char* error,
+                               size_t error_len);
+
 tcn_result* tcn_compute(tcn_client* c, const void* request, size_t request_len,
                         const void* const* data, const int64_t* sizes, int n, int* code,
                         char* error, size_t error_len) {
+  return tcn_compute_within(c, request, request_len, data, sizes, n, 0, code, error, error_len);
+}
+
+// tcn_compute within `timeout_seconds` (the whole call, every connection it uses; <= 0: the
+// client's timeout).
+tcn_result* tcn_compute_within(tcn_client* c, const void* request, size_t request_len,
+                               const void* const* data, const int64_t* sizes, int n,
+                               double timeout_seconds, int* code, char* error,
+                               size_t error_len) {
+  std::optional<tc::client::Client::Within> within;
+  if (timeout_seconds > 0) within.emplace(absl::Now() + absl::Seconds(timeout_seconds));
   v1::ComputeRequest req;
   if (!req.ParseFromArray(request, static_cast<int>(request_len))) {
     SetError(absl::InvalidArgumentError("the request does not parse as a ComputeRequest"), code,

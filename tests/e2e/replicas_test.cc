@@ -173,5 +173,49 @@ TEST_F(ReplicasTest, StatelessCallsGoOnPastReplicasThatStopOrDie) {
   EXPECT_EQ(Adds(c, 60, rng), std::vector<std::string>{});
 }
 
+// Large stateless calls (spread over connections, through resident tensors on one replica)
+// go on past a home replica that is killed, and move off one that freezes within the
+// client's bound; a replica killed and started again on its port serves again.
+TEST_F(ReplicasTest, LargeCallsMoveOffGoneAndFrozenReplicas) {
+  client::ClientOptions o;
+  o.spread_bytes = 1 << 20;
+  o.connections = 4;
+  o.spread_replicas = false;  // every call to home first, while it answers
+  o.home = servers_[0]->target();
+  client::Client c(target_, o);
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> u(-10, 10);
+  std::vector<float> a(600 * 1000), b(a.size());
+  for (size_t j = 0; j < a.size(); ++j) {
+    a[j] = u(rng);
+    b[j] = u(rng);
+  }
+  auto add = [&]() -> std::string {
+    auto out = c.Compute("add", {F32(a), F32(b)});
+    if (!out.ok()) return out.status().ToString();
+    std::vector<float> got = Floats(*out);
+    if (got.size() != a.size()) return "wrong size";
+    for (size_t j = 0; j < a.size(); ++j) {
+      if (got[j] != a[j] + b[j]) return absl::StrCat("wrong at ", j);
+    }
+    return "";
+  };
+  EXPECT_EQ(add(), "");
+  // Home killed: the call goes to another replica, which becomes home.
+  kill(servers_[0]->pid(), SIGKILL);
+  servers_[0]->WaitExit(10);
+  EXPECT_EQ(add(), "");
+  EXPECT_NE(c.home(), servers_[0]->target());
+  // Home frozen: the call moves on within keepalive + its timeout, or the try's deadline.
+  ASSERT_TRUE(c.Rehome(servers_[1]->target()).ok());
+  EXPECT_EQ(add(), "");  // connections to replica 1 are open
+  kill(servers_[1]->pid(), SIGSTOP);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(add(), "");
+  const absl::Duration took = absl::Now() - start;
+  kill(servers_[1]->pid(), SIGCONT);
+  EXPECT_LT(took, absl::Seconds(8)) << took;
+  EXPECT_NE(c.home(), servers_[1]->target());
+}
 }  // namespace
 }  // namespace tc
