@@ -43,6 +43,7 @@ class Tally:
         self.details = {}         # code -> one error's details
         self.stateful_ok = 0
         self.stateful_errors = {}  # home -> [codes]
+        self.homes = []            # each stateful thread's home replica
 
     def error(self, code, details):
         with self.lock:
@@ -77,12 +78,17 @@ def stateful(client, stop, tally, seed):
         with tally.lock:
             tally.stateful_errors.setdefault(client.home, []).append(e.code().name)
         return
+    # The replica that holds it (the client's home when it was uploaded; a home that fails
+    # is replaced for the next stateful call, the tensor stays where it was).
+    home = resident.replica
+    with tally.lock:
+        tally.homes.append(home)
     while not stop.is_set():
         try:
             out = client.compute("mul", resident, np.array(2, dtype=np.float32))
         except grpc.RpcError as e:
             with tally.lock:
-                tally.stateful_errors.setdefault(client.home, []).append(e.code().name)
+                tally.stateful_errors.setdefault(home, []).append(e.code().name)
             return  # its tensor is gone with its replica
         with tally.lock:
             if np.array_equal(out, x * 2):
@@ -143,7 +149,7 @@ class ReplicasTest(unittest.TestCase):
             c.close()
         stopped = {targets[0], targets[1]}
         lost_stateful = {h: codes for h, codes in tally.stateful_errors.items()}
-        home_index = [targets.index(h.home) if h.home in targets else h.home for h in homes]
+        home_index = [targets.index(h) if h in targets else h for h in tally.homes]
         print(f"{name}: {tally.ok} stateless calls in {seconds:.1f} s by {THREADS - STATEFUL} "
               f"threads ({before} before the first stop), {tally.wrong} wrong, errors "
               f"{tally.errors or 'none'}; stateful: {tally.stateful_ok} calls, threads that "

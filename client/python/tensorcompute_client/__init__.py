@@ -9,6 +9,8 @@ sent as the span of memory its elements occupy plus its strides and offset: it i
 contiguous first. Inputs too large for one message go through ComputeStream in chunks.
 """
 from .client import Client, OutputPlan, Resident, from_tensor, to_tensor
+from .errors import ClientError
 from .lazy import RemoteArray
 
-__all__ = ["Client", "OutputPlan", "RemoteArray", "Resident", "from_tensor", "to_tensor"]
+__all__ = ["Client", "ClientError", "OutputPlan", "RemoteArray", "Resident", "from_tensor",
+           "to_tensor"]

@@ -1,6 +1,7 @@
 """The client: a channel reused for every call, deadlines, chunked streaming, resident tensors."""
 import concurrent.futures
 import ctypes
+import itertools
 import os
 import secrets
 import sys
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import grpc
 import numpy as np
 
+from . import errors
 from . import native as _native_mod
 from . import replicas as _replicas
 from . import shm
@@ -161,10 +163,12 @@ def _to_torch(arr: np.ndarray, wire: int):
 
 @dataclass
 class Resident:
-    """A tensor kept on the server: its handle and metadata (pass it as an input), and the
-    server device holding it where known."""
+    """A tensor kept on a server: its handle and metadata (pass it as an input), the server
+    device holding it where known, and the replica it is kept on."""
     tensor: pb.Tensor
     device: Optional[int] = None
+    # The replica (one of Client.replicas) that holds it; None: the client's home.
+    replica: Optional[str] = None
 
     @property
     def handle(self) -> str:
@@ -303,6 +307,40 @@ def _stream_reset(e: grpc.RpcError) -> bool:
     return e.code() == grpc.StatusCode.INTERNAL and "RST_STREAM" in (e.details() or "")
 
 
+def _region_lost(e: grpc.RpcError) -> bool:
+    """The server does not know a region this client registered with it: the process behind
+    the address is not the one it was registered with (it restarted)."""
+    return (e.code() == grpc.StatusCode.NOT_FOUND and
+            "no such region" in (e.details() or ""))
+
+
+_PER_TRY = "per-try deadline"
+
+
+def _as_rpc_error(e: BaseException) -> Optional[grpc.RpcError]:
+    """A failure as the caller sees it: grpc.RpcError as it is; a local connection's OSError
+    as UNAVAILABLE; anything else (a bug, a bad argument) None, raised as it is."""
+    if isinstance(e, grpc.RpcError):
+        return e
+    if isinstance(e, OSError):
+        return errors.from_os_error(e, "connection to the server")
+    return None
+
+
+def _stateless_request(inputs, keep_resident: bool) -> bool:
+    """Keeps nothing on a server and names nothing kept there: any replica may run it, and
+    run it again. Arrays (in regions or not) count as the caller's own; a Resident or a wire
+    Tensor naming a handle or a region does not."""
+    if keep_resident:
+        return False
+    for x in inputs:
+        if isinstance(x, Resident):
+            return False
+        if isinstance(x, pb.Tensor) and (x.handle or x.region):
+            return False
+    return True
+
+
 class Client:
     def __init__(self, target: str, timeout: float = 60.0,
                  max_message_bytes: int = 256 << 20, chunk_bytes: int = 1 << 20,
@@ -312,7 +350,10 @@ class Client:
                  connections: int = 8, native_threshold: int = 1 << 20,
                  spread_bytes: int = 32 << 20, tls_ca: _Pem = None, tls_cert: _Pem = None,
                  tls_key: _Pem = None, tls_server_name: Optional[str] = None,
-                 retry_attempts: int = 4):
+                 retry_attempts: int = 4, home: Optional[str] = None,
+                 spread_replicas: bool = True, keepalive: float = 1.0,
+                 keepalive_timeout: float = 2.0, try_timeout: float = 5.0,
+                 try_bytes_per_second: float = 10e6):
         """TLS: `tls_ca`, the CA certificate that signed the server's (a PEM file's path, or
         its bytes), turns it on; `tls_cert` and `tls_key` (the same way) for servers that
         require client certificates; `tls_server_name` to check the server's certificate
@@ -332,55 +373,71 @@ class Client:
         reach `spread_bytes`, outside the interpreter lock. None (the default) uses it when
         found (not with `credentials`), and warns once where it is not; True requires it;
         False never uses it.
+
         Several replicas: `target` may list them ("host:port,host:port") or name them through
-        DNS ("dns:///name:port"). Stateless computes (inputs sent inline, the output returned)
-        and list_ops are then spread over the replicas per call, each retry on another;
-        everything that keeps state on a server (resident tensors, uploads, streams,
-        regions, server_info) goes to one replica, `home`, picked at random. Unary computes
-        and list_ops are tried up to `retry_attempts` times in all on UNAVAILABLE (a
-        draining server, a lost connection, a balancer's 502), one server or several."""
-        options = [("grpc.max_receive_message_length", max_message_bytes),
-                   ("grpc.max_send_message_length", max_message_bytes)]
+        DNS ("dns:///name:port"). A stateless call (a compute or eval over the caller's
+        arrays whose result comes back to it, on any road: inline, native, spread, shared
+        memory, CUDA IPC; list_ops; plan) goes to the replicas in turn (`spread_replicas`;
+        False: to `home` while it answers), and where its replica fails (refused or lost
+        connection, UNAVAILABLE, draining, a server that restarted and no longer knows this
+        client's regions, or no answer within the try's deadline) it is sent again to
+        another, through whatever road that one offers, up to `retry_attempts` tries in all
+        within `timeout`. Everything that keeps state on a server (resident tensors,
+        uploads, keep_resident) goes to one replica, `home` (by default one at random); when
+        it fails, the next stateful call goes to another, and a Resident names the replica
+        that holds it (lost with it). `rehome()` picks a new home explicitly.
+
+        A frozen replica: every connection is pinged every `keepalive` seconds and given up
+        when a ping is not answered within `keepalive_timeout`, failing its calls over to
+        another replica; each try of a stateless call also has a deadline of `try_timeout`
+        seconds plus the time its bytes take at `try_bytes_per_second` (for a balancer in
+        front, which answers pings for a replica behind it that froze). keepalive=0 turns
+        pings off; try_timeout=0 leaves each try the whole `timeout`."""
         if credentials is not None and tls_ca is not None:
             raise ValueError("pass either credentials= or tls_ca=, not both")
         self._tls_files = None
+        self._tls_name = None
         if tls_ca is not None:
             if (tls_cert is None) != (tls_key is None):
                 raise ValueError("tls_cert and tls_key come together")
             pems = [_read_pem(p) for p in (tls_ca, tls_key, tls_cert)]
             credentials = grpc.ssl_channel_credentials(*pems)
-            if tls_server_name:
-                options.append(("grpc.ssl_target_name_override", tls_server_name))
+            self._tls_name = tls_server_name or None
             # For the native library: paths, or the PEM text itself.
             self._tls_files = [p if p is None or isinstance(p, str) else _read_pem(p).decode()
                                for p in (tls_ca, tls_cert, tls_key)] + [tls_server_name]
         elif tls_cert is not None or tls_key is not None or tls_server_name:
             raise ValueError("tls_cert, tls_key and tls_server_name need tls_ca")
-        self.replicas, balanced = _replicas.resolve(target)
-        self.home = (self.replicas[secrets.randbelow(len(self.replicas))] if balanced
-                     else target)
-
-        def channel(t, opts):
-            return (grpc.secure_channel(t, credentials, opts) if credentials
-                    else grpc.insecure_channel(t, opts))
-        # A retried call's request is kept for its next try.
-        options += [("grpc.enable_retries", 1),
-                    ("grpc.per_rpc_retry_buffer_size", min(spread_bytes + (1 << 20),
-                                                           max_message_bytes))]
-        self.channel = channel(self.home, options + [
-            ("grpc.service_config", _replicas.service_config(retry_attempts, False))])
-        self.stub = pb_grpc.TensorServiceStub(self.channel)
-        self._balanced_channel = None
-        self._balanced_stub = self.stub
-        if balanced:
-            self._balanced_channel = channel(balanced, options + [
-                ("grpc.service_config", _replicas.service_config(retry_attempts, True))])
-            self._balanced_stub = pb_grpc.TensorServiceStub(self._balanced_channel)
         self.target = target
         self.retry_attempts = retry_attempts
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
         self.chunk_bytes = chunk_bytes
+        self.keepalive = keepalive
+        self.keepalive_timeout = keepalive_timeout
+        self.try_timeout = try_timeout
+        self.try_bytes_per_second = try_bytes_per_second
+        self.spread_replicas = spread_replicas
+        addresses, balanced = _replicas.resolve(target)
+        self.replicas = addresses if balanced else [target]
+        self._credentials = credentials
+        self._options = _replicas.channel_options(
+            max_message_bytes, min(spread_bytes + (1 << 20), max_message_bytes), keepalive,
+            keepalive_timeout)
+        if self._tls_name:
+            self._options.append(("grpc.ssl_target_name_override", self._tls_name))
+        # No retry policy of gRPC's: retries are _stateless's, for the calls that are safe to
+        # send again, on whichever replica (two layers of retries would multiply their tries).
+        config = _replicas.service_config(1, False)
+        self._replica_list = []
+        for a in self.replicas:
+            ch = self._channel(a, config)
+            self._replica_list.append(_replicas.Replica(a, ch, pb_grpc.TensorServiceStub(ch)))
+        if home is not None and home not in self.replicas:
+            raise ValueError(f"home {home} is not one of the target's replicas {self.replicas}")
+        self._home = (self._replica_list[self.replicas.index(home)] if home is not None else
+                      self._replica_list[secrets.randbelow(len(self._replica_list))])
+        self._turn = itertools.count(secrets.randbelow(1 << 16))
         # One session over every connection of this client (the native transport's too): the
         # server keeps its resident tensors on one device.
         self.session = secrets.token_hex(16)
@@ -389,9 +446,6 @@ class Client:
             self.metadata.append(("authorization", f"Bearer {token}"))
         self.shared_memory = shared_memory
         self.shared_memory_threshold = shared_memory_threshold
-        self._shm_state = None
-        self._shm_error = None
-        self._shm_lock = threading.Lock()
         self.native = native
         self.connections = connections
         self.native_threshold = native_threshold
@@ -399,69 +453,285 @@ class Client:
         self._token = token
         # grpcio's credentials object, which the native library cannot take.
         self._grpc_credentials_only = credentials is not None and self._tls_files is None
-        self._native_state = None
+        self._native_checked = False
         self._native_lock = threading.Lock()
         self._plans = {}
         self._plan_lock = threading.Lock()
+        # Regions this client made (its own and each thread's scratch), by address.
+        self._regions = {}
+        self._regions_lock = threading.Lock()
+        self._scratch_local = threading.local()
+        self._closed = False
+
+    def _channel(self, address: str, config: str):
+        opts = self._options + [("grpc.service_config", config)]
+        return (grpc.secure_channel(address, self._credentials, opts) if self._credentials
+                else grpc.insecure_channel(address, opts))
+
+    # Replicas ---------------------------------------------------------------------------
+
+    @property
+    def home(self) -> str:
+        """The replica stateful calls go to now."""
+        return self._home.address
+
+    @property
+    def stub(self):
+        """The home replica's TensorService stub."""
+        return self._home.stub
+
+    @property
+    def channel(self):
+        return self._home.channel
+
+    def rehome(self, replica: Optional[str] = None) -> str:
+        """Makes `replica` (one of `replicas`; None: the next one that answers lately) the
+        home of this client's stateful calls, and returns it. Tensors kept on the old home
+        stay there (a Resident names its replica)."""
+        if replica is not None:
+            if replica not in self.replicas:
+                raise ValueError(f"{replica} is not one of {self.replicas}")
+            self._home = self._replica_list[self.replicas.index(replica)]
+        else:
+            self._home = _replicas.pick(self._replica_list, next(self._turn), [self._home])
+        return self._home.address
+
+    def _replica_of(self, address: Optional[str]) -> "_replicas.Replica":
+        if address:
+            for r in self._replica_list:
+                if r.address == address:
+                    return r
+        return self._home
+
+    def _failed(self, replica: "_replicas.Replica", e: grpc.RpcError):
+        """A call on `replica` failed as a replica that is gone (or going) fails."""
+        replica.failed()
+        if _region_lost(e) or e.code() == grpc.StatusCode.UNAVAILABLE:
+            self._drop_shm(replica)
+        if replica is self._home and len(self._replica_list) > 1:
+            self._home = _replicas.pick(self._replica_list, next(self._turn), [replica])
+
+    def _try_timeout(self, nbytes: int) -> float:
+        if self.try_timeout <= 0:
+            return float("inf")
+        return self.try_timeout + nbytes / max(1.0, self.try_bytes_per_second)
+
+    def _stateless(self, nbytes: int, attempt, local: bool = False, prefer=None):
+        """attempt(replica, timeout) on one replica after another until one answers: the
+        retry loop every stateless call takes, whatever its road. Each try gets the time left
+        of `timeout`, at most its per-try deadline; a try that fails as a gone replica fails
+        (see _retryable) is sent again to another replica, after a backoff of 0.1 s doubling
+        to 0.5 s (gRPC's retry policy as this client sets it, service_config)."""
+        end = time.monotonic() + self.timeout
+        tried = []
+        if prefer is None and not self.spread_replicas:
+            prefer = self._home
+        pool = self._replica_list
+        if local:
+            pool = [r for r in pool if shm.is_local_target(r.address)] or pool
+        error = None
+        for n in range(max(1, self.retry_attempts)):
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            replica = _replicas.pick(pool, next(self._turn), tried, prefer)
+            per_try = min(left, self._try_timeout(nbytes))
+            try:
+                out = attempt(replica, per_try)
+            except BaseException as e:  # noqa: BLE001 - sorted below
+                err = _as_rpc_error(e)
+                if err is None:
+                    raise
+                expired = (err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and
+                           per_try < left - 0.05)
+                if not (expired or self._retryable(err)):
+                    if err is e:
+                        raise
+                    raise err from e
+                self._failed(replica, err)
+                error = err if not expired else errors.ClientError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"{replica.address} did not answer within the {_PER_TRY} "
+                    f"({per_try:.1f} s): {err.details()}")
+                tried.append(replica)
+                time.sleep(max(0.0, min(0.1 * 2 ** n, 0.5, end - time.monotonic())))
+                continue
+            replica.answered()
+            return out
+        if error is None:
+            error = errors.ClientError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                       f"no replica answered within {self.timeout} s")
+        raise error
+
+    @staticmethod
+    def _retryable(e: grpc.RpcError) -> bool:
+        """Failures that say the replica is gone or going, not that the request is wrong: a
+        server that refuses it while draining or cannot be reached (UNAVAILABLE), cancels it
+        in its last second (CANCELLED, which this client never asks for), a stream a balancer
+        reset when the replica behind it died mid-call (INTERNAL, "Received RST_STREAM"; a
+        server's own INTERNAL carries its own message), and a server that no longer knows a
+        region this client registered (it restarted)."""
+        return (e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED) or
+                _stream_reset(e) or _region_lost(e))
+
+    def _stateful(self, replica: "_replicas.Replica", call):
+        """call(replica) for state kept on `replica`: not sent elsewhere; a failure that says
+        the replica is gone moves this client's home on."""
+        try:
+            return call(replica)
+        except BaseException as e:  # noqa: BLE001 - sorted below
+            err = _as_rpc_error(e)
+            if err is None:
+                raise
+            if err.code() == grpc.StatusCode.UNAVAILABLE:
+                self._failed(replica, err)
+            if err is e:
+                raise
+            raise err from e
 
     def close(self):
-        if self._native_state is not None:
-            self._native_state.close()
-            self._native_state = None
-        if self._shm_state is not None:
-            self._shm_state.close()
-        self.channel.close()
-        if self._balanced_channel is not None:
-            self._balanced_channel.close()
+        self._closed = True
+        with self._regions_lock:
+            regions = list(self._regions.values())
+        for r in regions:
+            r._close_fd()
+        for rep in self._replica_list:
+            if rep.native is not None:
+                rep.native.close()
+                rep.native = None
+            if rep.shm is not None:
+                rep.shm.close()
+            rep.channel.close()
 
     # Shared memory ----------------------------------------------------------------------
 
+    def _add_region(self, r: shm.Region):
+        with self._regions_lock:
+            self._regions[id(r)] = r
+
+    def _remove_region(self, r: shm.Region):
+        with self._regions_lock:
+            self._regions.pop(id(r), None)
+
+    def _find_region(self, lo: int, hi: int):
+        """(region, offset) of one of this client's regions holding [lo, hi), or None."""
+        with self._regions_lock:
+            regions = list(self._regions.values())
+        for r in regions:
+            at = r.locate(lo, hi)
+            if at is not None:
+                return r, at
+        return None
+
+    def _drop_shm(self, replica: "_replicas.Replica"):
+        with replica.lock:
+            old, replica.shm = replica.shm, None
+        if old is not None:
+            old.close()
+
+    def _replica_shm(self, replica: "_replicas.Replica") -> Optional[shm.Shm]:
+        """The region socket connection to the server process now behind `replica`, opened
+        on first use and again when that process changed; None where regions do not apply
+        there (another host, regions off, shared_memory=False; the reason in no_shm).
+        Raises UNAVAILABLE where the replica cannot be reached."""
+        s = replica.shm
+        if s is not None and s.alive():
+            return s
+        if s is not None:
+            self._drop_shm(replica)
+        if replica.no_shm is not None:
+            return None
+        if self.shared_memory is False:
+            replica.no_shm = "shared memory is off for this client (shared_memory=False)"
+            return None
+        if self.shared_memory is None and not shm.is_local_target(replica.address):
+            replica.no_shm = f"{replica.address} is not on this host"
+            return None
+        info = replica.stub.ServerInfo(pb.ServerInfoRequest(), timeout=self.timeout,
+                                       metadata=self.metadata)
+        if not info.region_socket:
+            replica.no_shm = "the server has shared-memory regions off"
+            return None
+        fresh = shm.Shm(info.region_socket, replica.stub, self.metadata, self.timeout,
+                        info.instance)
+        with replica.lock:
+            if replica.shm is None:
+                replica.shm, fresh = fresh, None
+            s = replica.shm
+        if fresh is not None:
+            fresh.close()
+        return s
+
+    def _shm_of(self, replica: "_replicas.Replica") -> shm.Shm:
+        """_replica_shm, raising FAILED_PRECONDITION where regions do not apply there."""
+        s = self._replica_shm(replica)
+        if s is None:
+            raise errors.ClientError(grpc.StatusCode.FAILED_PRECONDITION,
+                                     f"no shared-memory regions: {replica.no_shm}")
+        return s
+
     def _shm(self) -> shm.Shm:
-        """The region socket connection, opened on first use; raises where regions are not
-        available (another host, regions off, or shared_memory=False)."""
-        with self._shm_lock:
-            if self._shm_state is None and self._shm_error is None:
-                if self.shared_memory is False:
-                    self._shm_error = "shared memory is off for this client (shared_memory=False)"
-                elif self.shared_memory is None and not shm.is_local_target(self.home):
-                    self._shm_error = f"{self.target} is not on this host"
-                else:
-                    address = self.server_info().region_socket
-                    if not address:
-                        self._shm_error = "the server has shared-memory regions off"
-                    else:
-                        try:
-                            self._shm_state = shm.Shm(address)
-                        except OSError as e:
-                            self._shm_error = f"cannot reach region socket {address}: {e}"
-            if self._shm_state is None:
-                raise RuntimeError(f"no shared-memory regions: {self._shm_error}")
-            return self._shm_state
+        """The home replica's region socket connection; raises where regions are not
+        available there."""
+        return self._stateful(self._home, self._shm_of)
+
+    def _register_region(self, region: shm.Region):
+        """Registers a new region with the home replica (another one where home does not
+        answer): a region that cannot be registered fails where it is made."""
+        self._stateless(0, lambda r, t: region.id_at(self._shm_of(r)), local=True,
+                        prefer=self._home)
+
+    @property
+    def _shm_state(self) -> Optional[shm.Shm]:
+        return self._home.shm
+
+    def _native_ok(self) -> bool:
+        """Whether the native transport is to be used (loads the library once; says why not
+        once, or raises with native=True)."""
+        if self.native is False:
+            return False
+        if self._native_checked:
+            return True
+        with self._native_lock:
+            if self._native_checked:
+                return True
+            why = None
+            if self._grpc_credentials_only:
+                why = ("credentials= is a grpcio object the native library cannot take "
+                       "(pass tls_ca=, tls_cert=, tls_key= instead)")
+            elif _native_mod.load() is None:
+                why = _native_mod.error()
+            if why is not None:
+                if self.native:
+                    raise RuntimeError(f"no native transport: {why}")
+                self.native = False
+                _warn_once(f"tensorcompute_client: no native transport ({why}); large "
+                           "tensors go through grpcio, tens of times slower")
+                return False
+            self._native_checked = True
+            return True
+
+    def _replica_native(self, replica: "_replicas.Replica"
+                        ) -> Optional[_native_mod.NativeClient]:
+        """The native transport to `replica` (its own connections), or None where it is off
+        or not found."""
+        if not self._native_ok():
+            return None
+        with replica.lock:
+            if replica.native is None:
+                replica.native = _native_mod.NativeClient(
+                    replica.address, self.timeout, self.max_message_bytes, self.chunk_bytes,
+                    self._token, self.connections, self.spread_bytes, self.session,
+                    self._tls_files, retry_attempts=1)  # Retries are this client's.
+            return replica.native
 
     def _native(self) -> Optional[_native_mod.NativeClient]:
-        """The native transport, or None where it is off or not found."""
-        if self.native is False:
-            return None
-        with self._native_lock:
-            if self._native_state is None:
-                why = None
-                if self._grpc_credentials_only:
-                    why = ("credentials= is a grpcio object the native library cannot take "
-                           "(pass tls_ca=, tls_cert=, tls_key= instead)")
-                elif _native_mod.load() is None:
-                    why = _native_mod.error()
-                if why is not None:
-                    if self.native:
-                        raise RuntimeError(f"no native transport: {why}")
-                    self.native = False
-                    _warn_once(f"tensorcompute_client: no native transport ({why}); large "
-                               "tensors go through grpcio, tens of times slower")
-                    return None
-                self._native_state = _native_mod.NativeClient(
-                    self.target, self.timeout, self.max_message_bytes, self.chunk_bytes,
-                    self._token, self.connections, self.spread_bytes, self.session,
-                    self._tls_files, home=self.home if self._balanced_channel else None)
-            return self._native_state
+        """The native transport to the home replica, or None where it is off or not found."""
+        return self._replica_native(self._home)
+
+    @property
+    def _native_state(self):
+        return next((r.native for r in self._replica_list if r.native is not None), None)
 
     def native_available(self) -> bool:
         try:
@@ -482,7 +752,8 @@ class Client:
 
     def region(self, nbytes: int, name: str = "") -> shm.Region:
         """A shared-memory region of `nbytes` registered with the server; `.array(shape,
-        dtype, offset)` places arrays in it, `.close()` unregisters it."""
+        dtype, offset)` places arrays in it, `.close()` unregisters it. It is registered with
+        other replicas of this client (and a restarted server) as calls there need it."""
         return shm.Region(self, nbytes, name)
 
     def shared_array(self, shape, dtype=np.float32) -> np.ndarray:
@@ -498,38 +769,27 @@ class Client:
         weakref.finalize(mm, r.close)
         return arr
 
-    def _scratch(self, state: shm.Shm, nbytes: int) -> shm.Region:
+    def _scratch(self, nbytes: int) -> shm.Region:
         """This thread's scratch region, at least `nbytes` (grown, never shrunk)."""
-        r = getattr(state.scratch, "region", None)
+        r = getattr(self._scratch_local, "region", None)
         if r is None or r.nbytes < nbytes:
+            grown = r.nbytes * 3 // 2 if r is not None else 0
             if r is not None:
                 r.close()
-            r = shm.Region(self, max(nbytes, (r.nbytes * 3 // 2) if r else 0), "scratch")
-            state.scratch.region = r
+            # Registered with a server when a try there first names it.
+            r = shm.Region(self, max(nbytes, grown), "scratch", register=False)
+            self._scratch_local.region = r
         return r
 
-    def _region_inputs(self, what, inputs, output_dtype, attrs, out, keep_resident):
-        """Region references for the inputs (copied into scratch where they are not in a
-        region already), and where the output goes: (tensors, output_region, offset,
-        scratch_output) or None when regions do not apply."""
-        spans = []
-        for x in inputs:
-            if isinstance(x, (Resident, pb.Tensor)):
-                spans.append(x)
-            else:
-                spans.append(_span(x))
-        arrays = [s for s in spans if isinstance(s, _Span)]
-        size = sum(s.hi - s.lo for s in arrays)
-        if out is None and (keep_resident or size < self.shared_memory_threshold):
-            return None
-        if out is None and not self.shared_memory_available():
-            return None
-        state = self._shm()
+    def _region_inputs(self, replica, state, what, spans, output_dtype, attrs, out):
+        """Region references at `state` (the replica's region socket) for the inputs (copied
+        into this thread's scratch where they are not in a region already), and where the
+        output goes: (tensors, output region id, offset, scratch region or None)."""
         placed = {}
         need = 0
         for k, s in enumerate(spans):
             if isinstance(s, _Span) and s.array.size:
-                found = state.find(s.array, s.lo, s.hi)
+                found = self._find_region(s.lo, s.hi)
                 if found is not None:
                     placed[k] = found
                 else:
@@ -538,9 +798,9 @@ class Client:
         if out is None:
             # Room for the output, as the server says it will be.
             out_at = need
-            planned = self._output_plan(what, spans, attrs, output_dtype)
+            planned = self._output_plan(what, spans, attrs, output_dtype, replica)
             need += _align(max(1, planned.storage_bytes))
-        scratch = self._scratch(state, need) if need else None
+        scratch = self._scratch(need) if need else None
         at = 0
         tensors = []
         for k, s in enumerate(spans):
@@ -552,22 +812,23 @@ class Client:
                 tensors.append(s.meta())
             elif k in placed:
                 r, offset = placed[k]
-                tensors.append(s.meta(region=r.id, region_offset=offset,
+                tensors.append(s.meta(region=r.id_at(state), region_offset=offset,
                                       storage_bytes=s.hi - s.lo))
             else:
                 dst = scratch.array(s.array.shape, s.array.dtype, at)
                 _copy(dst, s.array)
-                tensors.append(pb.Tensor(dtype=s.wire, shape=s.array.shape, region=scratch.id,
-                                         region_offset=at, storage_bytes=dst.nbytes))
+                tensors.append(pb.Tensor(dtype=s.wire, shape=s.array.shape,
+                                         region=scratch.id_at(state), region_offset=at,
+                                         storage_bytes=dst.nbytes))
                 at += _align(dst.nbytes)
         if out is not None:
             o = _span(out)
-            found = state.find(o.array, o.lo, o.hi) if o.array.size else None
+            found = self._find_region(o.lo, o.hi) if o.array.size else None
             if found is None or not o.array.flags.c_contiguous:
                 raise ValueError("out= must be a C-contiguous array in a shared-memory region "
                                  "(Client.shared_array or Client.region(...).array)")
-            return tensors, found[0], found[1], None
-        return tensors, scratch, out_at, scratch
+            return tensors, found[0].id_at(state), found[1], None
+        return tensors, scratch.id_at(state), out_at, scratch
 
     def __enter__(self):
         return self
@@ -576,39 +837,18 @@ class Client:
         self.close()
 
     def server_info(self) -> pb.ServerInfoResponse:
-        return self.stub.ServerInfo(pb.ServerInfoRequest(), timeout=self.timeout, metadata=self.metadata)
+        """The home replica's description of itself (instance: the id of its process, new
+        at every start)."""
+        return self._stateful(self._home, lambda r: r.stub.ServerInfo(
+            pb.ServerInfoRequest(), timeout=self.timeout, metadata=self.metadata))
 
     def list_ops(self):
         return list(self.list_ops_response().ops)
 
     def list_ops_response(self) -> pb.ListOpsResponse:
         """The catalog, and the grammar of expressions (expression_grammar)."""
-        return self._balanced_stub.ListOps(pb.ListOpsRequest(), timeout=self.timeout,
-                                           metadata=self.metadata)
-
-    def _unary_compute(self, request: pb.ComputeRequest) -> pb.Tensor:
-        """One unary Compute. A stateless one (it keeps nothing on a server and uses nothing
-        kept there) goes over the balanced channel, and is sent again where gRPC's own retry
-        could not (a balancer in front passed the server's answer on as headers first, which
-        commits the call): a server that refuses it while draining (UNAVAILABLE) or cancels it
-        in its last second (CANCELLED, which this client never asks for) has not answered it,
-        and neither has one whose stream a balancer reset when the replica behind it died
-        mid-call (INTERNAL, "Received RST_STREAM": nginx, 8 calls of 14225 in one CI run)."""
-        stateless = not (request.keep_output_resident or request.output_region
-                         or any(t.handle or t.region for t in request.inputs))
-        stub = self._balanced_stub if stateless else self.stub
-        attempt = 1
-        while True:
-            try:
-                return stub.Compute(request, timeout=self.timeout, metadata=self.metadata).output
-            except grpc.RpcError as e:
-                if (not stateless or attempt >= self.retry_attempts or
-                        (e.code() not in (grpc.StatusCode.UNAVAILABLE,
-                                          grpc.StatusCode.CANCELLED) and
-                         not _stream_reset(e))):
-                    raise
-            time.sleep(min(0.5, 0.1 * 2 ** (attempt - 1)))
-            attempt += 1
+        return self._stateless(0, lambda r, t: r.stub.ListOps(
+            pb.ListOpsRequest(), timeout=t, metadata=self.metadata))
 
     def _input(self, x) -> pb.Tensor:
         if isinstance(x, Resident):
@@ -678,18 +918,21 @@ class Client:
             inputs = tuple(named.values())
         return self._plan(what, inputs, output_dtype, {})
 
-    def _output_plan(self, what, inputs, attrs, output_dtype) -> "OutputPlan":
+    def _output_plan(self, what, inputs, attrs, output_dtype, replica=None) -> "OutputPlan":
         """What a request over `inputs` (arrays' spans, Residents or wire tensors) returns,
         asked of the server once per kind of request (op or expression, attributes, output
-        dtype, and the inputs' dtypes and shapes) and kept (the last 256 kinds)."""
+        dtype, and the inputs' dtypes and shapes) and kept (the last 256 kinds). `replica`:
+        asked of that one (a try on it), else of any (a stateless call of its own)."""
         described = []
         key = [tuple(sorted((k, v) for k, v in what.items() if k != "input_names")),
                tuple(what.get("input_names", ())),
                tuple(sorted((k, v.SerializeToString()) for k, v in attrs.items())),
                output_dtype]
+        holder = None
         for x in inputs:
             if isinstance(x, Resident):
                 t = pb.Tensor(handle=x.handle)
+                holder = x.replica
             elif isinstance(x, pb.Tensor):
                 t = pb.Tensor()
                 t.CopyFrom(x)
@@ -708,7 +951,12 @@ class Client:
         request = pb.ComputeRequest(**what, inputs=described, attributes=attrs, plan_only=True)
         if output_dtype is not None:
             request.output_dtype = getattr(pb, output_dtype)
-        found = _output_plan_of(self._compute_metadata(request))
+        if replica is not None or holder is not None:
+            r = replica if replica is not None else self._replica_of(holder)
+            meta = self._metadata_on(r, request, self.timeout)
+        else:
+            meta = self._stateless(0, lambda r, t: self._metadata_on(r, request, t))
+        found = _output_plan_of(meta)
         with self._plan_lock:
             if len(self._plans) >= 256:
                 self._plans.pop(next(iter(self._plans)))
@@ -723,62 +971,83 @@ class Client:
     def _run(self, what, inputs, output_dtype, keep_resident, as_torch, stream, out,
              attributes):
         """compute() and eval(): `what` holds the request's op, or its expression and
-        input names."""
+        input names. A stateless request is one try after another (_stateless), each on the
+        road its replica offers; one that keeps or names state goes where that state is."""
         attrs = {k: _attribute(v) for k, v in attributes.items()}
         if _is_cuda(out) or any(_is_cuda(x) for x in inputs):
-            return self._compute_cuda(what, inputs, attrs, attributes, output_dtype, out)
-        placed = None
-        if stream is not True:
-            placed = self._region_inputs(what, inputs, output_dtype, attrs, out, keep_resident)
-        if placed is not None:
-            tensors, region, offset, scratch = placed
-            request = pb.ComputeRequest(**what, inputs=tensors, attributes=attrs,
-                                        output_region=region.id, output_region_offset=offset)
-            if output_dtype is not None:
-                request.output_dtype = getattr(pb, output_dtype)
-            t = self._compute_metadata(request)
-            if out is not None:
-                result = out.reshape(tuple(t.shape)) if tuple(t.shape) != out.shape else out
-            else:
-                view = region.array((t.storage_bytes // max(1, _WIRE_TO_NUMPY[t.dtype].itemsize),),
-                                    _WIRE_TO_NUMPY[t.dtype], offset)
-                src = np.lib.stride_tricks.as_strided(
-                    view, shape=tuple(t.shape),
-                    strides=tuple(s * view.itemsize for s in t.strides))
-                result = np.empty(src.shape, src.dtype)
-                _copy(result, src)
-            return _to_torch(result, t.dtype) if as_torch else result
-        native = self._native() if stream is not True else None
-        if native is not None:
-            spans = [None if isinstance(x, (Resident, pb.Tensor)) else _span(x) for x in inputs]
-            size = sum(sp.hi - sp.lo for sp in spans if sp is not None)
-            size += sum(len(x.data) for x in inputs if isinstance(x, pb.Tensor))
-            if size >= self.native_threshold or self.native:
-                return self._compute_native(native, what, inputs, spans, attrs, output_dtype,
-                                            keep_resident, as_torch)
+            return self._stateless(0, lambda r, t: self._compute_cuda(
+                r, t, what, inputs, attrs, output_dtype, out), local=True)
+        spans = [x if isinstance(x, (Resident, pb.Tensor)) else _span(x) for x in inputs]
+        size = sum(sp.hi - sp.lo for sp in spans if isinstance(sp, _Span))
+        size += sum(len(x.data) for x in inputs if isinstance(x, pb.Tensor))
+
+        def attempt(replica, timeout):
+            return self._run_on(replica, timeout, what, inputs, spans, size, output_dtype,
+                                keep_resident, as_torch, stream, out, attrs)
+
+        if _stateless_request(inputs, keep_resident):
+            return self._stateless(size, attempt)
+        holder = next((x.replica for x in inputs if isinstance(x, Resident)), None)
+        return self._stateful(self._replica_of(holder),
+                              lambda r: attempt(r, self.timeout))
+
+    def _run_on(self, replica, timeout, what, inputs, spans, size, output_dtype,
+                keep_resident, as_torch, stream, out, attrs):
+        """One try of a compute or eval on `replica`, on the cheapest road it offers: shared
+        memory (a local server with regions on), the native transport, grpcio."""
+        if stream is not True and not keep_resident and (
+                out is not None or size >= self.shared_memory_threshold):
+            state = (self._shm_of(replica) if out is not None or self.shared_memory
+                     else self._replica_shm(replica))
+            if state is not None:
+                return self._run_regions(replica, state, timeout, what, spans, output_dtype,
+                                         as_torch, out, attrs)
+        native = self._replica_native(replica) if stream is not True else None
+        if native is not None and (size >= self.native_threshold or self.native):
+            return self._compute_native(replica, native, timeout, what, inputs, spans, attrs,
+                                        output_dtype, keep_resident, as_torch)
         request = pb.ComputeRequest(**what, inputs=[self._input(x) for x in inputs],
                                     attributes=attrs, keep_output_resident=keep_resident)
         if output_dtype is not None:
             request.output_dtype = getattr(pb, output_dtype)
-        size = sum(len(t.data) for t in request.inputs)
         if stream is None:
             stream = size > self.max_message_bytes // 2
         if stream:
-            out = self._compute_stream(request)
+            t = self._compute_stream(replica, request, timeout)
         else:
-            out = self._unary_compute(request)
+            t = replica.stub.Compute(request, timeout=timeout, metadata=self.metadata).output
         if keep_resident:
-            return Resident(out)
-        return from_tensor(out, as_torch=as_torch)
+            return Resident(t, replica=replica.address)
+        return from_tensor(t, as_torch=as_torch)
 
-    def _compute_metadata(self, request: pb.ComputeRequest) -> pb.Tensor:
-        """One Compute whose output goes into a region: only metadata comes back. Through the
-        native library where it is loaded (a C++ call costs a fraction of grpcio's), else
-        grpcio."""
-        native = self._native() if self.native is not False else None
+    def _run_regions(self, replica, state, timeout, what, spans, output_dtype, as_torch, out,
+                     attrs):
+        tensors, region, offset, scratch = self._region_inputs(
+            replica, state, what, spans, output_dtype, attrs, out)
+        request = pb.ComputeRequest(**what, inputs=tensors, attributes=attrs,
+                                    output_region=region, output_region_offset=offset)
+        if output_dtype is not None:
+            request.output_dtype = getattr(pb, output_dtype)
+        t = self._metadata_on(replica, request, timeout)
+        if out is not None:
+            result = out.reshape(tuple(t.shape)) if tuple(t.shape) != out.shape else out
+        else:
+            view = scratch.array(
+                (t.storage_bytes // max(1, _WIRE_TO_NUMPY[t.dtype].itemsize),),
+                _WIRE_TO_NUMPY[t.dtype], offset)
+            src = np.lib.stride_tricks.as_strided(
+                view, shape=tuple(t.shape), strides=tuple(st * view.itemsize for st in t.strides))
+            result = np.empty(src.shape, src.dtype)
+            _copy(result, src)
+        return _to_torch(result, t.dtype) if as_torch else result
+
+    def _metadata_on(self, replica, request: pb.ComputeRequest, timeout: float) -> pb.Tensor:
+        """One Compute on `replica` whose output goes into a region (or is only planned):
+        only metadata comes back. Through the native library where it is loaded (a C++ call
+        costs a fraction of grpcio's), else grpcio."""
+        native = self._replica_native(replica) if self.native is not False else None
         if native is None:
-            return self.stub.Compute(request, timeout=self.timeout,
-                                     metadata=self.metadata).output
+            return replica.stub.Compute(request, timeout=timeout, metadata=self.metadata).output
         if any(t.data for t in request.inputs):
             req = pb.ComputeRequest()
             req.CopyFrom(request)
@@ -786,13 +1055,13 @@ class Client:
             where = [(_address(d), len(d)) for d in keep]
         else:  # Nothing inline (regions, handles, GPU memory): sent as it is.
             req, where = request, [(0, 0)] * len(request.inputs)
-        meta, raw = native.compute(req, where)
+        meta, raw = native.compute(req, where, timeout)
         if raw is not None:
             meta.data = raw.tobytes()
         return meta
 
-    def _compute_native(self, native, what, inputs, spans, attrs, output_dtype, keep_resident,
-                        as_torch):
+    def _compute_native(self, replica, native, timeout, what, inputs, spans, attrs,
+                        output_dtype, keep_resident, as_torch):
         """The request (`what`: op or expression) through the native library: each array's
         bytes are read where they lie."""
         tensors, where, keep = [], [], []
@@ -814,10 +1083,10 @@ class Client:
                                     keep_output_resident=keep_resident)
         if output_dtype is not None:
             request.output_dtype = getattr(pb, output_dtype)
-        t, raw = native.compute(request, where)
+        t, raw = native.compute(request, where, timeout)
         del keep
         if keep_resident:
-            return Resident(t)
+            return Resident(t, replica=replica.address)
         return _array_over(t, raw, as_torch)
 
     def _cuda_input(self, state, t) -> pb.Tensor:
@@ -828,16 +1097,16 @@ class Client:
         item = t.element_size()
         ptr = t.data_ptr()
         span = sum((n - 1) * st for n, st in zip(t.shape, t.stride())) * item + item
-        r = state.device_region(self, ptr, t.device.index)
+        r = state.device_region(ptr, t.device.index)
         return pb.Tensor(dtype=wire, shape=t.shape, strides=t.stride(), region=r.id,
                          region_offset=ptr - r.base, storage_bytes=span)
 
-    def _compute_cuda(self, what, inputs, attrs, attributes, output_dtype, out):
+    def _compute_cuda(self, replica, timeout, what, inputs, attrs, output_dtype, out):
         """The request (`what`: op or expression) on torch.cuda tensors, computed in place on
-        the server's GPU: no byte leaves the GPU. The result is `out` (a contiguous
+        `replica`'s GPU: no byte leaves the GPU. The result is `out` (a contiguous
         torch.cuda tensor) or a new one."""
         torch = _torch()
-        state = self._shm()
+        state = self._shm_of(replica)
         device = (out if _is_cuda(out) else next(x for x in inputs if _is_cuda(x))).device
         tensors = []
         for x in inputs:
@@ -846,7 +1115,7 @@ class Client:
             else:
                 tensors.append(self._input(x))
         if out is None:
-            planned = self._output_plan(what, tensors, attrs, output_dtype)
+            planned = self._output_plan(what, tensors, attrs, output_dtype, replica)
             buf = torch.empty(max(1, planned.storage_bytes), dtype=torch.uint8, device=device)
         else:
             if not out.is_contiguous():
@@ -861,13 +1130,13 @@ class Client:
             request.output_dtype = getattr(pb, output_dtype)
         # The server's GPU work is not ordered after this process's streams: finish them.
         torch.cuda.synchronize(device)
-        t = self._compute_metadata(request)
+        t = self._metadata_on(replica, request, timeout)
         if out is not None:
             return out if tuple(t.shape) == tuple(out.shape) else out.reshape(tuple(t.shape))
         flat = buf[:t.storage_bytes].view(_torch_dtype(t.dtype))
         return flat.as_strided(tuple(t.shape), tuple(t.strides))
 
-    def _compute_stream(self, request: pb.ComputeRequest) -> pb.Tensor:
+    def _compute_stream(self, replica, request: pb.ComputeRequest, timeout: float) -> pb.Tensor:
         header = pb.ComputeRequest()
         header.CopyFrom(request)
         for t in header.inputs:
@@ -882,19 +1151,23 @@ class Client:
                     yield pb.ComputeStreamRequest(chunk=pb.DataChunk(
                         tensor=i, offset=at, data=t.data[at:at + self.chunk_bytes]))
 
-        return _assemble(self.stub.ComputeStream(messages(), timeout=self.timeout, metadata=self.metadata))
+        return _assemble(replica.stub.ComputeStream(messages(), timeout=timeout,
+                                                    metadata=self.metadata))
 
     def upload(self, x, ttl_seconds: int = 0, device: Optional[int] = None) -> Resident:
-        """Keeps `x` on the server. `device`: the server device (ServerInfo's index) to keep
-        it on; by default the one this client's other tensors are on."""
-        native = self._native() if device is None else None
+        """Keeps `x` on the home replica. `device`: the server device (ServerInfo's index) to
+        keep it on; by default the one this client's other tensors are on."""
+        return self._stateful(self._home, lambda r: self._upload_on(r, x, ttl_seconds, device))
+
+    def _upload_on(self, replica, x, ttl_seconds, device) -> Resident:
+        native = self._replica_native(replica) if device is None else None
         if native is not None and not isinstance(x, pb.Tensor):
             sp = _span(x)
             if sp.hi - sp.lo >= self.native_threshold or self.native:
                 # Read where it lies, over several connections when large.
                 resp = native.upload(sp.meta(storage_bytes=sp.hi - sp.lo), sp.lo,
                                      sp.hi - sp.lo, ttl_seconds)
-                return Resident(resp.tensor, resp.device)
+                return Resident(resp.tensor, resp.device, replica.address)
         t = to_tensor(x)
         data = t.data
         meta = pb.Tensor()
@@ -909,25 +1182,38 @@ class Client:
                 yield pb.UploadRequest(chunk=pb.DataChunk(offset=at,
                                                           data=data[at:at + self.chunk_bytes]))
 
-        resp = self.stub.Upload(messages(), timeout=self.timeout, metadata=self.metadata)
-        return Resident(resp.tensor, resp.device)
+        resp = replica.stub.Upload(messages(), timeout=self.timeout, metadata=self.metadata)
+        return Resident(resp.tensor, resp.device, replica.address)
 
     def download(self, resident: Resident, as_torch: bool = False):
-        native = self._native()
+        """A resident tensor's value, from the replica that holds it."""
+        return self._stateful(self._replica_of(resident.replica),
+                              lambda r: self._download_on(r, resident, as_torch))
+
+    def _download_on(self, replica, resident: Resident, as_torch: bool):
+        native = self._replica_native(replica)
         size = resident.tensor.storage_bytes
         if native is not None and (size >= self.native_threshold or self.native):
             # Into memory that becomes the array, over several connections when large.
             return _array_over(resident.tensor, native.download(resident.handle, size),
                                as_torch)
-        stream = self.stub.Download(pb.DownloadRequest(handle=resident.handle,
-                                                       chunk_bytes=self.chunk_bytes),
-                                    timeout=self.timeout, metadata=self.metadata)
+        stream = replica.stub.Download(pb.DownloadRequest(handle=resident.handle,
+                                                          chunk_bytes=self.chunk_bytes),
+                                       timeout=self.timeout, metadata=self.metadata)
         return from_tensor(_assemble(stream), as_torch=as_torch)
 
     def release(self, *residents: Resident) -> int:
-        reply = self.stub.Release(pb.ReleaseRequest(handles=[r.handle for r in residents]),
-                                  timeout=self.timeout, metadata=self.metadata)
-        return reply.released_bytes
+        """Frees resident tensors (each on the replica that holds it); the bytes released."""
+        by_replica = {}
+        for r in residents:
+            by_replica.setdefault(self._replica_of(r.replica).address, []).append(r.handle)
+        released = 0
+        for address, handles in by_replica.items():
+            reply = self._stateful(self._replica_of(address), lambda rep: rep.stub.Release(
+                pb.ReleaseRequest(handles=handles), timeout=self.timeout,
+                metadata=self.metadata))
+            released += reply.released_bytes
+        return released
 
 
 def _assemble(replies: Iterable[pb.TensorStreamMessage]) -> pb.Tensor:

@@ -15,13 +15,16 @@ the arrays below the chain (random numbers, a file, a rechunk: anything Dask com
 server. Nothing of the chain is materialized on the workers. `evaluate(pool, "a * b + c",
 a, b, c)` does the same for an expression written out.
 
-Which server: by default any server of the pool per chunk (spread evenly at random); with
+Which server: by default the servers of the pool in turn, chunk by chunk; with
 `Pool(targets, per_worker=True)` each Dask worker sends all its chunks to one server (worker
 i of a LocalCluster to server i modulo the pool), for servers placed beside their workers.
+Either way a chunk whose server fails (it restarts, is killed, drains or freezes) is sent
+again to another server of the pool: each process holds one client over the whole pool
+(Client with the pool's servers as its replicas), so a computation carries on, and finishes
+right, while its servers restart one by one.
 """
 import functools
 import operator
-import random
 import threading
 import zlib
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -59,17 +62,26 @@ class Pool:
         self.per_worker = per_worker
         self.client_options = client_options
 
-    def _client_of(self, target: str):
+    def _client_of(self, home: Optional[str]):
+        """This process's client over the pool's servers: with `home`, one that sends to it
+        first (and to the others when it fails)."""
         from .client import Client
-        key = (target, tuple(sorted(self.client_options.items())))
+        key = (tuple(self.targets), home, tuple(sorted(self.client_options.items())))
         with _clients_lock:
             c = _clients.get(key)
             if c is None:
-                c = _clients[key] = Client(target, **self.client_options)
+                options = dict(self.client_options)
+                if len(self.targets) == 1:
+                    c = Client(self.targets[0], **options)
+                else:
+                    options.setdefault("spread_replicas", home is None)
+                    c = Client(",".join(self.targets), home=home, **options)
+                _clients[key] = c
             return c
 
-    def target(self) -> str:
-        """The server this process sends its next chunk to."""
+    def target(self) -> Optional[str]:
+        """The server this process sends its chunks to first (per_worker), or None (the pool
+        in turn)."""
         if self.per_worker:
             try:
                 from distributed import get_worker
@@ -79,7 +91,7 @@ class Pool:
             if w is not None:
                 key = w.name if isinstance(w.name, int) else zlib.crc32(str(w.address).encode())
                 return self.targets[key % len(self.targets)]
-        return random.choice(self.targets)
+        return None
 
     def client(self):
         return self._client_of(self.target())
@@ -210,7 +222,7 @@ def evaluate(pool: Pool, expression: str, *arrays, names: Optional[Sequence[str]
     arrays = da.broadcast_arrays(*arrays)
     # What the server makes of these dtypes (one metadata-only request).
     probe = {n: np.zeros((1,) * a.ndim, a.dtype) for n, a in zip(names, arrays)}
-    dtype = np.dtype(pool._client_of(pool.targets[0]).plan_eval(expression, **probe).dtype)
+    dtype = np.dtype(pool.client().plan_eval(expression, **probe).dtype)
     ind = tuple(range(arrays[0].ndim))
     fn = functools.partial(_run_chunk, pool, expression, tuple(names), dtype)
     args = [p for a in arrays for p in (a, ind)]

@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence, Tuple
 import grpc
 import numpy as np
 
+from .errors import ClientError
 from .v1 import tensor_service_pb2 as pb
 
 _lock = threading.Lock()
@@ -86,18 +87,24 @@ def load():
                 errors.append(f"{path}: {e}")
                 continue
             c = ctypes
-            if not hasattr(lib, "tcn_connect"):
-                errors.append(f"{path}: older than this package (no tcn_connect)")
+            if not hasattr(lib, "tcn_compute_within"):
+                errors.append(f"{path}: older than this package (no tcn_compute_within)")
                 continue
             lib.tcn_connect.restype = c.c_void_p
             lib.tcn_connect.argtypes = [c.c_char_p] * 6 + [c.c_double, c.c_int64, c.c_int,
                                                            c.c_int64, c.c_int64, c.c_char_p,
-                                                           c.c_char_p]
+                                                           c.c_char_p, c.c_int]
             lib.tcn_close.argtypes = [c.c_void_p]
             lib.tcn_compute.restype = c.c_void_p
             lib.tcn_compute.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t,
                                         c.POINTER(c.c_void_p), c.POINTER(c.c_int64), c.c_int,
                                         c.POINTER(c.c_int), c.c_char_p, c.c_size_t]
+            # The same with a deadline of its own (seconds; 0: the client's timeout).
+            lib.tcn_compute_within.restype = c.c_void_p
+            lib.tcn_compute_within.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t,
+                                               c.POINTER(c.c_void_p), c.POINTER(c.c_int64),
+                                               c.c_int, c.c_double, c.POINTER(c.c_int),
+                                               c.c_char_p, c.c_size_t]
             lib.tcn_upload.restype = c.c_void_p
             lib.tcn_upload.argtypes = [c.c_void_p, c.c_char_p, c.c_size_t, c.c_void_p, c.c_int64,
                                        c.c_int64, c.POINTER(c.c_int), c.c_char_p, c.c_size_t]
@@ -125,26 +132,15 @@ def error() -> Optional[str]:
     return _load_error
 
 
-class NativeError(grpc.RpcError):
+class NativeError(ClientError):
     """A failed call through the native library, shaped like grpcio's errors."""
-
-    def __init__(self, code: grpc.StatusCode, details: str):
-        super().__init__(f"{code.name}: {details}")
-        self._code = code
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 class NativeClient:
     def __init__(self, target: str, timeout: float, max_message_bytes: int, chunk_bytes: int,
                  token: Optional[str], connections: int, spread_bytes: int,
                  session: Optional[str] = None, tls: Optional[Sequence[str]] = None,
-                 home: Optional[str] = None):
+                 home: Optional[str] = None, retry_attempts: int = 0):
         self._lib = load()
         if self._lib is None:
             raise RuntimeError(f"no native library: {error()}")
@@ -152,11 +148,14 @@ class NativeClient:
         # tls: CA, certificate, key (paths or PEM text) and the name to check, or None.
         ca, cert, key, name = tls if tls is not None else (None,) * 4
         # home: where the target names several replicas, the one stateful calls go to.
+        # retry_attempts: tries of a stateless call in the library (0: its default; 1: the
+        # caller retries, on another replica).
         self._handle = self._lib.tcn_connect(enc(target), enc(token), enc(ca), enc(cert),
                                              enc(key), enc(name),
                                              float(timeout), int(max_message_bytes),
                                              int(connections), int(spread_bytes),
-                                             int(chunk_bytes), enc(session), enc(home))
+                                             int(chunk_bytes), enc(session), enc(home),
+                                             int(retry_attempts))
         self._finalizer = weakref.finalize(self, self._lib.tcn_close, self._handle)
 
     def close(self):
@@ -201,15 +200,17 @@ class NativeClient:
         res = self._call(self._lib.tcn_download, handle.encode(), storage_bytes)
         return self._take(res)[1]
 
-    def compute(self, request: pb.ComputeRequest,
-                inputs: Sequence[Tuple[int, int]]) -> Tuple[pb.Tensor, Optional[np.ndarray]]:
+    def compute(self, request: pb.ComputeRequest, inputs: Sequence[Tuple[int, int]],
+                timeout: float = 0.0) -> Tuple[pb.Tensor, Optional[np.ndarray]]:
         """Runs `request`, whose inline inputs carry no data: input i's bytes are at address
         inputs[i][0], inputs[i][1] long. The output's metadata, and its storage bytes as a
-        uint8 array over the library's memory (None when there are none)."""
+        uint8 array over the library's memory (None when there are none). `timeout`: seconds
+        the whole call may take (0: the client's timeout)."""
         n = len(inputs)
         ptrs = (ctypes.c_void_p * max(1, n))(*[p for p, _ in inputs])
         sizes = (ctypes.c_int64 * max(1, n))(*[s for _, s in inputs])
         body = request.SerializeToString()
-        res = self._call(self._lib.tcn_compute, body, len(body), ptrs, sizes, n)
+        res = self._call(self._lib.tcn_compute_within, body, len(body), ptrs, sizes, n,
+                         float(timeout))
         meta, data = self._take(res)
         return pb.Tensor.FromString(meta), data

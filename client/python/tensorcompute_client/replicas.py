@@ -3,7 +3,9 @@
 names every address DNS gives for the name; any other target is one replica."""
 import json
 import socket
-from typing import List, Tuple
+import threading
+import time
+from typing import List, Optional, Tuple
 
 
 def _split_host_port(hp: str) -> Tuple[str, str]:
@@ -74,3 +76,72 @@ def service_config(attempts: int, balanced: bool) -> str:
         config["loadBalancingConfig"] = [{"round_robin": {}}]
         config["healthCheckConfig"] = {"serviceName": ""}
     return json.dumps(config)
+
+
+def channel_options(max_message_bytes: int, retry_buffer: int, keepalive: float,
+                    keepalive_timeout: float) -> list:
+    """grpcio options every channel of a client takes. Keepalive: a ping every `keepalive`
+    seconds, idle or not, and a connection whose ping is not answered within
+    `keepalive_timeout` is given up, failing its calls UNAVAILABLE (a frozen server, a host
+    gone without closing its connections). Reconnects: a server back on its address is
+    connected again within a second; a connect that does not complete in 3 s is given up."""
+    options = [("grpc.max_receive_message_length", max_message_bytes),
+               ("grpc.max_send_message_length", max_message_bytes),
+               ("grpc.enable_retries", 1),
+               ("grpc.per_rpc_retry_buffer_size", retry_buffer),
+               ("grpc.initial_reconnect_backoff_ms", 100),
+               ("grpc.max_reconnect_backoff_ms", 1000),
+               ("grpc.min_reconnect_backoff_ms", 3000)]
+    if keepalive > 0:
+        options += [("grpc.keepalive_time_ms", int(keepalive * 1000)),
+                    ("grpc.keepalive_timeout_ms", int(max(0.1, keepalive_timeout) * 1000)),
+                    ("grpc.keepalive_permit_without_calls", 1),
+                    ("grpc.http2.max_pings_without_data", 0)]
+    return options
+
+
+class Replica:
+    """One server of a client's target: a channel of its own, the native transport and the
+    region socket connection to it (each made on first use by the client), and how it answered
+    lately. A replica that failed a call is passed over for a while (a quarter second, doubling
+    to two while it keeps failing) unless no other is left, then tried again."""
+
+    def __init__(self, address: str, channel, stub):
+        self.address = address
+        self.channel = channel
+        self.stub = stub
+        self.lock = threading.Lock()
+        self.native = None        # NativeClient, made on first use
+        self.shm = None           # shm.Shm of the server process now behind the address
+        self.no_shm = None        # why regions do not apply here, once known
+        self.failures = 0
+        self.down_until = 0.0
+
+    def failed(self):
+        with self.lock:
+            self.failures += 1
+            self.down_until = time.monotonic() + min(2.0, 0.25 * 2 ** (self.failures - 1))
+
+    def answered(self):
+        if self.failures:
+            with self.lock:
+                self.failures = 0
+                self.down_until = 0.0
+
+    def up(self, now: float) -> bool:
+        return now >= self.down_until
+
+
+def pick(replicas: List[Replica], turn: int, avoid: List[Replica],
+         prefer: Optional[Replica] = None) -> Replica:
+    """The replica the next try goes to: `prefer` where it is up and not in `avoid`, else the
+    `turn`-th of those up and not in `avoid`, else (all tried or down) the one that comes back
+    soonest, untried ones first."""
+    now = time.monotonic()
+    fresh = [r for r in replicas if r not in avoid] or list(replicas)
+    up = [r for r in fresh if r.up(now)]
+    if prefer is not None and prefer in up:
+        return prefer
+    if up:
+        return up[turn % len(up)]
+    return min(fresh, key=lambda r: r.down_until)

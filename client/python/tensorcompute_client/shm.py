@@ -6,19 +6,23 @@ A region is a memfd (sealed against shrinking by the server, so that it can neve
 truncated under either side), mapped here and in the server. Its descriptor goes to the
 server over the region socket the server names in ServerInfo; the ticket that comes back is
 claimed with RegisterRegion, which binds the region to this client's identity. The region
-lives until it is closed or the socket connection closes (this process exits).
+lives until it is closed or the socket connection closes (this process exits, or the server
+does: the client then registers it again with the server that takes its place).
 """
 import ctypes
 import ipaddress
 import mmap
 import os
+import select
 import socket
 import threading
 from typing import Optional
 from urllib.parse import urlparse
 
+import grpc
 import numpy as np
 
+from .errors import ClientError, from_os_error, unavailable
 from .v1 import tensor_service_pb2 as pb
 
 
@@ -27,28 +31,60 @@ def _address_of(buf) -> int:
 
 
 class Region:
-    """A registered region of `nbytes`; `array()` places NumPy arrays in it."""
+    """A region of `nbytes` shared with the client's servers; `array()` places NumPy arrays in
+    it. It is registered with the client's home server at once and with any other replica of
+    the client's the first time a call there names it, and again with a server that restarted:
+    the client keeps its descriptor for that."""
 
-    def __init__(self, client, nbytes: int, name: str = ""):
+    def __init__(self, client, nbytes: int, name: str = "", register: bool = True):
         if nbytes <= 0:
             raise ValueError("a region needs at least one byte")
         fd = os.memfd_create(name or "tensorcompute", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        state = client._shm()
-        with state.claims:
-            try:
-                os.ftruncate(fd, nbytes)
-                self._mmap = mmap.mmap(fd, nbytes)
-                ticket = state.register(fd)
-            finally:
-                os.close(fd)
-            info = client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=ticket, name=name),
-                                              timeout=client.timeout, metadata=client.metadata)
+        try:
+            os.ftruncate(fd, nbytes)
+            self._mmap = mmap.mmap(fd, nbytes)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
         self._client = client
-        self.id = info.region
+        self._lock = threading.Lock()
+        self._ids = {}  # Shm (one server process's socket connection) -> the region's id there
+        self._closed = False
         self.nbytes = nbytes
         self.name = name
         self.address = _address_of(self._mmap)
-        client._shm().regions[self.id] = self
+        if register:
+            try:
+                client._register_region(self)
+            except BaseException:
+                self._close_fd()
+                raise
+        client._add_region(self)
+
+    @property
+    def id(self) -> str:
+        """The region's id at the client's home server (ComputeRequest.output_region, ...)."""
+        return self.id_at(self._client._shm())
+
+    def id_at(self, state: "Shm") -> str:
+        """The region's id at the server behind `state`, registering it there if it is new."""
+        with self._lock:
+            rid = self._ids.get(state)
+            if self._closed:
+                raise ValueError("the region is closed")
+        if rid is not None:
+            return rid
+        with state.claims:
+            ticket = state.register(self._fd)
+            info = state.call(state.stub.RegisterRegion,
+                              pb.RegisterRegionRequest(ticket=ticket, name=self.name))
+        with self._lock:
+            for dead in [s for s in self._ids if s.dead]:
+                del self._ids[dead]
+            self._ids[state] = info.region
+        state.regions[info.region] = self
+        return info.region
 
     def array(self, shape, dtype=np.float32, offset: int = 0) -> np.ndarray:
         """A C-contiguous array at byte `offset` of the region (a view: no copy)."""
@@ -62,17 +98,29 @@ class Region:
             return lo - self.address
         return None
 
+    def _close_fd(self):
+        with self._lock:
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
     def close(self):
-        """Unregisters the region. Arrays in it stay readable here; the server forgets it."""
-        shm = self._client._shm_state
-        if shm is not None and shm.regions.pop(self.id, None) is not None:
-            _unregister(self._client, self.id)
+        """Unregisters the region. Arrays in it stay readable here; the servers forget it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            ids, self._ids = self._ids, {}
+        self._client._remove_region(self)
+        for state, rid in ids.items():
+            if state.regions.pop(rid, None) is not None and not state.dead:
+                _unregister(state, rid)
+        self._close_fd()
 
 
-def _unregister(client, region_id: str):
+def _unregister(state: "Shm", region_id: str):
     try:
-        client.stub.UnregisterRegion(pb.UnregisterRegionRequest(region=region_id),
-                                     timeout=client.timeout, metadata=client.metadata)
+        state.call(state.stub.UnregisterRegion, pb.UnregisterRegionRequest(region=region_id))
     except Exception:  # noqa: BLE001 - the server may be gone; nothing to undo then.
         pass
 
@@ -157,29 +205,37 @@ class DeviceRegion:
     """A GPU allocation of this process shared with the server through CUDA IPC: the server
     computes on it in place. Registered once per allocation (see Client for the cache)."""
 
-    def __init__(self, client, base: int, nbytes: int, handle: bytes, uuid: str):
-        state = client._shm()
+    def __init__(self, state: "Shm", base: int, nbytes: int, handle: bytes, uuid: str):
         with state.claims:
             ticket = state.register_cuda(uuid, handle)
-            info = client.stub.RegisterRegion(pb.RegisterRegionRequest(ticket=ticket,
-                                                                       name="cuda"),
-                                              timeout=client.timeout, metadata=client.metadata)
-        self._client = client
+            info = state.call(state.stub.RegisterRegion,
+                              pb.RegisterRegionRequest(ticket=ticket, name="cuda"))
+        self._state = state
         self.id = info.region
         self.base = base
         self.nbytes = nbytes
         self.handle = handle
 
     def close(self):
-        _unregister(self._client, self.id)
+        if not self._state.dead:
+            _unregister(self._state, self.id)
 
 
 class Shm:
-    """The connection to the server's region socket, and this client's regions. Closing it
-    (or exiting) ends every region registered through it."""
+    """One server process's region socket, as one connection: the regions registered through
+    it live while it is open. `stub` reaches the same process over gRPC (RegisterRegion). A
+    connection the server closed while it held regions means that process is gone (it exited
+    or restarted): it is then `dead`, and the client opens a new one, registering its regions
+    again."""
 
-    def __init__(self, address: str):
+    def __init__(self, address: str, stub=None, metadata=(), timeout: float = 60.0,
+                 instance: str = ""):
         self.address = address
+        self.stub = stub
+        self.metadata = list(metadata)
+        self.timeout = timeout
+        self.instance = instance
+        self.dead = False
         self.sock = self._connect()
         self.lock = threading.Lock()
         # The server holds at most 16 tickets not yet claimed per connection: threads that
@@ -189,39 +245,72 @@ class Shm:
         # GPU allocations shared so far, by start address and by the driver's buffer id.
         self.device_regions = {}
         self.device_buffers = {}
-        self.scratch = threading.local()
+
+    def call(self, method, request):
+        return method(request, timeout=self.timeout, metadata=self.metadata)
 
     def _connect(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             sock.connect("\0" + self.address[1:] if self.address.startswith("@")
                          else self.address)
-        except OSError:
+        except OSError as e:
             sock.close()
-            raise
+            raise from_os_error(e, f"cannot reach region socket {self.address}") from None
         return sock
+
+    def _holds(self) -> bool:
+        return bool(self.regions or self.device_regions)
+
+    def alive(self) -> bool:
+        """False once the server closed this connection while it held regions (one poll,
+        no wait)."""
+        if self.dead:
+            return False
+        with self.lock:
+            if self.dead:
+                return False
+            p = select.poll()
+            p.register(self.sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+            if p.poll(0) and self._holds():
+                self.dead = True
+        return not self.dead
 
     def _ask(self, send) -> str:
         """Sends one message and returns the reply. The server closes a connection that holds
         no region and no ticket once it has been idle a while: a closed one is opened again,
-        once."""
+        once. One that held regions closed means the server is gone: UNAVAILABLE."""
         with self.lock:
+            if self.dead:
+                raise unavailable(f"region socket {self.address}: the server closed it")
+            reply = b""
             for attempt in (0, 1):
                 try:
                     send(self.sock)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # A refusal may still wait to be read.
+                except OSError as e:
+                    raise from_os_error(e, f"region socket {self.address}") from None
                 try:
                     reply = self.sock.recv(512)
                 except ConnectionResetError:
                     reply = b""
+                except OSError as e:
+                    raise from_os_error(e, f"region socket {self.address}") from None
                 if reply or attempt == 1:
                     break
-                self.sock.close()
-                self.sock = self._connect()
+                if self._holds():
+                    self.dead = True
+                    break
+                old, self.sock = self.sock, self._connect()
+                old.close()
         reply = reply.decode(errors="replace")
+        if not reply:
+            raise unavailable(f"region socket {self.address}: closed by the server")
         if not reply.startswith("ticket "):
-            raise RuntimeError(f"region socket: {reply or 'closed by the server'}")
+            code = (grpc.StatusCode.RESOURCE_EXHAUSTED if "quota" in reply or "limit" in reply
+                    else grpc.StatusCode.FAILED_PRECONDITION)
+            raise ClientError(code, f"region socket: {reply}")
         return reply.split()[1]
 
     def register(self, fd: int) -> str:
@@ -230,7 +319,7 @@ class Shm:
     def register_cuda(self, uuid: str, handle: bytes) -> str:
         return self._ask(lambda s: s.send(f"cuda {uuid} {handle.hex()}".encode()))
 
-    def device_region(self, client, ptr: int, ordinal: int) -> "DeviceRegion":
+    def device_region(self, ptr: int, ordinal: int) -> "DeviceRegion":
         """The registered region holding device address `ptr`, registering its allocation
         when it is new. One driver call when it is not."""
         drv = cuda_driver()
@@ -246,22 +335,17 @@ class Shm:
         if old is not None:  # Freed, and its address taken by this new allocation.
             self.device_buffers.pop(old.buffer_id, None)
             old.close()
-        r = DeviceRegion(client, base, size, drv.ipc_handle(base), drv.uuid(ordinal))
+        r = DeviceRegion(self, base, size, drv.ipc_handle(base), drv.uuid(ordinal))
         r.buffer_id = buffer_id
         self.device_regions[base] = r
         self.device_buffers[buffer_id] = r
         return r
 
-    def find(self, a: np.ndarray, lo: int, hi: int):
-        """(region, offset) holding [lo, hi), or None."""
-        for r in list(self.regions.values()):
-            at = r.locate(lo, hi)
-            if at is not None:
-                return r, at
-        return None
-
     def close(self):
-        self.regions.clear()
-        self.device_regions.clear()
-        self.device_buffers.clear()
-        self.sock.close()
+        """Ends the connection (and with it every region registered through it)."""
+        with self.lock:
+            self.dead = True
+            self.regions.clear()
+            self.device_regions.clear()
+            self.device_buffers.clear()
+            self.sock.close()
