@@ -23,7 +23,7 @@ def start(nginx, replicas):
     target, prefix directory). stop() ends it."""
     with open(CONF) as f:
         conf = f.read()
-    upstream = "".join(f"        server {r} max_fails=1 fail_timeout=5s;\n" for r in replicas)
+    upstream = "".join(f"        server {r} max_fails=1 fail_timeout=1s;\n" for r in replicas)
     conf, n = re.subn(r"(upstream tensorcompute \{\n(?:.*\n)*?)((?:\s*server .*\n)+)",
                       lambda m: m.group(1).rstrip(" ") + upstream.lstrip("\n"), conf, count=1)
     assert n == 1, "no upstream block in the nginx file"
