@@ -6,12 +6,13 @@ import tempfile
 import time
 
 
-def start_server(binary, *extra):
-    """Returns (process, "127.0.0.1:PORT") once the server has written its port."""
+def start_server(binary, *extra, port=0):
+    """Returns (process, "127.0.0.1:PORT") once the server has written its port. `port`: that
+    port (a server started again where another was), else any free one."""
     port_file = os.path.join(tempfile.mkdtemp(prefix="tc-py-"), "port")
     # More from the environment, as for the C++ suites ("--device_workers,--test_cpu_devices=2").
     more = [f for f in os.environ.get("TC_TEST_SERVER_FLAGS", "").split(",") if f]
-    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0",
+    proc = subprocess.Popen([binary, "--address=127.0.0.1", f"--port={port}",
                              f"--port_file={port_file}", "--metrics_port=0", "--backend=cpu", *extra,
                              *more])
     deadline = time.time() + 30

@@ -22,10 +22,11 @@ install() {
 }
 install "$venv"
 cd "$repo/tests/python"
-# TC_PACKAGE_TESTS: some of them only.
+# TC_PACKAGE_TESTS: some of them only. TC_PYTHONPATH: more for them to import (the generated
+# stubs of build/python).
 for t in ${TC_PACKAGE_TESTS:-test_client_package.py test_package_native.py test_regions.py test_cuda_ipc.py}; do
   rc=0
-  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$repo/tests/python" \
+  PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$repo/tests/python${TC_PYTHONPATH:+:$TC_PYTHONPATH}" \
     "$venv/bin/python" "$t" --server "$server" || rc=$?
   # 77: skipped (test_cuda_ipc.py where PyTorch sees no GPU).
   [[ $rc -eq 0 || $rc -eq 77 ]] || exit $rc
