@@ -5,7 +5,8 @@ Three servers on loopback, each on a port of its own that it comes back to. 32 c
 threads send stateless calls of every kind and size a user sends (small adds with
 broadcasting, mixed dtypes, eval expressions, arrays of 1-4 MiB, now and then 16-64 MiB),
 each result checked against NumPy, through every road the Python client has (grpcio, the
-native library, spread over connections, shared-memory regions) and through nginx in front,
+native library, spread over connections, shared-memory regions), through the C++ client
+library given the list itself, and through nginx in front,
 while the replicas are restarted the way an operator rolls out a version: one drained
 (SIGTERM) and started again on its port, one killed (SIGKILL) and started again, two down at
 the same moment for two seconds with one left serving, then one frozen (SIGSTOP) for longer
@@ -146,6 +147,35 @@ class Tally:
                 self.over_bound.append((road, kind, nbytes, round(seconds, 3)))
 
 
+class CppClient:
+    """compute() and eval() of arrays through the C++ client library itself, given the list
+    of replicas (libtensorcompute_native's tcn_compute: client/client.h's Client, its own
+    replica choice, retries, keepalive and spread)."""
+
+    def __init__(self, target):
+        from tensorcompute_client import client as tcc_client, native
+        self._c = tcc_client
+        self._native = native.NativeClient(target, 60.0, 256 << 20, 1 << 20, None, 4,
+                                           8 * MiB)
+
+    def _run(self, what, inputs):
+        from tensorcompute_client.v1 import tensor_service_pb2 as pb
+        spans = [self._c._span(x) for x in inputs]
+        request = pb.ComputeRequest(**what, inputs=[s.meta(storage_bytes=s.hi - s.lo)
+                                                    for s in spans])
+        t, raw = self._native.compute(request, [(s.lo, s.hi - s.lo) for s in spans])
+        return self._c._array_over(t, raw, False)
+
+    def compute(self, op, *inputs):
+        return self._run({"op": op}, inputs)
+
+    def eval(self, expression, *inputs):
+        return self._run({"expression": expression}, inputs)
+
+    def close(self):
+        self._native.close()
+
+
 def one_call(client, kind, rng):
     """(expected, got, bytes sent) of one stateless call of `kind`."""
     if kind == "small":
@@ -211,7 +241,7 @@ class RollingRestartTest(unittest.TestCase):
         roads = {
             "grpcio": (dict(native=False, shared_memory=False), ["small", "mixed", "eval"], 6),
             "native": (dict(native=True, shared_memory=False),
-                       ["small", "mixed", "eval", "mid"], 6),
+                       ["small", "mixed", "eval", "mid"], 4),
             "shm": (dict(shared_memory=True), ["eval", "mid", "mid"], 6),
             "spread": (dict(native=True, shared_memory=False, spread_bytes=2 * MiB,
                             connections=4), ["mid", "mid", "small"], 4),
@@ -219,6 +249,9 @@ class RollingRestartTest(unittest.TestCase):
         }
         clients = {road: tcc.Client(listed, **common, **opts)
                    for road, (opts, _, _) in roads.items()}
+        if tcc.native.load() is not None:
+            clients["c++"] = CppClient(listed)
+            roads["c++"] = (None, ["small", "mixed", "eval", "mid"], 4)
         nginx = None
         if ARGS.nginx is not None:
             nginx, target, prefix = balancer.start(ARGS.nginx, fleet.targets)
@@ -226,7 +259,7 @@ class RollingRestartTest(unittest.TestCase):
             # One connection: a call spread over several would reach several replicas.
             clients["nginx"] = tcc.Client(target, native=True, shared_memory=False,
                                           connections=1, **common)
-            roads["nginx"] = (None, ["small", "mixed", "eval", "mid"], 8)
+            roads["nginx"] = (None, ["small", "mixed", "eval", "mid"], 6)
         for c in clients.values():
             self.addCleanup(c.close)
         tally = Tally()
