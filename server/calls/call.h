@@ -72,9 +72,16 @@ class Call {
     return false;
   }
   // For a call its reactor counts: finishes it UNAVAILABLE when the reactor was made while
-  // the server drains.
+  // the server drains. The call is counted too, until it is destroyed: gRPC may be done with
+  // the reactor (its response written) while a device's completion thread still lets go of
+  // the call's work (its storage, its regions, its device reservation), and the server must
+  // not stop under that.
   bool Admit(const CountedUnaryReactor& counted) {
-    if (counted.entered()) return true;
+    if (counted.entered()) {
+      env_->life->Hold();
+      entered_ = true;
+      return true;
+    }
     Finish(ShuttingDown());
     return false;
   }

@@ -56,6 +56,9 @@ class Lifecycle {
     return true;
   }
   void Leave() { active_.fetch_sub(1, std::memory_order_acq_rel); }
+  // Counts one more in flight, draining or not: for work that something counted already holds
+  // (so the count cannot have reached zero), to be counted until that work ends too.
+  void Hold() { active_.fetch_add(1, std::memory_order_acq_rel); }
   void StartDraining() { draining_.store(true, std::memory_order_release); }
   bool draining() const { return draining_.load(std::memory_order_acquire); }
   int active() const { return active_.load(std::memory_order_acquire); }
