@@ -4,8 +4,10 @@
 #include <iterator>
 #include <numeric>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/op_types.h"
 
 namespace tc {
 namespace {
@@ -160,6 +162,52 @@ absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const Te
   return PrepareValidated(**entry, inputs, attrs, output, tiles);
 }
 
+absl::StatusOr<OpTypes> ResolveOpTypes(const OpSpec& spec, DType result, const Attrs& attrs,
+                                       absl::Span<const DType> args) {
+  if (!Accepts(spec, result)) {
+    std::vector<absl::string_view> given;
+    for (DType d : args) given.push_back(DTypeName(d));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "op '", spec.name, "' does not accept dtype ", DTypeName(result), " (arguments: ",
+        absl::StrJoin(given, ", "), "); it accepts: ", DTypeNames(spec.dtypes)));
+  }
+  if (spec.check != nullptr) {
+    if (auto s = spec.check(attrs, result); !s.ok()) return s;
+  }
+  OpTypes t{result, result, result};
+  switch (spec.rule) {
+    case TypeRule::kPromote:
+      break;
+    case TypeRule::kPromoteToFloat:
+      if (!IsFloating(result)) t.compute = t.out = DType::kFloat32;
+      break;
+    case TypeRule::kBoolToInt64:
+      if (result == DType::kBool) t.compute = t.out = DType::kInt64;
+      break;
+    case TypeRule::kToBool:
+      t.out = DType::kBool;
+      break;
+    case TypeRule::kCastToAttr:
+      t.out = attrs.Type("dtype");
+      // Computed in the wider of the two (the same values: the functor is the identity and
+      // either conversion is the cast's own), so that the cast row kernel sizes a thread's
+      // run of elements by the wider side (a widening cast to an 8-byte type writes 16 bytes
+      // a run, not 64), and a number is converted to the target once.
+      if (ItemSize(t.out) > ItemSize(t.compute)) t.compute = t.out;
+      break;
+    case TypeRule::kQuantized:
+      for (size_t k = 0; k < args.size(); ++k) {
+        if (static_cast<int>(k) != spec.condition_input && args[k] != result) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "op '", spec.name, "' needs arguments of one dtype (int8 or uint8), got ",
+              DTypeName(args[0]), " and ", DTypeName(args[k])));
+        }
+      }
+      break;
+  }
+  return t;
+}
+
 absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
                                             absl::Span<const TensorView> inputs,
                                             const AttrMap& attrs, const OutputOptions& output,
@@ -181,48 +229,12 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
   p.attrs = *std::move(resolved);
 
   p.result_type = ResultType(inputs, spec.condition_input);
-  if (!Accepts(spec, p.result_type)) {
-    std::vector<absl::string_view> given;
-    for (const TensorView& v : inputs) given.push_back(DTypeName(v.dtype));
-    return absl::InvalidArgumentError(absl::StrCat(
-        "op '", spec.name, "' does not accept dtype ", DTypeName(p.result_type), " (inputs: ",
-        absl::StrJoin(given, ", "), "); it accepts: ", DTypeNames(spec.dtypes)));
-  }
-  if (spec.check != nullptr) {
-    if (auto s = spec.check(p.attrs, p.result_type); !s.ok()) return s;
-  }
-
-  DType compute = p.result_type, out = p.result_type;
-  switch (spec.rule) {
-    case TypeRule::kPromote:
-      break;
-    case TypeRule::kPromoteToFloat:
-      if (!IsFloating(compute)) compute = out = DType::kFloat32;
-      break;
-    case TypeRule::kBoolToInt64:
-      if (compute == DType::kBool) compute = out = DType::kInt64;
-      break;
-    case TypeRule::kToBool:
-      out = DType::kBool;
-      break;
-    case TypeRule::kCastToAttr:
-      out = p.attrs.Type("dtype");
-      // Computed in the wider of the two (the same values: the functor is the identity and
-      // either conversion is the cast's own), so that the cast row kernel sizes a thread's
-      // run of elements by the wider side (a widening cast to an 8-byte type writes 16 bytes
-      // a run, not 64).
-      if (ItemSize(out) > ItemSize(compute)) compute = out;
-      break;
-    case TypeRule::kQuantized:
-      for (const TensorView& v : inputs) {
-        if (v.dtype != p.result_type) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "op '", spec.name, "' needs inputs of one dtype (int8 or uint8), got ",
-              DTypeName(inputs[0].dtype), " and ", DTypeName(v.dtype)));
-        }
-      }
-      break;
-  }
+  absl::InlinedVector<DType, 3> args;
+  for (const TensorView& v : inputs) args.push_back(v.dtype);
+  auto types = ResolveOpTypes(spec, p.result_type, p.attrs, args);
+  if (!types.ok()) return types.status();
+  const DType compute = types->compute;
+  DType out = types->out;
   if (output.dtype && *output.dtype != out) {
     if (spec.rule == TypeRule::kQuantized || spec.rule == TypeRule::kCastToAttr ||
         !CanCast(out, *output.dtype)) {

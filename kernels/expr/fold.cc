@@ -57,6 +57,10 @@ absl::Status AsPython(const Node& call, std::vector<Node>& args) {
         b.int_value < 0) {
       return At(call, "a negative shift count (Python raises ValueError)");
     }
+    const bool negative = b.literal == LiteralKind::kFloat ? b.float_value < 0 : b.int_value < 0;
+    if (Named(call, {"pow"}) && IsNumber(args[0]) && IsZero(args[0]) && negative) {
+      return At(call, "zero to a negative power (Python raises ZeroDivisionError)");
+    }
     if (Named(call, {"pow"}) && IsNumber(args[0]) && args[0].literal == LiteralKind::kInt &&
         b.literal == LiteralKind::kInt && b.int_value < 0) {
       for (Node& a : args) {
@@ -68,43 +72,62 @@ absl::Status AsPython(const Node& call, std::vector<Node>& args) {
   return absl::OkStatus();
 }
 
-// Whether an int64 op of Python's would leave 64 bits: Python's integers do not wrap.
-bool Overflows(const Node& call, const std::vector<Node>& args, int64_t* result) {
-  auto v = [&](size_t k) { return args[k].int_value; };
-  int64_t r = 0;
+// Whether Python's value of an integer op on numbers lies past 64 bits (Python's integers do
+// not wrap, so the int64 kernel's wrapped value is not Python's): the exact value in 128 bits,
+// an overflow of those counting as past 64 bits too. The attributes (alpha, value) are whole
+// numbers here (the op's check), at most 2**53.
+bool PastInt64(const Node& call, const Attrs& attrs, const std::vector<Node>& args) {
+  using I = __int128;
+  auto v = [&](size_t k) -> I { return args[k].int_value; };
+  auto whole = [&](const char* name) -> I { return static_cast<I>(attrs.Float(name)); };
+  I r = 0;
   bool over = false;
-  if (Named(call, {"add"})) {
-    over = __builtin_add_overflow(v(0), v(1), &r);
-  } else if (Named(call, {"sub"})) {
-    over = __builtin_sub_overflow(v(0), v(1), &r);
+  if (Named(call, {"add", "sub"})) {
+    I scaled = 0;
+    over = __builtin_mul_overflow(whole("alpha"), v(1), &scaled) ||
+           (Named(call, {"add"}) ? __builtin_add_overflow(v(0), scaled, &r)
+                                 : __builtin_sub_overflow(v(0), scaled, &r));
   } else if (Named(call, {"mul"})) {
     over = __builtin_mul_overflow(v(0), v(1), &r);
-  } else if (Named(call, {"neg", "abs"})) {
-    over = v(0) == INT64_MIN;
+  } else if (Named(call, {"square"})) {
+    over = __builtin_mul_overflow(v(0), v(0), &r);
+  } else if (Named(call, {"addcmul"})) {
+    over = __builtin_mul_overflow(v(1), v(2), &r) ||
+           __builtin_mul_overflow(whole("value"), r, &r) || __builtin_add_overflow(v(0), r, &r);
+  } else if (Named(call, {"neg"})) {
+    r = -v(0);
+  } else if (Named(call, {"abs"})) {
+    r = v(0) < 0 ? -v(0) : v(0);
   } else if (Named(call, {"floor_divide"})) {
-    over = v(0) == INT64_MIN && v(1) == -1;
+    r = v(0) == INT64_MIN && v(1) == -1 ? -v(0) : 0;
   } else if (Named(call, {"pow"})) {
     r = 1;
-    int64_t base = v(0);
-    for (int64_t e = v(1); e > 0 && !over; e >>= 1) {
+    I base = v(0);
+    for (int64_t e = args[1].int_value; e > 0 && !over; e >>= 1) {
       if (e & 1) over = __builtin_mul_overflow(r, base, &r);
       if (e > 1 && !over) over = __builtin_mul_overflow(base, base, &base);
+      over = over || r > INT64_MAX || r < INT64_MIN;
     }
   } else if (Named(call, {"left_shift"})) {
-    const int64_t c = v(1);
-    over = v(0) != 0 && (c >= 63 || (v(0) << c) >> c != v(0));
+    const int64_t c = args[1].int_value;
+    over = args[0].int_value != 0 &&
+           (c >= 63 || (args[0].int_value << c) >> c != args[0].int_value);
   }
-  *result = r;
-  return over;
+  return over || r > INT64_MAX || r < INT64_MIN;
 }
 
 // Runs `call` over its literal arguments, typed `t`, into a literal.
 absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args,
                               const NodeType& t) {
-  // Numbers compute as Python does, in float64 where the value is a float; a value involving
-  // a zero-dimensional tensor (a cast) as the op computes it.
+  // Numbers compute as Python does, in float64 where the value is a float, each taken at its
+  // Python value (a cast of one converts that value to the dtype once, as torch.tensor(0.1,
+  // dtype=...) does); a value involving a zero-dimensional tensor (a folded cast) as the op
+  // computes it.
+  bool numbers = true;
+  for (const Node& a : args) numbers = numbers && IsNumber(a);
   const bool python = t.tier == TypeTier::kWrappedNumber;
-  auto wide = [&](DType d) { return python && IsFloating(d) ? DType::kFloat64 : d; };
+  auto wide = [&](DType d) { return numbers && IsFloating(d) ? DType::kFloat64 : d; };
+  auto wide_out = [&](DType d) { return python ? wide(d) : d; };
   PreparedOp op;
   op.op = call.op;
   op.attrs = t.attrs;
@@ -115,7 +138,7 @@ absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args,
   plan.num_operands = static_cast<int>(args.size()) + 1;
   plan.compute_dtype = wide(t.compute);
   if ((call.op->compute_types & DTypeBit(plan.compute_dtype)) == 0) plan.compute_dtype = t.compute;
-  plan.out_dtype = plan.dtypes[0] = wide(t.dtype);
+  plan.out_dtype = plan.dtypes[0] = wide_out(t.dtype);
   plan.path = Path::kContiguous;
   plan.kernel = Kernel::kCastRows;
   NodeType computed = t;
@@ -158,8 +181,7 @@ absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args,
     }
   });
   if (python && out.literal == LiteralKind::kInt) {
-    int64_t exact = 0;
-    if (Overflows(call, args, &exact)) {
+    if (PastInt64(call, t.attrs, args)) {
       return At(call, absl::StrCat("'", call.op->spec.name,
                                    "' of these numbers does not fit 64 bits"));
     }

@@ -5,8 +5,9 @@
 #include <limits>
 #include <string>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "kernels/op_types.h"
 
 namespace tc::expr {
 namespace {
@@ -100,43 +101,15 @@ absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
       operands.push_back({a.dtype, a.tier});
     }
     t.result = ResultType(operands);
-    if (!Accepts(spec, t.result)) {
-      std::vector<absl::string_view> given;
-      for (const TypeOperand& o : operands) given.push_back(DTypeName(o.dtype));
-      return At(n, absl::StrCat("'", spec.name, "' does not accept ", DTypeName(t.result),
-                                " (arguments: ", absl::StrJoin(given, ", "),
-                                "); it accepts: ", DTypeNames(spec.dtypes)));
-    }
-    if (spec.check != nullptr) {
-      if (auto s = spec.check(t.attrs, t.result); !s.ok()) return At(n, s.message());
-    }
-    t.compute = t.dtype = t.result;
-    switch (spec.rule) {
-      case TypeRule::kPromote:
-        break;
-      case TypeRule::kPromoteToFloat:
-        if (!IsFloating(t.result)) t.compute = t.dtype = DType::kFloat32;
-        break;
-      case TypeRule::kBoolToInt64:
-        if (t.result == DType::kBool) t.compute = t.dtype = DType::kInt64;
-        break;
-      case TypeRule::kToBool:
-        t.dtype = DType::kBool;
-        break;
-      case TypeRule::kCastToAttr:
-        t.dtype = t.attrs.Type("dtype");
-        // A cast of numbers is a zero-dimensional tensor of its dtype, not a Python number.
-        if (t.tier == TypeTier::kWrappedNumber) t.tier = TypeTier::kZeroDim;
-        break;
-      case TypeRule::kQuantized:
-        for (const TypeOperand& o : operands) {
-          if (o.dtype != t.result) {
-            return At(n, absl::StrCat("'", spec.name,
-                                      "' needs arguments of one dtype (int8 or uint8), got ",
-                                      DTypeName(operands[0].dtype), " and ", DTypeName(o.dtype)));
-          }
-        }
-        break;
+    absl::InlinedVector<DType, 3> args;
+    for (int k : n.args) args.push_back(types[static_cast<size_t>(k)].dtype);
+    auto resolved = ResolveOpTypes(spec, t.result, t.attrs, args);
+    if (!resolved.ok()) return At(n, resolved.status().message());
+    t.compute = resolved->compute;
+    t.dtype = resolved->out;
+    // A cast of numbers is a zero-dimensional tensor of its dtype, not a Python number.
+    if (spec.rule == TypeRule::kCastToAttr && t.tier == TypeTier::kWrappedNumber) {
+      t.tier = TypeTier::kZeroDim;
     }
     for (size_t k = 0; k < n.args.size(); ++k) {
       const Node& a = e.at(n.args[k]);

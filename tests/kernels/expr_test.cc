@@ -184,8 +184,8 @@ TEST(ExprTyping, RefusesWhatTheOpsRefuseAtTheirPosition) {
   EXPECT_EQ(Error("a + 300", {i8}), "expression: at 4: 300 does not fit int8, the type 'add' computes in here");
   EXPECT_EQ(Error("a + (-256)", {u8}), "expression: at 5: -256 does not fit uint8, the type 'add' computes in here");
   EXPECT_EQ(Error("sqrt(a) & 1", {f32}),
-            "expression: at 0: 'bitwise_and' does not accept float32 (arguments: float32, int64); "
-            "it accepts: bool, uint8, int8, int16, int32, int64");
+            "expression: at 0: op 'bitwise_and' does not accept dtype float32 (arguments: "
+            "float32, int64); it accepts: bool, uint8, int8, int16, int32, int64");
   EXPECT_EQ(Error("where(a, a, 1)", {f32}),
             "expression: at 6: the condition of 'where' must be bool, not float32 (compare it, "
             "e.g. x != 0)");
@@ -200,6 +200,91 @@ TEST(ExprTyping, RefusesWhatTheOpsRefuseAtTheirPosition) {
   EXPECT_EQ(Error("a + b", {Contiguous(DType::kFloat32, {3}), Contiguous(DType::kFloat32, {4})}),
             "shapes [3] and [4] cannot be broadcast together: dim -1 is 3 in one and 4 in another "
             "(sizes must match or be 1)");
+}
+
+// One call of every op of the catalog over arguments of every combination of dtypes (and,
+// for an attribute that is a dtype, every one): the expression's typing and the engine
+// preparing the op alone accept and refuse the same, and agree on the result, compute and
+// output dtypes. (They are one function now, ResolveOpTypes; this holds them to it. The
+// copies they were once diverged for cast: the engine computed a widening cast in the wider
+// type, the expression in the narrower.)
+TEST(ExprTyping, AgreesWithTheEngineOnEveryOpAndDtype) {
+  int compared = 0, refused = 0;
+  for (const CatalogEntry& entry : Catalog()) {
+    const OpSpec& spec = entry.spec;
+    std::vector<AttrMap> attr_sets = {AttrMap{}};
+    for (const AttrSpec& a : spec.attrs) {
+      if (!a.required) continue;
+      std::vector<AttrMap> next;
+      for (const AttrMap& m : attr_sets) {
+        if (a.type == AttrType::kDType) {
+          for (int d = 0; d < kNumDTypes; ++d) {
+            AttrMap with = m;
+            with[a.name] = static_cast<DType>(d);
+            next.push_back(with);
+          }
+          continue;
+        }
+        AttrMap with = m;
+        switch (a.type) {
+          case AttrType::kFloat: with[a.name] = 0.5; break;
+          case AttrType::kInt: with[a.name] = int64_t{1}; break;
+          case AttrType::kBool: with[a.name] = false; break;
+          case AttrType::kString: with[a.name] = std::string(); break;
+          case AttrType::kDType: break;
+        }
+        next.push_back(with);
+      }
+      attr_sets = std::move(next);
+    }
+    int combos = 1;
+    for (int k = 0; k < spec.arity; ++k) combos *= kNumDTypes;
+    for (int c = 0; c < combos; ++c) {
+      std::vector<OwnedTensor> in;
+      std::vector<TensorView> views;
+      std::vector<TypeOperand> operands;
+      Expression e;
+      Node call;
+      call.kind = NodeKind::kCall;
+      call.op = &entry;
+      for (int k = 0, rest = c; k < spec.arity; ++k, rest /= kNumDTypes) {
+        const DType d = static_cast<DType>(rest % kNumDTypes);
+        in.push_back(Contiguous(d, {1}));
+        operands.push_back({d, TypeTier::kDimensioned});
+        Node input;
+        input.kind = NodeKind::kInput;
+        input.input = k;
+        e.nodes.push_back(input);
+        call.args.push_back(k);
+      }
+      for (const OwnedTensor& t : in) views.push_back(t.view);
+      for (const AttrMap& attrs : attr_sets) {
+        call.attrs = attrs;
+        e.nodes.resize(static_cast<size_t>(spec.arity));
+        e.nodes.push_back(call);
+        auto prepared = PrepareOp(spec.name, views, attrs);
+        auto types = TypeCheck(e, operands);
+        std::string what = std::string(spec.name) + "(";
+        for (const TypeOperand& o : operands) what += std::string(DTypeName(o.dtype)) + " ";
+        for (const auto& [name, v] : attrs) what += name + "=" + AttrValueToString(v) + " ";
+        what += ")";
+        ASSERT_EQ(prepared.ok(), types.ok())
+            << what << ": engine " << prepared.status() << ", expression "
+            << (types.ok() ? absl::OkStatus() : types.status());
+        if (!prepared.ok()) {
+          ++refused;
+          continue;
+        }
+        const NodeType& t = types->back();
+        EXPECT_EQ(prepared->result_type, t.result) << what;
+        EXPECT_EQ(prepared->plan.compute_dtype, t.compute) << what;
+        EXPECT_EQ(prepared->plan.out_dtype, t.dtype) << what;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(refused, 100);
 }
 
 // The random trees' ops, by the dtypes they suit (all arguments of one category).
@@ -759,6 +844,16 @@ TEST(ExprEval, MeansExactlyItsOps) {
             std::vector<double>{0.0999755859375});
   EXPECT_EQ(RunExpr("a + cast(1e300, float32)", {Values(DType::kFloat64, {1})}),
             std::vector<double>{inf});
+  // A number cast is its Python value converted once, as torch.tensor(v, dtype=...) does: not
+  // through float32 first.
+  EXPECT_EQ(RunExpr("a + cast(1e300, float64)", {Values(DType::kFloat64, {1})}),
+            std::vector<double>{1e300});
+  EXPECT_EQ(RunExpr("a * cast(0.1, float64)", {Values(DType::kFloat64, {1})}),
+            std::vector<double>{0.1});
+  EXPECT_EQ(RunExpr("a + cast(16777217.0, int64)", {Values(DType::kInt64, {0})}),
+            std::vector<double>{16777217});
+  EXPECT_EQ(RunExpr("a + cast(16777217.0, int32)", {Values(DType::kInt32, {0})}),
+            std::vector<double>{16777217});
   // A cast of numbers is a zero-dim tensor: int32 with a float16 one is float16.
   EXPECT_EQ(TypeOf("a * cast(2, float16)", {Values(DType::kInt32, {1})}), DType::kFloat16);
   EXPECT_EQ(TypeOf("a * 2.0", {Values(DType::kInt32, {1})}), DType::kFloat32);
@@ -792,6 +887,23 @@ TEST(ExprEval, NumbersAreComputedAsPythonComputesThem) {
             "ZeroDivisionError)");
   EXPECT_EQ(Error("a * (2 ** 63)", {i}),
             "expression: at 5: 'pow' of these numbers does not fit 64 bits");
+  // Python's value, whatever int64 arithmetic would wrap to: attributes count.
+  EXPECT_EQ(Error("a * square(2 ** 40)", {i}),
+            "expression: at 4: 'square' of these numbers does not fit 64 bits");
+  EXPECT_EQ(Error("a * addcmul(0, 2 ** 40, 2 ** 40)", {i}),
+            "expression: at 4: 'addcmul' of these numbers does not fit 64 bits");
+  EXPECT_EQ(Error("a * add(2 ** 62, 2 ** 61, alpha=2)", {i}),
+            "expression: at 4: 'add' of these numbers does not fit 64 bits");
+  EXPECT_EQ(Error("a * sub(-(2 ** 62), 2 ** 62, alpha=2)", {i}),
+            "expression: at 4: 'sub' of these numbers does not fit 64 bits");
+  EXPECT_EQ(RunExpr("a * add(2 ** 40, 3, alpha=-2)", {Values(DType::kInt64, {1})}),
+            std::vector<double>{1099511627770.0});
+  EXPECT_EQ(RunExpr("a + (2 ** 62 - 1) * 2 - (2 ** 62 - 1) * 2", {Values(DType::kInt64, {5})}),
+            std::vector<double>{5});
+  EXPECT_EQ(Error("a * (0 ** -1)", {f}),
+            "expression: at 5: zero to a negative power (Python raises ZeroDivisionError)");
+  EXPECT_EQ(Error("a * (0.0 ** -0.5)", {f}),
+            "expression: at 5: zero to a negative power (Python raises ZeroDivisionError)");
   EXPECT_EQ(Error("a * (1 << -1)", {i}), "expression: at 5: a negative shift count (Python raises ValueError)");
   EXPECT_EQ(Error("a * (2 and 3)", {i}),
             "expression: at 5: 'logical_and' (and, or) over numbers takes True and False only: "
