@@ -19,12 +19,11 @@ A client given as NAME=PYTHON:off runs with keepalive=0 and try_timeout=0 (both 
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
+
+from python_bench import start_server, stop_servers
 
 # Run inside each client's interpreter: prints one JSON line of figures.
 PROBE = r'''
@@ -72,21 +71,6 @@ print(json.dumps(out))
 '''
 
 
-def start_server(binary):
-    port_file = os.path.join(tempfile.mkdtemp(prefix="tc-bench-"), "port")
-    proc = subprocess.Popen([binary, "--address=127.0.0.1", "--port=0",
-                             f"--port_file={port_file}", "--backend=cpu",
-                             "--metrics_port=-1"],
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while not os.path.exists(port_file):
-        if proc.poll() is not None or time.time() > deadline:
-            raise RuntimeError("server did not start")
-        time.sleep(0.02)
-    with open(port_file) as f:
-        return proc, f"127.0.0.1:{int(f.read())}"
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--server", required=True)
@@ -101,7 +85,7 @@ def main():
         name, _, rest = spec.partition("=")
         python, _, mode = rest.partition(":")
         clients.append((name, python, mode or "on"))
-    servers = [start_server(args.server) for _ in range(3)]
+    servers = [start_server(args.server, "cpu", [], quiet=True) for _ in range(3)]
     targets = {"one server": servers[0][1], "three listed": ",".join(t for _, t in servers)}
     results = {}
     try:
@@ -121,9 +105,7 @@ def main():
                           "  ".join(f"{k} {v:.1f}" if v > 10 else f"{k} {v:.2f}"
                                     for k, v in figures.items()), flush=True)
     finally:
-        for proc, _ in servers:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+        stop_servers(servers)
     print("\nmedians over rounds:")
     for where, by in results.items():
         for name, figures in by.items():

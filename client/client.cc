@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -372,18 +373,24 @@ absl::StatusOr<v1::Tensor> Client::ComputeFrom(const v1::ComputeRequest& request
 absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
                                             const Bytes& bytes, const v1::ComputeRequest* unary,
                                             const OutputAllocator& allocate) {
+  return Route(request, bytes, [&](Client& c) {
+    return c.DispatchOnce(request, bytes, unary, allocate);
+  });
+}
+
+template <class Fn>
+absl::StatusOr<v1::Tensor> Client::Route(const v1::ComputeRequest& request, const Bytes& bytes,
+                                         Fn fn) {
   // Stateless: tried on one replica after another (see ClientOptions::retry_attempts), each
   // try on whichever road its size takes there. Stateful: on the home replica, once.
   if (!Stateless(request)) {
-    if (peers_.empty()) return DispatchOnce(request, bytes, unary, allocate);
+    if (peers_.empty()) return fn(*this);
     const int h = home_.load();
-    return Noted(h, peers_[h].client->DispatchOnce(request, bytes, unary, allocate));
+    return Noted(h, fn(*peers_[h].client));
   }
-  int64_t inline_bytes = 0;
-  for (const ExternalBytes& b : bytes) inline_bytes += b.size;
-  return OnReplicas<v1::Tensor>(inline_bytes, [&](Client& c) {
-    return c.DispatchOnce(request, bytes, unary, allocate);
-  });
+  int64_t size = 0;
+  for (const ExternalBytes& b : bytes) size += b.size;
+  return OnReplicas<v1::Tensor>(size, fn);
 }
 
 absl::StatusOr<v1::Tensor> Client::DispatchOnce(const v1::ComputeRequest& request,
@@ -587,14 +594,7 @@ class TensorReceiver {
 absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
                                                    int64_t chunk_bytes) {
   const Bytes bytes = DataOf(request);
-  if (!Stateless(request)) {
-    if (peers_.empty()) return StreamedImpl(request, bytes, chunk_bytes, nullptr);
-    const int h = home_.load();
-    return Noted(h, peers_[h].client->StreamedImpl(request, bytes, chunk_bytes, nullptr));
-  }
-  int64_t size = 0;
-  for (const ExternalBytes& b : bytes) size += b.size;
-  return OnReplicas<v1::Tensor>(size, [&](Client& c) {
+  return Route(request, bytes, [&](Client& c) {
     return c.StreamedImpl(request, bytes, chunk_bytes, nullptr);
   });
 }
@@ -859,14 +859,7 @@ absl::Status Client::DownloadInto(const std::string& handle, int64_t storage_byt
 absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& request,
                                                  int connections) {
   const Bytes bytes = DataOf(request);
-  if (!Stateless(request)) {
-    if (peers_.empty()) return SpreadImpl(request, bytes, connections, nullptr);
-    const int h = home_.load();
-    return Noted(h, peers_[h].client->SpreadImpl(request, bytes, connections, nullptr));
-  }
-  int64_t size = 0;
-  for (const ExternalBytes& b : bytes) size += b.size;
-  return OnReplicas<v1::Tensor>(size, [&](Client& c) {
+  return Route(request, bytes, [&](Client& c) {
     return c.SpreadImpl(request, bytes, connections, nullptr);
   });
 }
@@ -1018,6 +1011,9 @@ absl::StatusOr<std::string> Client::SendRegionFd(int fd) {
           "cannot reach the server's region socket ", address, " (", why,
           "): is the server on this host?"));
     }
+    // A server answers at once; one that does not within 10 s is frozen or gone.
+    timeval within{10, 0};
+    (void)setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &within, sizeof within);
     region_socket_ = s;
     return absl::OkStatus();
   };
@@ -1053,6 +1049,11 @@ absl::StatusOr<std::string> Client::SendRegionFd(int fd) {
     char reply[512];
     const ssize_t n = recv(region_socket_, reply, sizeof(reply), 0);
     if (n > 0) r.assign(reply, static_cast<size_t>(n));
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      close(region_socket_);  // a late reply would answer the next request
+      region_socket_ = -1;
+      return absl::UnavailableError("region socket: the server did not answer within 10 s");
+    }
   }
   if (r.empty()) return absl::UnavailableError("region socket closed by the server");
   if (r.rfind("ticket ", 0) != 0) return absl::InvalidArgumentError(r);

@@ -273,6 +273,9 @@ class Client {
   // fn(peer) on one replica after another until one answers (see retry_attempts).
   template <class T, class Fn>
   absl::StatusOr<T> OnReplicas(int64_t bytes, Fn fn);
+  // fn(client) where `request`'s state is: stateless, OnReplicas; stateful, on home, once.
+  template <class Fn>
+  absl::StatusOr<v1::Tensor> Route(const v1::ComputeRequest& request, const Bytes& bytes, Fn fn);
 };
 
 // grpc::Status -> absl::Status (the codes are the same numbers).

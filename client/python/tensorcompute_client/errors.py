@@ -28,4 +28,6 @@ def unavailable(details: str) -> ClientError:
 
 def from_os_error(e: OSError, what: str) -> ClientError:
     """A lost or refused local connection (the region socket): the server is not there now."""
+    if isinstance(e, TimeoutError):
+        return unavailable(f"{what}: no answer in time")
     return unavailable(f"{what}: {e.strerror or e}")

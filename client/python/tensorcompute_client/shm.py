@@ -229,12 +229,15 @@ class Shm:
     again."""
 
     def __init__(self, address: str, stub=None, metadata=(), timeout: float = 60.0,
-                 instance: str = ""):
+                 instance: str = "", answer_within: float = 10.0):
         self.address = address
         self.stub = stub
         self.metadata = list(metadata)
         self.timeout = timeout
         self.instance = instance
+        # A server answers a message on this socket at once; one that does not within this
+        # many seconds is frozen (or gone): the connection is given up.
+        self.answer_within = answer_within
         self.dead = False
         self.sock = self._connect()
         self.lock = threading.Lock()
@@ -257,6 +260,7 @@ class Shm:
         except OSError as e:
             sock.close()
             raise from_os_error(e, f"cannot reach region socket {self.address}") from None
+        sock.settimeout(self.answer_within)
         return sock
 
     def _holds(self) -> bool:
@@ -290,12 +294,14 @@ class Shm:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # A refusal may still wait to be read.
                 except OSError as e:
+                    self.dead = True
                     raise from_os_error(e, f"region socket {self.address}") from None
                 try:
                     reply = self.sock.recv(512)
                 except ConnectionResetError:
                     reply = b""
-                except OSError as e:
+                except OSError as e:  # a timeout among them: a late reply would be misread
+                    self.dead = True
                     raise from_os_error(e, f"region socket {self.address}") from None
                 if reply or attempt == 1:
                     break
