@@ -15,6 +15,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .v1 import tensor_service_pb2 as pb
+
 # NumPy's element-wise functions and the server's op of the same meaning.
 _UFUNCS = {
     np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "div",
@@ -235,7 +237,6 @@ def _named(inputs) -> Dict[str, object]:
 def _is_bool(leaf) -> bool:
     if isinstance(leaf, np.ndarray):
         return leaf.dtype == np.bool_
-    from .client import pb
     return leaf.tensor.dtype == pb.bool
 
 
