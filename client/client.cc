@@ -24,6 +24,7 @@
 #include "google/protobuf/field_mask.pb.h"
 #include "google/protobuf/util/field_mask_util.h"
 #include "proto/chunk_wire.h"
+#include "util/fd_passing.h"
 
 namespace tc::client {
 
@@ -1028,22 +1029,10 @@ absl::StatusOr<std::string> Client::SendRegionFd(int fd) {
     if (region_socket_ < 0) {
       if (absl::Status s = connect_socket(); !s.ok()) return s;
     }
-    char text[] = "register";
-    iovec iov{text, sizeof(text) - 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
     // A connection the server closed may still hold its one reply (a refusal) to read.
-    if (sendmsg(region_socket_, &msg, MSG_NOSIGNAL) < 0 && errno != EPIPE &&
-        errno != ECONNRESET) {
+    static constexpr char kRegister[] = "register";
+    if (SendWithFds(region_socket_, kRegister, sizeof(kRegister) - 1, &fd, 1) < 0 &&
+        errno != EPIPE && errno != ECONNRESET) {
       return absl::UnavailableError(absl::StrCat("region socket: ", std::strerror(errno)));
     }
     char reply[512];

@@ -31,7 +31,8 @@ NATIVE = os.path.join(HERE, "native")
 # copy under native/src (with gRPC's health.proto under native/src/grpc-proto).
 NATIVE_SOURCES = ["client/native.cc", "client/native.map", "client/client.cc", "client/client.h",
                   "client/chunked_call.cc", "client/chunked_call.h", "client/replicas.cc",
-                  "client/replicas.h", "proto/chunk_wire.cc",
+                  "client/replicas.h", "util/fd_passing.cc", "util/fd_passing.h",
+                  "proto/chunk_wire.cc",
                   "proto/chunk_wire.h", "proto/" + PROTO]
 GRPC_PROTO_DIR = os.environ.get("TC_GRPC_PROTO_DIR", "/usr/share/grpc-proto")
 HEALTH_PROTO = "grpc/health/v1/health.proto"

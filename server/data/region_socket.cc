@@ -24,6 +24,7 @@
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
+#include "util/fd_passing.h"
 
 namespace tc::server {
 
@@ -45,26 +46,7 @@ std::string Errno(absl::string_view what) {
 // descriptor attached to it into `fds` (so that none leaks, whatever the message says); its
 // msg_flags into `flags`. The bytes read; <= 0 where the connection closed or failed.
 ssize_t ReceiveMessage(int conn, char* buf, std::vector<int>* fds, int* flags) {
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  iovec iov{buf, kMaxMessage};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  const ssize_t got = recvmsg(conn, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  if (got < 0) return got;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t k = 0; k < n; ++k) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof(int));
-      fds->push_back(fd);
-    }
-  }
-  *flags = msg.msg_flags;
-  return got;
+  return ReceiveWithFds(conn, buf, kMaxMessage, fds, flags, MSG_DONTWAIT);
 }
 
 std::string OfferCuda(RegionStore& store, absl::string_view args, uint64_t connection) {

@@ -10,10 +10,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "util/fd_passing.h"
 
 namespace tc::server::worker {
 namespace {
-constexpr int kMaxFds = 4;
+constexpr int kMaxFds = 4;  // of the worker protocol (fd_passing.h takes up to 16)
 }
 
 Channel::~Channel() {
@@ -28,37 +29,19 @@ absl::Status Channel::Send(const google::protobuf::MessageLite& m, const std::ve
     return absl::InternalError("worker message too large to send");
   }
   if (fds.size() > static_cast<size_t>(kMaxFds)) return absl::InternalError("too many fds");
-  iovec iov{bytes.data(), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
-  if (!fds.empty()) {
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  if (SendWithFds(fd_, bytes.data(), bytes.size(), fds.data(), static_cast<int>(fds.size())) >= 0) {
+    return absl::OkStatus();
   }
-  while (true) {
-    const ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
-    if (n >= 0) return absl::OkStatus();
-    if (errno == EINTR) continue;
-    return absl::UnavailableError(absl::StrCat("send: ", strerror(errno)));
-  }
+  return absl::UnavailableError(absl::StrCat("send: ", strerror(errno)));
 }
 
 absl::Status Channel::Receive(google::protobuf::MessageLite* m, std::vector<int>* fds) {
   buffer_.resize(kMaxPacketBytes);
-  iovec iov{buffer_.data(), buffer_.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  std::vector<int> got;
+  int msg_flags = 0;
+  const auto receive = [&](int flags) {
+    return ReceiveWithFds(fd_, buffer_.data(), buffer_.size(), &got, &msg_flags, flags);
+  };
   ssize_t n = -1;
   bool block = true;
   // A reply usually comes within microseconds: look for it a while before sleeping, which
@@ -68,7 +51,7 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m, std::vector<int>
   if (poll) {
     const absl::Time until = absl::Now() + spin_;
     do {
-      n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+      n = receive(MSG_DONTWAIT);
       if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
         block = false;
         break;
@@ -78,20 +61,10 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m, std::vector<int>
   }
   if (spin_ > absl::ZeroDuration() && gate_ != nullptr) gate_->polling.fetch_sub(1);
   while (block) {
-    n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+    n = receive(0);
     if (n >= 0 || errno != EINTR) break;
   }
   if (n < 0) return absl::UnavailableError(absl::StrCat("receive: ", strerror(errno)));
-  std::vector<int> got;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      got.push_back(fd);
-    }
-  }
   const auto close_all = [&got] {
     for (int fd : got) close(fd);
   };
@@ -99,7 +72,7 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m, std::vector<int>
     close_all();
     return absl::UnavailableError("the other process closed the connection");
   }
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+  if (msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
     close_all();
     return absl::InternalError("worker message truncated");
   }
