@@ -13,7 +13,7 @@ namespace tc::server {
 class Call;
 
 // Compute and ComputeStream read their requests as bytes, parsed by ParseRequest
-// (server/parse.h) so that a request that does not parse gets a status saying why. Compute
+// (server/pipeline/parse.h) so that a request that does not parse gets a status saying why. Compute
 // answers in bytes too (a ComputeReply's, whose output data is not copied into a message);
 // ComputeStream's responses are protobuf messages as usual.
 template <class Base>

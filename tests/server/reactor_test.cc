@@ -1,4 +1,4 @@
-// PooledReactor (server/reactor.h) on its own, over a stand-in for gRPC's writer reactor that
+// PooledReactor (server/calls/reactor.h) on its own, over a stand-in for gRPC's writer reactor that
 // records what the reactor asks of it: the call finishes exactly once and is counted once;
 // StartSending writes every message in order, filling the next while one is on the wire;
 // a failing fill or a client that stops reading ends the call with its status; the drain and
