@@ -83,6 +83,19 @@ void RaiseDescriptorLimit() {
 // How long gRPC's Shutdown may take once calls are cancelled, before the process exits anyway.
 constexpr int kShutdownBoundSeconds = 3;
 
+// Whether a sanitizer's exit-time checks (LeakSanitizer's) are to run: GCC says so by macro,
+// clang by __has_feature.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TC_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TC_SANITIZED 1
+#endif
+#endif
+#ifndef TC_SANITIZED
+#define TC_SANITIZED 0
+#endif
+
 namespace {
 
 int Serve(int argc, char** argv) {
@@ -361,7 +374,7 @@ int main(int argc, char** argv) {
   // the CUDA runtime's own teardown), which gRPC does not support and which once ended a
   // CUDA server with SIGSEGV after "stopped": leave without. A sanitizer build keeps exit()
   // for its leak check (on the CPU backend, whose tests it runs).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if TC_SANITIZED
   return code;
 #else
   std::fflush(nullptr);
