@@ -428,7 +428,7 @@ class Client:
             self._options.append(("grpc.ssl_target_name_override", self._tls_name))
         # No retry policy of gRPC's: retries are _stateless's, for the calls that are safe to
         # send again, on whichever replica (two layers of retries would multiply their tries).
-        config = _replicas.service_config(1, False)
+        config = _replicas.service_config()
         self._replica_list = []
         for a in self.replicas:
             ch = self._channel(a, config)
@@ -680,10 +680,6 @@ class Client:
         answer): a region that cannot be registered fails where it is made."""
         self._stateless(0, lambda r, t: region.id_at(self._shm_of(r)), local=True,
                         prefer=self._home)
-
-    @property
-    def _shm_state(self) -> Optional[shm.Shm]:
-        return self._home.shm
 
     def _native_ok(self) -> bool:
         """Whether the native transport is to be used (loads the library once; says why not

@@ -58,24 +58,15 @@ def resolve(target: str) -> Tuple[List[str], str]:
     return [target], ""
 
 
-def service_config(attempts: int, balanced: bool) -> str:
-    """Compute, ListOps and health checks retried on UNAVAILABLE up to `attempts` tries in all
-    (gRPC caps it at 5), within gRPC's retry throttling; `balanced`: also round_robin over the
-    replicas that report SERVING."""
-    attempts = max(1, min(5, attempts))
+def service_config() -> str:
+    """The channels' service config: no retry policy of gRPC's (the client retries stateless
+    calls itself, on whichever replica: two layers would multiply their tries), and gRPC's
+    retry throttling left at its budget."""
     method = {"name": [{"service": "tensorcompute.v1.TensorService", "method": "Compute"},
                        {"service": "tensorcompute.v1.TensorService", "method": "ListOps"},
                        {"service": "grpc.health.v1.Health", "method": "Check"}]}
-    if attempts > 1:
-        method["retryPolicy"] = {"maxAttempts": attempts, "initialBackoff": "0.1s",
-                                 "maxBackoff": "0.5s", "backoffMultiplier": 2,
-                                 "retryableStatusCodes": ["UNAVAILABLE"]}
-    config = {"methodConfig": [method],
-              "retryThrottling": {"maxTokens": 100, "tokenRatio": 0.1}}
-    if balanced:
-        config["loadBalancingConfig"] = [{"round_robin": {}}]
-        config["healthCheckConfig"] = {"serviceName": ""}
-    return json.dumps(config)
+    return json.dumps({"methodConfig": [method],
+                       "retryThrottling": {"maxTokens": 100, "tokenRatio": 0.1}})
 
 
 def channel_options(max_message_bytes: int, retry_buffer: int, keepalive: float,
