@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "grpcpp/support/server_callback.h"
-#include "server/calls/grpc_status.h"
-#include "server/pipeline/service_env.h"
+#include "server/env/grpc_status.h"
+#include "server/env/service_env.h"
 
 namespace tc::server {
 

@@ -15,9 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/calls/call.h"
-#include "server/calls/grpc_status.h"
-#include "server/pipeline/service_env.h"
-#include "server/process/auth.h"
+#include "server/env/grpc_status.h"
+#include "server/env/service_env.h"
+#include "server/env/auth.h"
+#include "util/thread_pool.h"
 
 namespace tc::server {
 

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/calls/grpc_status.h"
+#include "server/env/grpc_status.h"
 #include "server/data/resident.h"
 
 #ifndef F_SEAL_FUTURE_WRITE

@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "server/calls/grpc_status.h"
+#include "server/env/grpc_status.h"
 
 namespace tc::server {
 

@@ -16,9 +16,12 @@
 #include "server/data/regions.h"
 #include "server/data/system_shm.h"
 #include "server/pipeline/request.h"
-#include "server/pipeline/service_env.h"
+#include "server/env/service_env.h"
+#include "tensorcompute/v1/tensor_service.pb.h"
 
 namespace tc::server {
+
+namespace v1 = ::tensorcompute::v1;
 
 namespace inf = ::inference;
 

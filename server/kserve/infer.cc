@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "server/calls/call.h"
-#include "server/calls/grpc_status.h"
+#include "server/env/grpc_status.h"
 #include "server/calls/reactor.h"
 #include "server/kserve/inference_service.h"
 #include "server/kserve/models.h"

@@ -20,7 +20,7 @@
 #include "server/data/system_shm.h"
 #include "server/kserve/convert.h"
 #include "server/kserve/models.h"
-#include "server/pipeline/service_env.h"
+#include "server/env/service_env.h"
 
 namespace tc::server {
 

@@ -13,7 +13,7 @@
 #include "grpcpp/grpcpp.h"
 #include "kernels/catalog.h"
 #include "kernels/dtype.h"
-#include "server/pipeline/service_env.h"
+#include "server/env/service_env.h"
 
 namespace tc::server {
 

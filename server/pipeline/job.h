@@ -14,9 +14,13 @@
 #include "absl/time/time.h"
 #include "server/data/regions.h"
 #include "server/pipeline/request.h"
-#include "server/pipeline/service_env.h"
+#include "server/env/service_env.h"
+#include "tensorcompute/v1/tensor_service.pb.h"
+#include "server/data/resident.h"
 
 namespace tc::server {
+
+namespace v1 = ::tensorcompute::v1;
 
 // The elements of a tensor of `shape`, within the server's limits, as both front doors check
 // them: INVALID_ARGUMENT past the rank limit or for a shape whose count overflows,

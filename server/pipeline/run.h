@@ -9,7 +9,7 @@
 #include "server/calls/call.h"
 #include "server/pipeline/reply.h"
 #include "server/pipeline/request.h"
-#include "server/pipeline/service_env.h"
+#include "server/env/service_env.h"
 
 namespace tc::server {
 

@@ -14,7 +14,7 @@
 #include "absl/strings/strip.h"
 #include "runtime/cpu_device.h"
 #include "server/process/flags.h"
-#include "server/process/log.h"
+#include "server/env/log.h"
 #include "server/worker/remote_device.h"
 #if TC_WITH_CUDA
 #include "kernels/cuda/expr_kernels.h"

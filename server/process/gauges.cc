@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/process/memory_release.h"
+#include "server/env/memory_release.h"
 #if TC_WITH_CUDA
 #include "kernels/cuda/expr_kernels.h"
 #endif

@@ -5,7 +5,7 @@
 #include "runtime/device.h"
 #include "server/data/regions.h"
 #include "server/data/resident.h"
-#include "server/process/metrics.h"
+#include "server/env/metrics.h"
 
 namespace tc::server {
 

@@ -37,12 +37,14 @@
 #include "server/process/devices.h"
 #include "server/process/flags.h"
 #include "server/process/gauges.h"
-#include "server/process/log.h"
-#include "server/process/memory_release.h"
-#include "server/process/metrics.h"
+#include "server/env/log.h"
+#include "server/env/memory_release.h"
+#include "server/env/metrics.h"
 #include "server/process/security.h"
 #include "server/v1/service.h"
 #include "server/worker/worker.h"
+#include "server/pipeline/host_buffers.h"
+#include "util/thread_pool.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/security/server_credentials.h"
 #include "server/process/flags.h"
-#include "server/process/log.h"
+#include "server/env/log.h"
 
 namespace tc::server {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "grpcpp/security/server_credentials.h"
-#include "server/process/auth.h"
+#include "server/env/auth.h"
 
 namespace tc::server {
 

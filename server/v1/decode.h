@@ -7,9 +7,12 @@
 #include "server/pipeline/codec.h"
 #include "server/pipeline/host_buffers.h"
 #include "server/pipeline/request.h"
-#include "server/pipeline/service_env.h"
+#include "server/env/service_env.h"
+#include "tensorcompute/v1/tensor_service.pb.h"
 
 namespace tc::server {
+
+namespace v1 = ::tensorcompute::v1;
 
 // `request` as a ComputeSpec: its op (found, arity checked) or expression, each input's view
 // and source (inline bytes point into `request`, which must outlive the spec), the

@@ -3,8 +3,11 @@
 #include "kernels/expr/program.h"
 #include "server/calls/call.h"
 #include "server/pipeline/codec.h"
-#include "server/process/memory_release.h"
+#include "server/env/memory_release.h"
 #include "server/v1/service.h"
+#include "runtime/device.h"
+#include "server/data/regions.h"
+#include "server/data/resident.h"
 
 #ifndef TC_VERSION
 #define TC_VERSION "unknown"

@@ -4,6 +4,7 @@
 #include "server/calls/call.h"
 #include "server/data/regions.h"
 #include "server/v1/service.h"
+#include "util/thread_pool.h"
 
 namespace tc::server {
 

@@ -10,8 +10,4 @@ TensorServiceImpl::TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* re
     : env_{devices, request_pool, resident, regions, metrics, auth, std::move(options), life,
            host_buffers} {}
 
-absl::Status ShuttingDown() {
-  return absl::UnavailableError("the server is shutting down; retry on another replica");
-}
-
 }  // namespace tc::server

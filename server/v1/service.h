@@ -5,10 +5,13 @@
 
 #include <memory>
 
-#include "server/pipeline/service_env.h"
+#include "server/env/service_env.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
+#include "tensorcompute/v1/tensor_service.pb.h"
 
 namespace tc::server {
+
+namespace v1 = ::tensorcompute::v1;
 
 class Call;
 

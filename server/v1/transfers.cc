@@ -8,6 +8,9 @@
 #include "server/pipeline/codec.h"
 #include "server/pipeline/parse.h"
 #include "server/v1/service.h"
+#include "runtime/device.h"
+#include "server/data/resident.h"
+#include "server/pipeline/host_buffers.h"
 
 namespace tc::server {
 namespace {

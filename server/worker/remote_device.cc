@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/expr/program.h"
-#include "server/process/log.h"
+#include "server/env/log.h"
 #include "server/worker/channel.h"
 #include "tensorcompute/worker/worker.pb.h"
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "server/process/metrics.h"
+#include "server/env/metrics.h"
 
 namespace tc::server {
 namespace {

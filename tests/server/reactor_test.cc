@@ -15,11 +15,12 @@
 
 #include "gtest/gtest.h"
 #include "server/calls/reactor.h"
+#include "tensorcompute/v1/tensor_service.pb.h"
 
 namespace tc::server {
 namespace {
 
-using Msg = v1::Tensor;  // Any message; the k-th carries k as its offset.
+using Msg = ::tensorcompute::v1::Tensor;  // Any message; the k-th carries k as its offset.
 constexpr auto kWait = std::chrono::seconds(10);
 
 // What gRPC's writer reactor offers the reactor, recorded for the test.

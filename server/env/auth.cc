@@ -1,4 +1,4 @@
-#include "server/process/auth.h"
+#include "server/env/auth.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"

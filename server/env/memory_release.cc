@@ -1,4 +1,4 @@
-#include "server/process/memory_release.h"
+#include "server/env/memory_release.h"
 
 #include <chrono>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "server/process/metrics.h"
+#include "server/env/metrics.h"
 
 #include <arpa/inet.h>
 #include <civetweb.h>

@@ -7,18 +7,22 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "runtime/device.h"
-#include "server/data/regions.h"
-#include "server/data/resident.h"
-#include "server/pipeline/host_buffers.h"
-#include "server/process/auth.h"
-#include "server/process/metrics.h"
-#include "tensorcompute/v1/tensor_service.pb.h"
-#include "util/thread_pool.h"
+#include "server/env/auth.h"
+#include "server/env/metrics.h"
+
+namespace tc {
+class ThreadPool;
+namespace runtime {
+class DeviceSet;
+}
+}  // namespace tc
 
 namespace tc::server {
 
-namespace v1 = ::tensorcompute::v1;
+// What the rooms above own; the environment only points at them.
+class ResidentStore;
+class RegionStore;
+class HostBuffers;
 
 struct ServiceOptions {
   // Largest message either way; a unary result larger than this gets RESOURCE_EXHAUSTED
@@ -68,7 +72,10 @@ class Lifecycle {
   std::atomic<int> active_{0};
 };
 
-absl::Status ShuttingDown();
+// What a call that arrives while the server drains is answered.
+inline absl::Status ShuttingDown() {
+  return absl::UnavailableError("the server is shutting down; retry on another replica");
+}
 
 // What the service's handlers and reactors share.
 struct ServiceEnv {

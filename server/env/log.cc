@@ -1,4 +1,4 @@
-#include "server/process/log.h"
+#include "server/env/log.h"
 
 #include <cstdio>
 #include <cstdlib>
