@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/expr_eval.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/expr/typing.h"
 #include "kernels/ops/op_list.h"
 
 namespace tc::cpu {
@@ -75,3 +76,13 @@ absl::Status Run(const PreparedOp& op, std::byte* out, absl::Span<const TensorVi
 }
 
 }  // namespace tc::cpu
+
+namespace tc::expr {
+
+absl::Status EvaluateElement(const PreparedOp& op, char* const* base) {
+  // One element: the pool's workers never run (below its grain); it exists for the API.
+  static ThreadPool* pool = new ThreadPool(1);
+  return cpu::LaunchOp(op, base, cpu::LaunchEnv{pool});
+}
+
+}  // namespace tc::expr

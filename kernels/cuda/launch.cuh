@@ -39,7 +39,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cast_row_kernel.cuh"
-#include "kernels/cuda/fast_divisor.h"
+#include "kernels/gpu/fast_divisor.h"
 #include "kernels/cuda/general_kernel.cuh"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/cuda/row_kernel.cuh"

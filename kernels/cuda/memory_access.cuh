@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/cuda/pack.h"
+#include "kernels/gpu/pack.h"
 #include "kernels/dtype.h"
 #include "kernels/scalar_types.h"
 

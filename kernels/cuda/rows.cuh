@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/fast_divisor.h"
+#include "kernels/gpu/fast_divisor.h"
 #include "kernels/dtype.h"
 
 namespace tc::cuda {

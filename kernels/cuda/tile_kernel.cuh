@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/cuda/fast_divisor.h"
+#include "kernels/gpu/fast_divisor.h"
 #include "kernels/cuda/memory_access.cuh"
 #include "kernels/tensor_view.h"
 

@@ -1,10 +1,9 @@
 // FoldConstants (kernels/expr/typing.h): calls on literals alone, evaluated once on the host
-// with the ops' own CPU kernels, the way Python evaluates arithmetic on numbers.
+// with the ops' own CPU kernels (EvaluateElement), the way Python evaluates arithmetic on numbers.
 #include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/launch_env.h"
 #include "kernels/expr/typing.h"
 #include "kernels/scalar_types.h"
 
@@ -155,9 +154,7 @@ absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args,
     operand[k + 1] = reinterpret_cast<char*>(&values[k + 1]);
     plan.strides[k + 1][0] = 0;
   }
-  // One element: the pool's workers never run (below its grain); it exists for the API.
-  static ThreadPool* pool = new ThreadPool(1);
-  if (auto s = cpu::LaunchOp(op, operand, cpu::LaunchEnv{pool}); !s.ok()) {
+  if (auto s = EvaluateElement(op, operand); !s.ok()) {
     return At(call, s.message());
   }
 

@@ -58,4 +58,9 @@ uint64_t LiteralBits(const Node& literal, DType target);
 // them).
 absl::Status FoldConstants(Expression* e);
 
+// The hook folding evaluates through: runs one prepared op over one element per operand
+// (base[0] the output, base[1..] the inputs, each one element) with the ops' own loops.
+// Defined by the CPU backend (kernels/cpu/dispatch.cc), which expressions do not include.
+absl::Status EvaluateElement(const PreparedOp& op, char* const* base);
+
 }  // namespace tc::expr

@@ -3,7 +3,7 @@
 // and for NVRTC, which compiles it into every expression kernel (kernels/rtc/prelude.cuh).
 #pragma once
 
-#include "kernels/cuda/fast_divisor.h"
+#include "kernels/gpu/fast_divisor.h"
 
 namespace tc::rtc {
 

@@ -2,7 +2,7 @@
 // a node of the tree applies its op the way the op's own kernel would.
 #pragma once
 
-#include "kernels/cuda/pack.h"
+#include "kernels/gpu/pack.h"
 #include "kernels/ops/op_list.h"
 #include "kernels/rtc/args.h"
 

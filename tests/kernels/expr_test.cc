@@ -115,6 +115,8 @@ std::string Explain(const PreparedOp& p, const std::vector<OwnedTensor>& in) {
     for (size_t k = 0; k < in.size(); ++k) base[k + 1] = const_cast<char*>(in[k].view.data ? reinterpret_cast<const char*>(in[k].view.data) : nullptr);
     s += rtc::GenerateSource(*p.expression, expr::VectorFor(*p.expression, base.data()));
   }
+#else
+  (void)p;
 #endif
   return s;
 }
