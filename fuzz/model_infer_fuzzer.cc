@@ -7,7 +7,7 @@
 
 #include "fuzz/fuzz_env.h"
 #include "server/kserve/inference_service.h"
-#include "server/pipeline/codec.h"
+#include "server/pipeline/result.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   inference::ModelInferRequest request;
@@ -22,8 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto job = tc::server::ComputeJob::Prepare(spec, "fuzz", env, absl::InfiniteFuture());
   if (!job.ok()) return 0;
   if (!tc::fuzz::RunJob(**job).ok()) return 0;
-  tensorcompute::v1::ComputeResponse result;
-  tc::server::PrepareOutput((*job)->plan(), result.mutable_output());
+  tc::server::ComputeResult result(tc::server::ComputeResult::Bytes::kString);
+  result.PrepareOutput((*job)->plan());
   inference::ModelInferResponse response;
   (void)tc::server::ToInferResponse(request, result, std::nullopt, &response);
   return 0;

@@ -59,7 +59,7 @@ absl::Status SystemShm::Read(int64_t at, int64_t n, std::string* out) const {
   return absl::OkStatus();
 }
 
-absl::Status SystemShm::Write(int64_t at, const std::string& data) const {
+absl::Status SystemShm::Write(int64_t at, absl::string_view data) const {
   const int64_t n = static_cast<int64_t>(data.size());
   if (absl::Status s = CheckRange(*this, at, n); !s.ok()) return s;
   // Writing past the object's end would grow it back: its size is checked first (a

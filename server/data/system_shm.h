@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tc::server {
 
@@ -27,7 +28,7 @@ struct SystemShm {
   // since) is FAILED_PRECONDITION; RESOURCE_EXHAUSTED where `out` cannot grow to n bytes (the
   // caller has counted them against a budget first).
   absl::Status Read(int64_t at, int64_t n, std::string* out) const;
-  absl::Status Write(int64_t at, const std::string& data) const;
+  absl::Status Write(int64_t at, absl::string_view data) const;
 
   const std::string name;
   const std::string key;

@@ -12,7 +12,6 @@
 #include "kernels/catalog.h"
 #include "kernels/engine.h"
 #include "server/kserve/models.h"
-#include "server/pipeline/codec.h"
 #include "server/pipeline/job.h"
 
 namespace tc::server {
@@ -450,17 +449,15 @@ bool ConvertsOnThePool(const inf::ModelInferRequest& request) {
   return false;
 }
 
-absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeResponse& result,
+absl::Status ToInferResponse(const inf::ModelInferRequest& request, ComputeResult& result,
                              const std::optional<ShmTarget>& output_shm,
                              inf::ModelInferResponse* out) {
-  v1::Tensor& t = *result.mutable_output();
-  auto dtype = DTypeFromProto(t.dtype());
-  if (!dtype.ok()) return absl::InternalError(dtype.status().message());
+  if (!result.has_output()) return absl::InternalError("the computation left no result");
+  const TensorView& t = result.output();
   int64_t n = 1;
-  for (int64_t d : t.shape()) n *= d;
-  const bool in_region = !t.region().empty();
-  if ((!in_region && static_cast<int64_t>(t.data().size()) != n * ItemSize(*dtype)) ||
-      t.offset() != 0) {
+  for (int64_t d : t.shape) n *= d;
+  const bool in_region = !result.region().empty();
+  if ((!in_region && result.byte_size() != n * ItemSize(t.dtype)) || t.offset != 0) {
     return absl::InternalError("the result is not a dense tensor");
   }
   out->set_model_name(request.model_name());
@@ -468,19 +465,22 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeR
   out->set_id(request.id());
   inf::ModelInferResponse::InferOutputTensor* o = out->add_outputs();
   o->set_name(kOutputName);
-  o->set_datatype(V2DatatypeName(*dtype));
-  o->mutable_shape()->CopyFrom(t.shape());
+  o->set_datatype(V2DatatypeName(t.dtype));
+  o->mutable_shape()->Assign(t.shape.begin(), t.shape.end());
   if (output_shm) {
     // (Written in place for GPU memory before its size could be compared: the bytes past
     // shared_memory_byte_size are still the caller's registered region.)
-    const int64_t bytes = n * ItemSize(*dtype);
+    const int64_t bytes = n * ItemSize(t.dtype);
     if (bytes > output_shm->bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "output '", kOutputName, "' is ", bytes, " bytes, shared_memory_byte_size gives ",
           output_shm->bytes));
     }
     if (output_shm->region.system != nullptr) {
-      if (absl::Status s = output_shm->region.system->Write(output_shm->offset, t.data());
+      if (absl::Status s = output_shm->region.system->Write(
+              output_shm->offset,
+              absl::string_view(reinterpret_cast<const char*>(result.bytes()),
+                                static_cast<size_t>(result.byte_size())));
           !s.ok()) {
         return s;
       }
@@ -488,7 +488,7 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeR
     out->add_raw_output_contents();
     return absl::OkStatus();
   }
-  out->add_raw_output_contents()->swap(*t.mutable_data());
+  *out->add_raw_output_contents() = result.TakeString();
   return absl::OkStatus();
 }
 

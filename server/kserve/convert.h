@@ -16,6 +16,7 @@
 #include "server/data/regions.h"
 #include "server/data/system_shm.h"
 #include "server/pipeline/request.h"
+#include "server/pipeline/result.h"
 #include "server/env/service_env.h"
 #include "tensorcompute/v1/tensor_service.pb.h"
 
@@ -71,9 +72,9 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
                            const ShmLookup& shm, ShmReadBudget* budget, ComputeSpec* out,
                            std::optional<ShmTarget>* output_shm);
 
-// The result of a Compute as the model's response: OUTPUT0 with its datatype and shape, its
+// The result of the computation as the model's response: OUTPUT0 with its datatype and shape, its
 // bytes moved into raw_output_contents, or written to `output_shm` (the entry then empty).
-absl::Status ToInferResponse(const inf::ModelInferRequest& request, v1::ComputeResponse& result,
+absl::Status ToInferResponse(const inf::ModelInferRequest& request, ComputeResult& result,
                              const std::optional<ShmTarget>& output_shm,
                              inf::ModelInferResponse* out);
 

@@ -33,8 +33,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
   auto* reactor = new CountedUnaryReactor(env_.life);
   struct State {
     ComputeSpec spec;
-    // In the message: ToInferResponse moves the bytes from there into the response.
-    ComputeReply result{ComputeReply::Bytes::kInMessage};
+    // In a string: ToInferResponse moves it into the response.
+    ComputeResult result{ComputeResult::Bytes::kString};
     std::optional<ShmTarget> output_shm;
     ShmReadBudget budget;
   };
@@ -46,7 +46,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
       [env, state, request, response, reactor](const absl::Status& s) {
         const auto finish = [state, request, response, reactor](absl::Status out) {
           if (out.ok()) {
-            out = ToInferResponse(*request, state->result.message, state->output_shm, response);
+            out = ToInferResponse(*request, state->result, state->output_shm, response);
           }
           reactor->Finish(ToGrpcStatus(out));
         };
@@ -171,7 +171,7 @@ class StreamInferReactor final : public PooledReactor<StreamInferBase> {
     if (finished_) return;
     response_.Clear();
     if (out.ok()) {
-      out = ToInferResponse(request_, result_.message, output_shm_,
+      out = ToInferResponse(request_, result_, output_shm_,
                             response_.mutable_infer_response());
     }
     if (!out.ok()) {
@@ -191,7 +191,7 @@ class StreamInferReactor final : public PooledReactor<StreamInferBase> {
   ComputeSpec spec_;
   std::optional<ShmTarget> output_shm_;
   ShmReadBudget budget_;
-  ComputeReply result_{ComputeReply::Bytes::kInMessage};
+  ComputeResult result_{ComputeResult::Bytes::kString};
   inf::ModelStreamInferResponse response_;
 };
 

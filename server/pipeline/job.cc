@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/expr/program.h"
-#include "server/pipeline/codec.h"
+#include "server/pipeline/views.h"
 
 namespace tc::server {
 
@@ -356,19 +356,18 @@ absl::Status ComputeJob::CopyFromOtherDevices(absl::Time deadline) {
   return peer_bytes_ > 0 ? device_->Sync(*lane_) : absl::OkStatus();
 }
 
-absl::Status ComputeJob::AcceptChunk(const v1::DataChunk& chunk) {
-  const int i = chunk.tensor();
+absl::Status ComputeJob::AcceptChunk(int i, int64_t offset, absl::string_view bytes) {
   if (i < 0 || i >= static_cast<int>(views_.size()) || received_[i] < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk for tensor ", i, ", which is not a streamed input of this request"));
   }
   const int64_t have = received_[i];
-  if (chunk.offset() != have) {
+  if (offset != have) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "input ", i, ": chunk at byte ", chunk.offset(), " but ", have,
+        "input ", i, ": chunk at byte ", offset, " but ", have,
         " bytes have arrived; send each input's chunks in order, without gaps"));
   }
-  const auto len = static_cast<int64_t>(chunk.data().size());
+  const auto len = static_cast<int64_t>(bytes.size());
   runtime::Storage& s = *storages_[i];
   if (len > views_[i].storage_bytes - have) {
     return absl::InvalidArgumentError(absl::StrCat("input ", i, ": chunk of ", len,
@@ -378,13 +377,13 @@ absl::Status ComputeJob::AcceptChunk(const v1::DataChunk& chunk) {
   if (views_[i].dtype == DType::kBool) {
     if (reached_.empty()) reached_.resize(views_.size());
     if (have == 0) reached_[i] = ReachedBytes(views_[i]);
-    if (auto b = CheckBoolBytesReached(chunk.data().data(), len, reached_[i],
+    if (auto b = CheckBoolBytesReached(bytes.data(), len, reached_[i],
                                        absl::StrCat("input ", i), have);
         !b.ok()) {
       return b;
     }
   }
-  if (auto w = device_->Write(*lane_, s, have, chunk.data().data(), len); !w.ok()) return w;
+  if (auto w = device_->Write(*lane_, s, have, bytes.data(), len); !w.ok()) return w;
   received_[i] = have + len;
   bytes_received_ += len;
   return absl::OkStatus();

@@ -13,14 +13,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/data/regions.h"
-#include "server/pipeline/request.h"
-#include "server/env/service_env.h"
-#include "tensorcompute/v1/tensor_service.pb.h"
 #include "server/data/resident.h"
+#include "server/env/service_env.h"
+#include "server/pipeline/request.h"
 
 namespace tc::server {
-
-namespace v1 = ::tensorcompute::v1;
 
 // The elements of a tensor of `shape`, within the server's limits, as both front doors check
 // them: INVALID_ARGUMENT past the rank limit or for a shape whose count overflows,
@@ -63,9 +60,9 @@ class ComputeJob {
   const std::shared_ptr<Region>& output_region() const { return output_region_; }
   int64_t ttl_seconds() const { return ttl_seconds_; }
 
-  // A chunk of a streamed input: in order, inside its storage. Copied to the device before
-  // this returns.
-  absl::Status AcceptChunk(const v1::DataChunk& chunk);
+  // A chunk of streamed input `input`: `bytes` at byte `offset` of its storage, in order and
+  // inside it. Copied to the device before this returns.
+  absl::Status AcceptChunk(int input, int64_t offset, absl::string_view bytes);
   // INVALID_ARGUMENT naming the first streamed input not complete.
   absl::Status CheckComplete() const;
   int64_t bytes_received() const { return bytes_received_; }

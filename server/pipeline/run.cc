@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/calls/reactor.h"
-#include "server/pipeline/codec.h"
 #include "server/pipeline/job.h"
 
 namespace tc::server {
@@ -19,14 +18,12 @@ constexpr int64_t kReplyFramingBytes = 1024;
 // Requests up to this many input bytes run on the gRPC thread on the CPU backend.
 constexpr int64_t kInlineBytes = 64 << 10;
 
-// The reply's metadata for an output bound for the caller's region (found and checked by
+// The result's metadata for an output bound for the caller's region (found and checked by
 // Prepare); where in the region the output goes.
 std::byte* DescribeRegionOutput(const ComputeJob& job, const ComputeSpec& spec,
-                                v1::ComputeResponse* response) {
+                                ComputeResult* result) {
   const Region& region = *job.output_region();
-  SetTensorMeta(job.OutputView(), response->mutable_output());
-  response->mutable_output()->set_region(region.id);
-  response->mutable_output()->set_region_offset(spec.output_region_offset);
+  result->SetRegion(job.OutputView(), region.id, spec.output_region_offset);
   return region.base + spec.output_region_offset;
 }
 
@@ -35,10 +32,10 @@ std::byte* DescribeRegionOutput(const ComputeJob& job, const ComputeSpec& spec,
 // job then runs on that GPU); otherwise on a GPU into device memory, then copied into the
 // mapping (directly, with the run, where the region is pinned).
 void RunIntoRegion(const ServiceEnv& env, const ComputeSpec& spec, absl::Time deadline,
-                   std::shared_ptr<ComputeJob> job, v1::ComputeResponse* response,
+                   std::shared_ptr<ComputeJob> job, ComputeResult* result,
                    std::shared_ptr<Call> call) {
   std::shared_ptr<Region> region = job->output_region();
-  std::byte* dst = DescribeRegionOutput(*job, spec, response);
+  std::byte* dst = DescribeRegionOutput(*job, spec, result);
   if (job->device().host_memory() || region->device != nullptr) {
     job->Run(dst, [job, call](absl::Status s) { call->Finish(s); });
     return;
@@ -78,7 +75,7 @@ absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t li
 // The small-request fast path on a GPU: plans and hands the request to the device from the
 // gRPC thread. False (nothing finished) when it does not apply or the device is busy.
 bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                      const ComputeSpec* spec, ComputeReply* reply,
+                      const ComputeSpec* spec, ComputeResult* result,
                       std::shared_ptr<Call> call) {
   call->received += spec->inline_bytes();
   // No handles and nothing kept: no identity needed.
@@ -94,11 +91,11 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     call->received = 0;
     return false;
   }
-  std::byte* out = reply->PrepareOutput(plan);
+  std::byte* out = result->PrepareOutput(plan);
   std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
   if (!job->TryRunSmall(out, done)) {
     // Busy or short of memory: the ordinary path, which may wait.
-    reply->ClearOutput();
+    result->ClearOutput();
     call->received = 0;
     return false;
   }
@@ -111,7 +108,7 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
 // gRPC thread, as a small inline one is, without a trip through the pool. False (nothing
 // finished) where it does not apply.
 bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                     const ComputeSpec* spec, ComputeReply* reply, std::shared_ptr<Call> call,
+                     const ComputeSpec* spec, ComputeResult* result, std::shared_ptr<Call> call,
                      const std::string& owner) {
   if (spec->output_region.empty() || env.regions == nullptr || spec->plan_only ||
       spec->keep_output_resident) {
@@ -131,7 +128,7 @@ bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     return true;
   }
   std::shared_ptr<ComputeJob> job = *std::move(prepared);
-  std::byte* dst = DescribeRegionOutput(*job, *spec, &reply->message);
+  std::byte* dst = DescribeRegionOutput(*job, *spec, result);
   std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
   if (job->TryRun(dst, done)) return true;
   // It would wait (for a result slot, or a kernel to compile): from the pool, which may.
@@ -144,9 +141,8 @@ bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
 }  // namespace
 
 void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                  const ComputeSpec* spec, ComputeReply* reply,
+                  const ComputeSpec* spec, ComputeResult* result,
                   std::shared_ptr<Call> call) {
-  v1::ComputeResponse* response = &reply->message;
   // The caller's identity, needed up front where tokens are required, else only where
   // resident tensors are touched.
   std::string owner;
@@ -161,14 +157,13 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
   if (spec->plan_only) {
     call->received += spec->inline_bytes();
     auto planned = ComputeJob::PlanOnly(*spec, owner, env);
-    if (planned.ok()) SetTensorMeta((*planned)->OutputView(), response->mutable_output());
+    if (planned.ok()) result->DescribeOutput((*planned)->OutputView());
     call->Finish(planned.status());
     return;
   }
-  if (TryOnCallersGpu(env, ctx, spec, reply, call, owner)) return;
-  // `spec` and `reply` stay valid until Finish.
-  auto work = [&env, ctx, spec, reply, call, owner] {
-    v1::ComputeResponse* response = &reply->message;
+  if (TryOnCallersGpu(env, ctx, spec, result, call, owner)) return;
+  // `spec` and `result` stay valid until Finish.
+  auto work = [&env, ctx, spec, result, call, owner] {
     if (ctx->IsCancelled()) {
       call->Finish(absl::CancelledError("cancelled before it ran"));
       return;
@@ -183,7 +178,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     std::shared_ptr<ComputeJob> job = *std::move(prepared);
     const Plan& plan = job->plan();
     if (job->output_region() != nullptr) {
-      RunIntoRegion(env, *spec, DeadlineOf(*ctx), job, response, call);
+      RunIntoRegion(env, *spec, DeadlineOf(*ctx), job, result, call);
       return;
     }
 
@@ -194,7 +189,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
         return;
       }
       runtime::StoragePtr storage = *out;
-      job->Run(storage->data(), [&env, job, storage, owner, response, call](absl::Status s) {
+      job->Run(storage->data(), [&env, job, storage, owner, result, call](absl::Status s) {
         if (!s.ok()) {
           call->Finish(s);
           return;
@@ -204,8 +199,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
           call->Finish(r.status());
           return;
         }
-        SetTensorMeta((*r)->view, response->mutable_output());
-        response->mutable_output()->set_handle((*r)->handle);
+        result->SetResident((*r)->view, (*r)->handle);
         call->Finish(absl::OkStatus());
       });
       return;
@@ -217,8 +211,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
       return;
     }
     if (job->device().host_memory()) {
-      // The kernels write straight into the reply.
-      std::byte* out = reply->PrepareOutput(plan);
+      // The kernels write straight into the result.
+      std::byte* out = result->PrepareOutput(plan);
       call->sent = plan.out_storage_bytes;
       job->Run(out, [job, call](absl::Status s) { call->Finish(s); });
       return;
@@ -230,17 +224,17 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     }
     runtime::StoragePtr storage = *out;
     if (plan.out_storage_bytes <= job->device().max_read_back()) {
-      // Small: the device copies the result into the reply as part of the run.
-      std::byte* host = reply->PrepareOutput(plan);
+      // Small: the device copies the result into the result as part of the run.
+      std::byte* host = result->PrepareOutput(plan);
       call->sent = plan.out_storage_bytes;
       job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
                {host, plan.out_storage_bytes});
       return;
     }
-    std::byte* host = reply->PrepareOutput(plan);
+    std::byte* host = result->PrepareOutput(plan);
     call->sent = plan.out_storage_bytes;
-    if (reply->output_pinned() && job->device().Reaches(host, plan.out_storage_bytes)) {
-      // Pinned: the device copies the result straight into the reply as part of the run.
+    if (result->output_pinned() && job->device().Reaches(host, plan.out_storage_bytes)) {
+      // Pinned: the device copies the result straight into the result as part of the run.
       job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
                {host, plan.out_storage_bytes, /*pinned=*/true});
       return;
@@ -266,7 +260,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
       work();
       return;
     }
-    if (TrySmallOnDevice(env, ctx, spec, reply, call)) return;
+    if (TrySmallOnDevice(env, ctx, spec, result, call)) return;
   }
   env.pool->Schedule(std::move(work));
 }

@@ -2,7 +2,7 @@
 #include <optional>
 
 #include "server/calls/call.h"
-#include "server/pipeline/codec.h"
+#include "server/v1/codec.h"
 #include "server/pipeline/parse.h"
 #include "server/pipeline/run.h"
 #include "server/v1/decode.h"
@@ -23,11 +23,11 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
   // reply live until the call finishes; the response's bytes are the reply's, its output data
   // not copied.
   auto held = std::make_shared<std::optional<ComputeSpec>>();
-  auto reply = std::make_shared<ComputeReply>(ComputeReply::Bytes::kBeside, env_.host_buffers);
+  auto reply = std::make_shared<ComputeResult>(ComputeResult::Bytes::kBuffer, env_.host_buffers);
   auto call = std::make_shared<Call>(
       &env_, "Compute", parsed.ok() ? OpLabel(*request) : "",
       [reactor, request, outside, held, reply, response](const absl::Status& s) {
-        if (s.ok()) *response = reply->ToByteBuffer();
+        if (s.ok()) *response = EncodeComputeResponse(*reply);
         reactor->Finish(ToGrpcStatus(s));
       });
   if (!call->Admit(*reactor)) return reactor;

@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/calls/reactor.h"
-#include "server/pipeline/codec.h"
+#include "server/v1/codec.h"
 #include "server/pipeline/job.h"
 #include "server/pipeline/parse.h"
 #include "server/v1/decode.h"
@@ -63,7 +63,7 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
       return absl::InvalidArgumentError("a chunk came before the header; send the header first");
     }
     call_.received += static_cast<int64_t>(msg.chunk().data().size());
-    return job_->AcceptChunk(msg.chunk());
+    return job_->AcceptChunk(msg.chunk().tensor(), msg.chunk().offset(), msg.chunk().data());
   }
 
   absl::Status Header(v1::ComputeRequest* header) {

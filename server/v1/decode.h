@@ -4,7 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "server/pipeline/codec.h"
+#include "server/v1/codec.h"
 #include "server/pipeline/host_buffers.h"
 #include "server/pipeline/request.h"
 #include "server/env/service_env.h"

@@ -2,7 +2,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/expr/program.h"
 #include "server/calls/call.h"
-#include "server/pipeline/codec.h"
+#include "server/v1/codec.h"
 #include "server/env/memory_release.h"
 #include "server/v1/service.h"
 #include "runtime/device.h"

@@ -5,7 +5,7 @@
 #include "proto/chunk_wire.h"
 #include "server/calls/reactor.h"
 #include "server/calls/call.h"
-#include "server/pipeline/codec.h"
+#include "server/v1/codec.h"
 #include "server/pipeline/parse.h"
 #include "server/v1/service.h"
 #include "runtime/device.h"

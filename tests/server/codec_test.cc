@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/pipeline/codec.h"
+#include "server/v1/codec.h"
 #include "tests/support/wire_tensors.h"
 
 namespace tc::server {
@@ -136,20 +136,66 @@ TEST(Codec, Attributes) {
   ExpectInvalid(DecodeAttributes(m).status(), "attribute 'dtype': dtype is missing");
 }
 
-TEST(Codec, PrepareOutputIsContiguous) {
-  v1::Tensor t;
+// A ComputeResponse as the client reads it: the ByteBuffer's slices joined and parsed.
+v1::ComputeResponse Parse(grpc::ByteBuffer buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  v1::ComputeResponse m;
+  EXPECT_TRUE(m.ParseFromString(bytes));
+  return m;
+}
+
+TEST(Codec, AReturnedOutputIsContiguousWithItsBytesBesideTheMessage) {
   TensorView in{DType::kFloat32, {2, 3}, {3, 1}, 0, nullptr, 24};
   std::vector<float> storage(6);
   in.data = reinterpret_cast<const std::byte*>(storage.data());
   const TensorView ins[] = {in, in};
   auto op = PrepareOp("add", ins, {});
   ASSERT_TRUE(op.ok()) << op.status();
-  std::byte* p = PrepareOutput(op->plan, &t);
-  ASSERT_NE(p, nullptr);
-  EXPECT_EQ(t.data().size(), 24u);
-  EXPECT_EQ(t.strides(0), 3);
-  EXPECT_EQ(t.strides(1), 1);
-  EXPECT_EQ(t.dtype(), v1::float32);
+  for (auto kind : {ComputeResult::Bytes::kBuffer, ComputeResult::Bytes::kString}) {
+    ComputeResult r(kind);
+    std::byte* p = r.PrepareOutput(op->plan);
+    ASSERT_NE(p, nullptr);
+    for (int i = 0; i < 24; ++i) p[i] = static_cast<std::byte>(i + 1);
+    EXPECT_EQ(r.byte_size(), 24);
+    const v1::ComputeResponse m = Parse(EncodeComputeResponse(r));
+    EXPECT_FALSE(r.has_bytes());
+    ASSERT_EQ(m.output().data().size(), 24u);
+    for (int i = 0; i < 24; ++i) EXPECT_EQ(m.output().data()[i], static_cast<char>(i + 1));
+    EXPECT_EQ(m.output().dtype(), v1::float32);
+    EXPECT_EQ(m.output().shape_size(), 2);
+    EXPECT_EQ(m.output().strides(0), 3);
+    EXPECT_EQ(m.output().strides(1), 1);
+    EXPECT_EQ(m.output().offset(), 0);
+    EXPECT_TRUE(m.output().handle().empty());
+  }
+}
+
+TEST(Codec, ResidentAndRegionOutputsCarryTheirPlaceAndNoBytes) {
+  const TensorView v{DType::kInt16, {5}, {2}, 1, nullptr, 20};
+  ComputeResult kept(ComputeResult::Bytes::kBuffer);
+  kept.SetResident(v, "h-1");
+  v1::ComputeResponse m = Parse(EncodeComputeResponse(kept));
+  EXPECT_EQ(m.output().handle(), "h-1");
+  EXPECT_EQ(m.output().dtype(), v1::int16);
+  EXPECT_EQ(m.output().strides(0), 2);
+  EXPECT_EQ(m.output().offset(), 1);
+  EXPECT_EQ(m.output().storage_bytes(), 20);
+  EXPECT_TRUE(m.output().data().empty());
+
+  ComputeResult placed(ComputeResult::Bytes::kBuffer);
+  placed.SetRegion(v, "r-7", 4096);
+  m = Parse(EncodeComputeResponse(placed));
+  EXPECT_EQ(m.output().region(), "r-7");
+  EXPECT_EQ(m.output().region_offset(), 4096);
+  EXPECT_EQ(m.output().storage_bytes(), 20);
+  EXPECT_TRUE(m.output().data().empty());
+
+  ComputeResult none(ComputeResult::Bytes::kBuffer);
+  m = Parse(EncodeComputeResponse(none));
+  EXPECT_FALSE(m.has_output());
 }
 
 }  // namespace

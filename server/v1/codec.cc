@@ -1,8 +1,9 @@
-#include "server/pipeline/codec.h"
+#include "server/v1/codec.h"
 
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "proto/chunk_wire.h"
 
 namespace tc::server {
 
@@ -46,76 +47,6 @@ absl::StatusOr<TensorView> DecodeView(const v1::Tensor& t, absl::string_view wha
   return v;
 }
 
-absl::Status CheckBoolBytes(const void* p, int64_t n, absl::string_view what, int64_t base) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (int64_t i = 0; i < n; ++i) {
-    if (b[i] > 1) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": byte ", base + i, " is ",
-                                                     static_cast<int>(b[i]),
-                                                     ", but bool elements must be 0 or 1"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::vector<bool> ReachedBytes(const TensorView& v) {
-  // Dims that move: their sizes and strides in bytes.
-  std::vector<std::pair<int64_t, int64_t>> dims;
-  int64_t count = 1;
-  const int64_t limit = 4 * v.storage_bytes + 4096;
-  for (size_t d = 0; d < v.shape.size(); ++d) {
-    if (v.shape[d] == 0) return std::vector<bool>(static_cast<size_t>(v.storage_bytes), false);
-    if (v.shape[d] == 1 || v.strides[d] == 0) continue;
-    dims.emplace_back(v.shape[d], v.strides[d]);
-    if (count > limit / v.shape[d]) return {};
-    count *= v.shape[d];
-  }
-  if (count >= v.storage_bytes) return {};  // reaches every byte, or overlaps: check them all
-  std::vector<bool> reached(static_cast<size_t>(v.storage_bytes), false);
-  std::vector<int64_t> index(dims.size(), 0);
-  int64_t at = v.offset;
-  for (int64_t i = 0; i < count; ++i) {
-    reached[static_cast<size_t>(at)] = true;
-    for (size_t d = dims.size(); d-- > 0;) {
-      at += dims[d].second;
-      if (++index[d] < dims[d].first) break;
-      at -= dims[d].second * dims[d].first;
-      index[d] = 0;
-    }
-  }
-  return reached;
-}
-
-absl::Status CheckBoolBytesReached(const void* p, int64_t n, const std::vector<bool>& reached,
-                                   absl::string_view what, int64_t base) {
-  if (reached.empty()) return CheckBoolBytes(p, n, what, base);
-  const auto* b = static_cast<const unsigned char*>(p);
-  for (int64_t i = 0; i < n; ++i) {
-    if (b[i] > 1 && reached[static_cast<size_t>(base + i)]) return CheckBoolBytes(b + i, 1, what, base + i);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckBoolView(const TensorView& v, absl::string_view what) {
-  return CheckBoolBytesReached(v.data, v.storage_bytes, ReachedBytes(v), what);
-}
-
-absl::StatusOr<TensorView> InlineView(TensorView meta, absl::string_view bytes,
-                                      absl::string_view what,
-                                      std::vector<std::unique_ptr<std::string>>& owned) {
-  TensorView v = std::move(meta);
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % ItemSize(v.dtype) != 0) {
-    owned.push_back(std::make_unique<std::string>(bytes));
-    bytes = *owned.back();
-  }
-  v.data = reinterpret_cast<const std::byte*>(bytes.data());
-  v.storage_bytes = static_cast<int64_t>(bytes.size());
-  if (auto s = ValidateView(v, what); !s.ok()) return s;
-  if (v.dtype == DType::kBool) {
-    if (auto s = CheckBoolView(v, what); !s.ok()) return s;
-  }
-  return v;
-}
 
 absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
                                         std::vector<std::unique_ptr<std::string>>& owned) {
@@ -203,18 +134,31 @@ absl::StatusOr<OutputOptions> DecodeOutputOptions(const v1::ComputeRequest& requ
   return o;
 }
 
-void SetOutputMeta(const Plan& plan, v1::Tensor* t) {
-  t->set_dtype(DTypeToProto(plan.out_dtype));
-  t->mutable_shape()->Assign(plan.out_shape.begin(), plan.out_shape.end());
-  t->mutable_strides()->Assign(plan.out_strides.begin(), plan.out_strides.end());
-  t->set_offset(0);
+void SetResultOutput(const ComputeResult& result, v1::Tensor* t) {
+  const TensorView& v = result.output();
+  if (result.returned()) {
+    t->set_dtype(DTypeToProto(v.dtype));
+    t->mutable_shape()->Assign(v.shape.begin(), v.shape.end());
+    t->mutable_strides()->Assign(v.strides.begin(), v.strides.end());
+    t->set_offset(0);
+    return;
+  }
+  SetTensorMeta(v, t);
+  if (!result.handle().empty()) t->set_handle(result.handle());
+  if (!result.region().empty()) {
+    t->set_region(result.region());
+    t->set_region_offset(result.region_offset());
+  }
 }
 
-std::byte* PrepareOutput(const Plan& plan, v1::Tensor* t) {
-  SetOutputMeta(plan, t);
-  std::string* data = t->mutable_data();
-  data->resize(static_cast<size_t>(plan.out_storage_bytes));
-  return reinterpret_cast<std::byte*>(data->data());
+grpc::ByteBuffer EncodeComputeResponse(ComputeResult& result) {
+  v1::ComputeResponse message;
+  if (result.has_output()) SetResultOutput(result, message.mutable_output());
+  if (!result.has_bytes()) {
+    grpc::Slice only(message.SerializeAsString());
+    return grpc::ByteBuffer(&only, 1);
+  }
+  return wire::ComputeResponseMessage(message.output().SerializeAsString(), result.TakeSlice());
 }
 
 }  // namespace tc::server
