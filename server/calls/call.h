@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -70,6 +71,22 @@ class Call {
     if (Enter()) return true;
     Finish(ShuttingDown());
     return false;
+  }
+  // The unary handlers' prologue: Admit, then the caller's identity (`identify`: the
+  // service's Auth unless given). Null when the call is finished already: UNAVAILABLE while
+  // the server drains, or the identity's error.
+  std::optional<std::string> AdmitCaller(const grpc::CallbackServerContext& ctx) {
+    return AdmitCaller([&] { return env_->auth->Identify(ctx); });
+  }
+  template <typename Identify>
+  std::optional<std::string> AdmitCaller(Identify identify) {
+    if (!Admit()) return std::nullopt;
+    absl::StatusOr<std::string> id = identify();
+    if (!id.ok()) {
+      Finish(id.status());
+      return std::nullopt;
+    }
+    return *std::move(id);
   }
   // For a call its reactor counts: finishes it UNAVAILABLE when the reactor was made while
   // the server drains. The call is counted too, until it is destroyed: gRPC may be done with

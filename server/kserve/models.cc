@@ -135,11 +135,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelReady(grpc::CallbackServerC
                                                            const inf::ModelReadyRequest* request,
                                                            inf::ModelReadyResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "ModelReady", ModelLabel(request->name())};
-  if (!call.Admit()) return call.reactor;
-  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
+  if (!call.AdmitCaller(*ctx)) return call.reactor;
   // An unknown model or version is not ready, not an error.
   response->set_ready(KnownModel(request->name()) &&
                       CheckVersion(request->name(), request->version()).ok() && Ready());
@@ -151,11 +147,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
     grpc::CallbackServerContext* ctx, const inf::ServerMetadataRequest*,
     inf::ServerMetadataResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "ServerMetadata", ""};
-  if (!call.Admit()) return call.reactor;
-  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
+  if (!call.AdmitCaller(*ctx)) return call.reactor;
   response->set_name("tensorcompute");
   response->set_version(TC_VERSION);
   // Request parameters carry the ops' attributes.

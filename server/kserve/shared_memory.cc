@@ -74,11 +74,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
     grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryRegisterRequest* request,
     inf::SystemSharedMemoryRegisterResponse*) {
   Call call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryRegister", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = SystemShmCaller(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
-  } else if (!IsLocalPeer(ctx->peer())) {
+  auto id = call.AdmitCaller([&] { return SystemShmCaller(*ctx); });
+  if (!id) return call.reactor;
+  if (!IsLocalPeer(ctx->peer())) {
     call.Finish(absl::PermissionDeniedError(
         "system shared memory is registered from this host only (a loopback address or the "
         "server's unix socket)"));
@@ -111,12 +109,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
     grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryRegisterRequest* request,
     inf::CudaSharedMemoryRegisterResponse*) {
   Call call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryRegister", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
+  auto id = call.AdmitCaller(*ctx);
+  if (!id) return call.reactor;
   const std::string& name = request->name();
   runtime::Device* device = nullptr;
   for (int i = 0; i < env_.devices->size(); ++i) {
@@ -180,10 +174,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
     grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryUnregisterRequest* request,
     inf::CudaSharedMemoryUnregisterResponse*) {
   Call call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryUnregister", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
-  auto found = id.ok() ? Named(*id, request->name(), /*system=*/false)
-                       : absl::StatusOr<std::vector<std::shared_ptr<Region>>>(id.status());
+  auto id = call.AdmitCaller(*ctx);
+  if (!id) return call.reactor;
+  auto found = Named(*id, request->name(), /*system=*/false);
   if (!found.ok()) {
     call.Finish(found.status());
     return call.reactor;
@@ -199,10 +192,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
     grpc::CallbackServerContext* ctx, const inf::CudaSharedMemoryStatusRequest* request,
     inf::CudaSharedMemoryStatusResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "CudaSharedMemoryStatus", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
-  auto found = id.ok() ? Named(*id, request->name(), /*system=*/false)
-                       : absl::StatusOr<std::vector<std::shared_ptr<Region>>>(id.status());
+  auto id = call.AdmitCaller(*ctx);
+  if (!id) return call.reactor;
+  auto found = Named(*id, request->name(), /*system=*/false);
   if (!found.ok()) {
     call.Finish(found.status());
     return call.reactor;
@@ -222,10 +214,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryUnregister(
     grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryUnregisterRequest* request,
     inf::SystemSharedMemoryUnregisterResponse*) {
   Call call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryUnregister", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = SystemShmCaller(*ctx);
-  auto found = id.ok() ? Named(*id, request->name(), /*system=*/true)
-                       : absl::StatusOr<std::vector<std::shared_ptr<Region>>>(id.status());
+  auto id = call.AdmitCaller([&] { return SystemShmCaller(*ctx); });
+  if (!id) return call.reactor;
+  auto found = Named(*id, request->name(), /*system=*/true);
   if (found.ok()) {
     for (const auto& r : *found) (void)env_.regions->Unregister(*id, r->id);
   }
@@ -237,12 +228,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
     grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryStatusRequest* request,
     inf::SystemSharedMemoryStatusResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "SystemSharedMemoryStatus", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = SystemShmCaller(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
+  auto id = call.AdmitCaller([&] { return SystemShmCaller(*ctx); });
+  if (!id) return call.reactor;
   auto regions = Named(*id, request->name(), /*system=*/true);
   if (!regions.ok()) {
     call.Finish(regions.status());

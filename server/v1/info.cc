@@ -22,11 +22,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListOps(grpc::CallbackServerContext
                                                      const v1::ListOpsRequest* /*request*/,
                                                      v1::ListOpsResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "ListOps", ""};
-  if (!call.Admit()) return call.reactor;
-  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
+  if (!call.AdmitCaller(*ctx)) return call.reactor;
   response->set_expression_grammar(expr::GrammarDescription());
   for (const CatalogEntry& e : Catalog()) {
     v1::OpInfo* info = response->add_ops();
@@ -51,11 +47,7 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ServerInfo(grpc::CallbackServerCont
                                                         const v1::ServerInfoRequest* /*request*/,
                                                         v1::ServerInfoResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "ServerInfo", ""};
-  if (!call.Admit()) return call.reactor;
-  if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
+  if (!call.AdmitCaller(*ctx)) return call.reactor;
   const ServiceOptions& o = env_.options;
   response->set_version(TC_VERSION);
   response->set_build(TC_BUILD);

@@ -28,12 +28,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::RegisterRegion(
     grpc::CallbackServerContext* ctx, const v1::RegisterRegionRequest* request,
     v1::RegionInfo* response) {
   auto call = std::make_shared<Call>(&env_, ctx->DefaultReactor(), "RegisterRegion", "");
-  if (!call->Admit()) return call->reactor;
-  auto id = env_.auth->Identify(*ctx);
-  if (!id.ok()) {
-    call->Finish(id.status());
-    return call->reactor;
-  }
+  auto id = call->AdmitCaller(*ctx);
+  if (!id) return call->reactor;
   if (env_.regions == nullptr || env_.regions->address().empty()) {
     call->Finish(RegionsOff());
     return call->reactor;
@@ -61,11 +57,9 @@ grpc::ServerUnaryReactor* TensorServiceImpl::UnregisterRegion(
     grpc::CallbackServerContext* ctx, const v1::UnregisterRegionRequest* request,
     v1::UnregisterRegionResponse* /*response*/) {
   Call call{&env_, ctx->DefaultReactor(), "UnregisterRegion", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
-  } else if (env_.regions == nullptr) {
+  auto id = call.AdmitCaller(*ctx);
+  if (!id) return call.reactor;
+  if (env_.regions == nullptr) {
     call.Finish(RegionsOff());
   } else {
     call.Finish(env_.regions->Unregister(*id, request->region()));
@@ -77,12 +71,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::ListRegions(
     grpc::CallbackServerContext* ctx, const v1::ListRegionsRequest* /*request*/,
     v1::ListRegionsResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "ListRegions", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
+  auto id = call.AdmitCaller(*ctx);
+  if (!id) return call.reactor;
   if (env_.regions != nullptr) {
     for (const auto& r : env_.regions->List(*id)) SetRegionInfo(*r, response->add_regions());
   }

@@ -319,12 +319,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Release(grpc::CallbackServerContext
                                                      const v1::ReleaseRequest* request,
                                                      v1::ReleaseResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "Release", ""};
-  if (!call.Admit()) return call.reactor;
-  auto id = env_.auth->Identify(*ctx);
-  if (!id.ok()) {
-    call.Finish(id.status());
-    return call.reactor;
-  }
+  auto id = call.AdmitCaller(*ctx);
+  if (!id) return call.reactor;
   const std::string& owner = *id;
   // All or nothing: every handle is checked before any is released.
   for (const std::string& h : request->handles()) {
