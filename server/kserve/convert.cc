@@ -343,6 +343,7 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
         // GPU memory: the engine reads it where it lies (range and alignment checked there).
         tensor.source = InputSource::kRegion;
         tensor.region = region->cuda->id;
+        tensor.found_region = region->cuda;
         tensor.region_offset = params->offset;
         tensor.storage_bytes = bytes;
       }
@@ -423,6 +424,7 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
       if (!region.ok()) return region.status();
       if (region->cuda != nullptr) {
         out->output_region = region->cuda->id;
+        out->found_output_region = region->cuda;
         out->output_region_offset = params->offset;
       }
       *output_shm = ShmTarget{*std::move(region), params->offset, params->bytes};

@@ -2,6 +2,7 @@
 // same Compute path as tensorcompute.v1's.
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "server/calls/call.h"
 #include "server/env/grpc_status.h"
@@ -68,6 +69,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
   // nothing of the request is looked at without one.
   const bool shm = UsesSharedMemory(*request);
   ShmLookup lookup;
+  std::optional<std::string> identity;
   if (shm || env_.auth->requires_token()) {
     auto id = env_.auth->Identify(*ctx);
     if (!id.ok()) {
@@ -75,8 +77,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
       return reactor;
     }
     if (shm) lookup = LookupFor(*id);
+    identity = *std::move(id);
   }
-  auto start = [env, ctx, request, state, call, lookup] {
+  auto start = [env, ctx, request, state, call, lookup, identity] {
     // The request is this call's until it finishes: its raw inputs are computed on where
     // they lie.
     if (absl::Status s = ToComputeSpec(*request, env->options, lookup, &state->budget,
@@ -85,6 +88,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
       call->Finish(s);
       return;
     }
+    state->spec.identity = identity;
     StartCompute(*env, ctx, &state->spec, &state->result, call);
   };
   if (ConvertsOnThePool(*request)) {
@@ -162,6 +166,7 @@ class StreamInferReactor final : public PooledReactor<StreamInferBase> {
       call->Finish(s);
       return;
     }
+    spec_.identity = owner_;
     StartCompute(env_, ctx_, &spec_, &result_, std::move(call));
   }
 

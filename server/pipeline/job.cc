@@ -61,15 +61,40 @@ static absl::Status RegionMissing(absl::Status not_found, const RegionStore& reg
   return not_found;
 }
 
-absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
-    const InputSpec& in, const std::string& owner, const ServiceEnv& env) {
-  const std::string& what = in.what;
+// The region of id `id`, for `what`: NOT_FOUND (or FAILED_PRECONDITION where regions are
+// off) prefixed with `what`.
+static absl::StatusOr<std::shared_ptr<Region>> FindRegion(const std::string& id,
+                                                          const std::string& owner,
+                                                          const ServiceEnv& env,
+                                                          absl::string_view what) {
   if (env.regions == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": shared-memory regions are off on this server"));
   }
-  auto r = env.regions->Find(owner, in.region);
+  auto r = env.regions->Find(owner, id);
   if (!r.ok()) return Prefixed(RegionMissing(r.status(), *env.regions), what);
+  return r;
+}
+
+void ResolveRegions(ComputeSpec* spec, const std::string& owner, const ServiceEnv& env) {
+  if (env.regions == nullptr) return;
+  for (InputSpec& in : spec->inputs) {
+    if (in.source != InputSource::kRegion || in.found_region != nullptr) continue;
+    if (auto r = env.regions->Find(owner, in.region); r.ok()) in.found_region = *std::move(r);
+  }
+  if (!spec->output_region.empty() && spec->found_output_region == nullptr) {
+    if (auto r = env.regions->Find(owner, spec->output_region); r.ok()) {
+      spec->found_output_region = *std::move(r);
+    }
+  }
+}
+
+absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
+    const InputSpec& in, const std::string& owner, const ServiceEnv& env) {
+  const std::string& what = in.what;
+  absl::StatusOr<std::shared_ptr<Region>> r = in.found_region;
+  if (in.found_region == nullptr) r = FindRegion(in.region, owner, env, what);
+  if (!r.ok()) return r.status();
   TensorView v = in.view;
   v.storage_bytes = in.storage_bytes;
   if (auto s = CheckRegionRange(**r, in.region_offset, v.storage_bytes, ItemSize(v.dtype), what);
@@ -91,6 +116,12 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
                                                                   const ServiceEnv& env) {
   const ServiceOptions& limits = env.options;
   std::unique_ptr<ComputeJob> job(new ComputeJob());
+  // The output's region, looked up here unless the spec holds it (its errors come after the
+  // inputs').
+  absl::StatusOr<std::shared_ptr<Region>> out_region = spec.found_output_region;
+  if (!spec.output_region.empty() && spec.found_output_region == nullptr) {
+    out_region = FindRegion(spec.output_region, owner, env, "output_region");
+  }
   const int n = static_cast<int>(spec.inputs.size());
   job->views_.resize(n);
   job->storages_.resize(n);
@@ -152,7 +183,11 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
       }
     }
     total += v.storage_bytes;
-    if (auto s = CheckSize(v.shape, what, limits); !s.ok()) return s.status();
+    // Shapes that came in the request were checked against the limits as it was decoded; a
+    // whole resident tensor's is its own, checked here.
+    if (in.source == InputSource::kResident && in.whole) {
+      if (auto s = CheckSize(v.shape, what, limits); !s.ok()) return s.status();
+    }
     if (total > limits.max_request_bytes) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the request's inputs exceed this server's limit of ",
@@ -163,12 +198,8 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
   // other devices are made views of the copies they will get there (planned as such).
   {
     runtime::Device* out_device = nullptr;
-    if (!spec.output_region.empty() && env.regions != nullptr) {
-      // Only its device here; the region is checked below.
-      if (auto r = env.regions->Find(owner, spec.output_region); r.ok()) {
-        out_device = (*r)->device;
-      }
-    }
+    // Only its device here; the region is checked below.
+    if (out_region.ok() && *out_region != nullptr) out_device = (*out_region)->device;
     if (auto placed = job->PlaceByInputs(out_device); !placed.ok()) return placed;
   }
   // Every view was checked with ValidateView above.
@@ -200,23 +231,19 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
       return absl::InvalidArgumentError(
           "output_region and keep_output_resident exclude each other: pick one place");
     }
-    if (env.regions == nullptr) {
-      return absl::FailedPreconditionError(
-          "output_region: shared-memory regions are off on this server");
-    }
-    auto r = env.regions->Find(owner, spec.output_region);
-    if (!r.ok()) return Prefixed(RegionMissing(r.status(), *env.regions), "output_region");
-    if (!(*r)->writable) {
+    if (!out_region.ok()) return out_region.status();
+    std::shared_ptr<Region>& r = *out_region;
+    if (!r->writable) {
       return absl::InvalidArgumentError(
           "output_region: the region is sealed against writing; use it for inputs only");
     }
     const Plan& plan = job->plan();
-    if (auto s = CheckRegionRange(**r, spec.output_region_offset, plan.out_storage_bytes,
+    if (auto s = CheckRegionRange(*r, spec.output_region_offset, plan.out_storage_bytes,
                                   ItemSize(plan.out_dtype), "output_region");
         !s.ok()) {
       return s;
     }
-    job->output_region_ = *std::move(r);
+    job->output_region_ = std::move(r);
   }
   return job;
 }
@@ -228,7 +255,6 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   if (!planned.ok()) return planned.status();
   std::unique_ptr<ComputeJob> job = *std::move(planned);
   const ServiceOptions& limits = env.options;
-  const int n = static_cast<int>(spec.inputs.size());
   if (job->device_ == nullptr) {
     if (job->keep_resident_) {
       // A kept output goes where this client keeps its tensors.
@@ -255,36 +281,42 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   if (auto copied = job->CopyFromOtherDevices(deadline); !copied.ok()) return copied;
   if (job->peer_bytes_ > 0 && env.metrics != nullptr) env.metrics->AddPeerCopy(job->peer_bytes_);
 
+  if (absl::Status s = job->Stage(spec, deadline, stage_inline); !s.ok()) return s;
+  return job;
+}
+
+absl::Status ComputeJob::Stage(const ComputeSpec& spec, absl::Time deadline,
+                               bool stage_inline) {
+  const int n = static_cast<int>(spec.inputs.size());
   // Storage on the device for streamed inputs, and for inline ones where the device cannot
   // read host memory.
   for (int i = 0; i < n; ++i) {
-    TensorView& v = job->views_[i];
-    const bool streamed = job->received_[i] >= 0;
-    const bool on_device =
-        job->resident_[i] != nullptr ||
-        (job->regions_[i] != nullptr && job->regions_[i]->device != nullptr);
-    const bool copy = stage_inline && !streamed && !on_device && !job->device_->host_memory();
+    TensorView& v = views_[i];
+    if (storages_[i] != nullptr) continue;  // Resident, or staged already.
+    const bool streamed = received_[i] >= 0;
+    const bool on_device = regions_[i] != nullptr && regions_[i]->device != nullptr;
+    const bool copy = stage_inline && !streamed && !on_device && !device_->host_memory();
     if (!streamed && !copy) continue;
-    auto s = job->device_->Allocate(v.storage_bytes, false, deadline, job->lane_.get());
+    auto s = device_->Allocate(v.storage_bytes, false, deadline, lane_.get());
     if (!s.ok()) return s.status();
     if (copy) {
       // A pinned region copies straight from its mapping, an input parsed into pinned memory
       // straight from there; anything else through staging.
-      runtime::Device& d = *job->device_;
+      runtime::Device& d = *device_;
       const InputSpec& in = spec.inputs[static_cast<size_t>(i)];
       const bool pinned_host =
-          (job->regions_[i] != nullptr && job->regions_[i]->pin != nullptr) ||
+          (regions_[i] != nullptr && regions_[i]->pin != nullptr) ||
           (in.source == InputSource::kInline && in.pinned &&
            reinterpret_cast<const char*>(v.data) == in.bytes.data());
       const bool pinned = pinned_host && d.Reaches(v.data, v.storage_bytes);
-      absl::Status w = pinned ? d.WritePinned(*job->lane_, **s, 0, v.data, v.storage_bytes)
-                              : d.Write(*job->lane_, **s, 0, v.data, v.storage_bytes);
+      absl::Status w = pinned ? d.WritePinned(*lane_, **s, 0, v.data, v.storage_bytes)
+                              : d.Write(*lane_, **s, 0, v.data, v.storage_bytes);
       if (!w.ok()) return w;
     }
     v.data = (*s)->data();
-    job->storages_[i] = *std::move(s);
+    storages_[i] = *std::move(s);
   }
-  return job;
+  return absl::OkStatus();
 }
 
 absl::Status ComputeJob::PlaceByInputs(runtime::Device* out_device) {

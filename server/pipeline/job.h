@@ -25,7 +25,11 @@ namespace tc::server {
 absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_view what,
                                   const ServiceOptions& o);
 
-// An input whose storage lies in one of `owner`'s regions: its view (data pointing into the
+// Finds each region `spec` names (inputs and output) once, among `owner`'s, and keeps it in
+// the spec for every later step; one not found is left for Prepare to report.
+void ResolveRegions(ComputeSpec* spec, const std::string& owner, const ServiceEnv& env);
+
+// An input whose storage lies in one of `owner`'s regions (found already, or looked up): its view (data pointing into the
 // mapping, every element checked to lie inside), and the region, held while it is in use.
 absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
     const InputSpec& in, const std::string& owner, const ServiceEnv& env);
@@ -49,6 +53,12 @@ class ComputeJob {
   static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
       const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
       absl::Time deadline, bool stage_inline = true, const std::string& session = std::string());
+
+  // Prepare's last step, again for a job prepared without `stage_inline` that is to run
+  // the ordinary way after all: storage on the device for streamed inputs, and (with
+  // `stage_inline`) inline ones copied there where the device cannot read host memory.
+  // Inputs staged before stay as they are.
+  absl::Status Stage(const ComputeSpec& spec, absl::Time deadline, bool stage_inline);
 
   const PreparedOp& prepared() const { return prepared_; }
   const Plan& plan() const { return prepared_.plan; }

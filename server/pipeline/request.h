@@ -9,10 +9,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "server/data/regions.h"
 #include "kernels/catalog.h"
 #include "kernels/engine.h"
 #include "kernels/ops/attributes.h"
@@ -48,7 +51,10 @@ struct InputSpec {
   // without staging.
   bool pinned = false;
   std::string handle;
+  // kRegion: the region's id, and the region itself once found (ResolveRegions, or a front
+  // door that holds it already): looked up once per request.
   std::string region;
+  std::shared_ptr<Region> found_region;
   int64_t region_offset = 0;
   // kRegion and kStreamed: the storage's length.
   int64_t storage_bytes = 0;
@@ -69,9 +75,14 @@ struct ComputeSpec {
   // kStreamed inputs are then described ones, whose bytes never come.
   bool plan_only = false;
   int64_t resident_ttl_seconds = 0;
-  // The caller's region the output goes into (empty: none), from this byte.
+  // The caller's region the output goes into (empty: none), from this byte, and the region
+  // once found.
   std::string output_region;
+  std::shared_ptr<Region> found_output_region;
   int64_t output_region_offset = 0;
+  // The caller's identity where the front door resolved it already (it had to, before
+  // looking at the request): the pipeline then does not resolve it again.
+  std::optional<std::string> identity;
   // Bytes the decoding made (converted typed contents, bytes read out of shared memory) that
   // inline inputs point into; a deque, so that they never move.
   std::deque<std::string> owned;

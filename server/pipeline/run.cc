@@ -73,10 +73,12 @@ absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t li
 }
 
 // The small-request fast path on a GPU: plans and hands the request to the device from the
-// gRPC thread. False (nothing finished) when it does not apply or the device is busy.
+// gRPC thread. True when it finished or handed the request over; false where it does not
+// apply or the device is busy, with the job it planned in `planned` (null when it failed to
+// plan: then it finished) for the ordinary path to run without planning again.
 bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
                       const ComputeSpec* spec, ComputeResult* result,
-                      std::shared_ptr<Call> call) {
+                      const std::shared_ptr<Call>& call, std::shared_ptr<ComputeJob>* planned) {
   call->received += spec->inline_bytes();
   // No handles and nothing kept: no identity needed.
   auto prepared = ComputeJob::Prepare(*spec, std::string(), env, DeadlineOf(*ctx),
@@ -89,6 +91,7 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
   const Plan& plan = job->plan();
   if (plan.out_storage_bytes + job->input_bytes() > job->device().max_small_bytes()) {
     call->received = 0;
+    *planned = std::move(job);
     return false;
   }
   std::byte* out = result->PrepareOutput(plan);
@@ -97,6 +100,7 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     // Busy or short of memory: the ordinary path, which may wait.
     result->ClearOutput();
     call->received = 0;
+    *planned = std::move(job);
     return false;
   }
   call->sent = plan.out_storage_bytes;
@@ -110,16 +114,17 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
 bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
                      const ComputeSpec* spec, ComputeResult* result, std::shared_ptr<Call> call,
                      const std::string& owner) {
-  if (spec->output_region.empty() || env.regions == nullptr || spec->plan_only ||
+  // (Its regions were found by ResolveRegions.)
+  const Region* out_region = spec->found_output_region.get();
+  if (out_region == nullptr || out_region->device == nullptr || spec->plan_only ||
       spec->keep_output_resident) {
     return false;
   }
-  auto out_region = env.regions->Find(owner, spec->output_region);
-  if (!out_region.ok() || (*out_region)->device == nullptr) return false;
   for (const InputSpec& in : spec->inputs) {
-    if (in.source != InputSource::kRegion) return false;
-    auto r = env.regions->Find(owner, in.region);
-    if (!r.ok() || (*r)->device != (*out_region)->device) return false;
+    if (in.source != InputSource::kRegion || in.found_region == nullptr ||
+        in.found_region->device != out_region->device) {
+      return false;
+    }
   }
   auto prepared = ComputeJob::Prepare(*spec, owner, env, DeadlineOf(*ctx),
                                       /*stage_inline=*/false, SessionKey(*ctx, owner));
@@ -140,13 +145,14 @@ bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
 
 }  // namespace
 
-void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                  const ComputeSpec* spec, ComputeResult* result,
-                  std::shared_ptr<Call> call) {
+void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx, ComputeSpec* spec,
+                  ComputeResult* result, std::shared_ptr<Call> call) {
   // The caller's identity, needed up front where tokens are required, else only where
-  // resident tensors are touched.
+  // resident tensors or regions are touched; resolved once, here or by the front door.
   std::string owner;
-  if (env.auth->requires_token() || spec->needs_identity()) {
+  if (spec->identity) {
+    owner = *spec->identity;
+  } else if (env.auth->requires_token() || spec->needs_identity()) {
     auto id = env.auth->Identify(*ctx);
     if (!id.ok()) {
       call->Finish(id.status());
@@ -154,6 +160,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     }
     owner = *std::move(id);
   }
+  ResolveRegions(spec, owner, env);
   if (spec->plan_only) {
     call->received += spec->inline_bytes();
     auto planned = ComputeJob::PlanOnly(*spec, owner, env);
@@ -162,20 +169,29 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     return;
   }
   if (TryOnCallersGpu(env, ctx, spec, result, call, owner)) return;
-  // `spec` and `result` stay valid until Finish.
-  auto work = [&env, ctx, spec, result, call, owner] {
+  // `spec` and `result` stay valid until Finish. `planned`: the job the small path planned
+  // and handed back, its inline inputs still to be staged.
+  auto work = [&env, ctx, spec, result, call, owner](std::shared_ptr<ComputeJob> planned) {
     if (ctx->IsCancelled()) {
       call->Finish(absl::CancelledError("cancelled before it ran"));
       return;
     }
     call->received += spec->inline_bytes();
-    auto prepared =
-        ComputeJob::Prepare(*spec, owner, env, DeadlineOf(*ctx), true, SessionKey(*ctx, owner));
-    if (!prepared.ok()) {
-      call->Finish(prepared.status());
-      return;
+    std::shared_ptr<ComputeJob> job = std::move(planned);
+    if (job != nullptr) {
+      if (absl::Status s = job->Stage(*spec, DeadlineOf(*ctx), /*stage_inline=*/true); !s.ok()) {
+        call->Finish(s);
+        return;
+      }
+    } else {
+      auto prepared = ComputeJob::Prepare(*spec, owner, env, DeadlineOf(*ctx), true,
+                                          SessionKey(*ctx, owner));
+      if (!prepared.ok()) {
+        call->Finish(prepared.status());
+        return;
+      }
+      job = *std::move(prepared);
     }
-    std::shared_ptr<ComputeJob> job = *std::move(prepared);
     const Plan& plan = job->plan();
     if (job->output_region() != nullptr) {
       RunIntoRegion(env, *spec, DeadlineOf(*ctx), job, result, call);
@@ -255,14 +271,17 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
   // without waiting for it: it starts right here rather than paying for a trip through the
   // pool. Everything else (large copies, large computations) goes to the pool.
   // (Every device of a server is of one kind.)
+  std::shared_ptr<ComputeJob> planned;
   if (spec->inline_bytes() <= kInlineBytes && spec->inline_only()) {
     if (env.devices->at(0).host_memory()) {
-      work();
+      work(nullptr);
       return;
     }
-    if (TrySmallOnDevice(env, ctx, spec, result, call)) return;
+    if (TrySmallOnDevice(env, ctx, spec, result, call, &planned)) return;
   }
-  env.pool->Schedule(std::move(work));
+  env.pool->Schedule([work = std::move(work), planned = std::move(planned)]() mutable {
+    work(std::move(planned));
+  });
 }
 
 }  // namespace tc::server

@@ -13,10 +13,10 @@
 
 namespace tc::server {
 
-// Runs `spec`; `call` finishes with the outcome. `spec` (and what its inline inputs point
-// into) and `result` must stay valid until then.
-void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
-                  const ComputeSpec* spec, ComputeResult* result,
-                  std::shared_ptr<Call> call);
+// Runs `spec` (its identity and regions resolved into it first, once); `call` finishes with
+// the outcome. `spec` (and what its inline inputs point into) and `result` must stay valid
+// until then.
+void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx, ComputeSpec* spec,
+                  ComputeResult* result, std::shared_ptr<Call> call);
 
 }  // namespace tc::server

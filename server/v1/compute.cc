@@ -1,5 +1,6 @@
 // Compute: one request and its result in one message each (or a resident result).
 #include <optional>
+#include <string>
 
 #include "server/calls/call.h"
 #include "server/v1/codec.h"
@@ -36,11 +37,14 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     return reactor;
   }
   // Where tokens are required, nothing of the request is looked at without one.
+  std::optional<std::string> identity;
   if (env_.auth->requires_token()) {
-    if (auto id = env_.auth->Identify(*ctx); !id.ok()) {
+    auto id = env_.auth->Identify(*ctx);
+    if (!id.ok()) {
       call->Finish(id.status());
       return reactor;
     }
+    identity = *std::move(id);
   }
   auto spec = DecodeCompute(*request, /*allow_streamed=*/false, env_.options, outside.get());
   if (!spec.ok()) {
@@ -50,7 +54,8 @@ grpc::ServerUnaryReactor* TensorServiceImpl::Compute(grpc::CallbackServerContext
     call->Finish(spec.status());
     return reactor;
   }
-  const ComputeSpec* decoded = &held->emplace(*std::move(spec));
+  ComputeSpec* decoded = &held->emplace(*std::move(spec));
+  decoded->identity = std::move(identity);
   StartCompute(env_, ctx, decoded, reply.get(), std::move(call));
   return reactor;
 }
