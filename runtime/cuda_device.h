@@ -1,6 +1,7 @@
 // One GPU as a runtime Device: a pool of streams (lanes), each with a pair of pinned staging
 // buffers, memory from a stream-ordered pool (cudaMallocFromPoolAsync) under the budget, and
-// completion through a host function on the stream, so no thread waits on a kernel.
+// completion by a waiter thread per stream that polls each run's event slot in turn (then
+// sleeps in the driver), so no caller's thread waits on a kernel (cuda_streams.cc).
 // Plain C++ interface; the CUDA code stays in the .cu.
 #pragma once
 

@@ -1,8 +1,8 @@
 // CUDA kernels for any op of the catalog, and the launcher that runs the one the plan chose.
 // Instantiated per op group in ops_*.cu so that the groups compile in parallel.
 //
-// Four kernels per op and compute type; the planner chooses one for each plan (Plan::kernel)
-// and the launcher runs it, checking only the alignment of the pointers it is given:
+// Four kernel families per op and compute type (and `where`'s own rows kernel); the planner
+// chooses one for each plan (Plan::kernel) and the launcher runs it, checking only the alignment of the pointers it is given:
 // - tiles: two dims (and a batch dim) where an input is dense along the dim the output is
 //   not (transposed input or output, channels-first against channels-last), every operand
 //   of the op's own types, or for a cast any two (converted as they are read and written);
