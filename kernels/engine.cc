@@ -208,13 +208,22 @@ absl::StatusOr<OpTypes> ResolveOpTypes(const OpSpec& spec, DType result, const A
   return t;
 }
 
+PreparedOp PreparedOp::Of(const CatalogEntry* op, Attrs attrs, DType result_type, Plan plan,
+                          std::shared_ptr<const expr::Program> expression) {
+  PreparedOp p;
+  p.op = op;
+  p.attrs = std::move(attrs);
+  p.result_type = result_type;
+  p.plan = std::move(plan);
+  p.expression = std::move(expression);
+  return p;
+}
+
 absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
                                             absl::Span<const TensorView> inputs,
                                             const AttrMap& attrs, const OutputOptions& output,
                                             TileRule tiles) {
-  PreparedOp p;
-  p.op = &entry;
-  const OpSpec& spec = p.op->spec;
+  const OpSpec& spec = entry.spec;
   if (static_cast<int>(inputs.size()) != spec.arity) {
     return absl::InvalidArgumentError(absl::StrCat("op '", spec.name, "' takes ", spec.arity,
                                                    " inputs, got ", inputs.size()));
@@ -226,12 +235,10 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
   }
   auto resolved = Attrs::Resolve(spec.name, spec.attrs, attrs);
   if (!resolved.ok()) return resolved.status();
-  p.attrs = *std::move(resolved);
-
-  p.result_type = ResultType(inputs, spec.condition_input);
+  const DType result_type = ResultType(inputs, spec.condition_input);
   absl::InlinedVector<DType, 3> args;
   for (const TensorView& v : inputs) args.push_back(v.dtype);
-  auto types = ResolveOpTypes(spec, p.result_type, p.attrs, args);
+  auto types = ResolveOpTypes(spec, result_type, *resolved, args);
   if (!types.ok()) return types.status();
   const DType compute = types->compute;
   DType out = types->out;
@@ -254,8 +261,7 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
       PlanElementwise(inputs, compute, out, *out_strides, spec.rule == TypeRule::kToBool, tiles,
                       /*converting_tiles=*/(spec.converting_tiles & DTypeBit(compute)) != 0);
   if (!plan.ok()) return plan.status();
-  p.plan = *std::move(plan);
-  return p;
+  return PreparedOp::Of(&entry, *std::move(resolved), result_type, *std::move(plan));
 }
 
 }  // namespace tc

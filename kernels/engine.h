@@ -32,6 +32,12 @@ struct Program;
 }
 
 struct PreparedOp {
+  // The one way a PreparedOp is assembled (PrepareValidated, an expression's steps and its
+  // program, folded literals): the op (null for an expression) with its resolved attributes
+  // and result type, planned by the planner, and an expression's program.
+  static PreparedOp Of(const CatalogEntry* op, Attrs attrs, DType result_type, Plan plan,
+                       std::shared_ptr<const expr::Program> expression = nullptr);
+
   // The op; null for an expression.
   const CatalogEntry* op = nullptr;
   Attrs attrs;

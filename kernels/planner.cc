@@ -464,6 +464,40 @@ absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype
   return absl::OkStatus();
 }
 
+Plan PlanDenseRun(DType compute, DType out, absl::Span<const DType> inputs) {
+  Plan plan;
+  plan.ndim = 1;
+  plan.num_operands = static_cast<int>(inputs.size()) + 1;
+  plan.compute_dtype = compute;
+  plan.out_dtype = plan.dtypes[0] = out;
+  for (size_t k = 0; k < inputs.size(); ++k) plan.dtypes[k + 1] = inputs[k];
+  plan.path = Path::kContiguous;
+  plan.kernel = Kernel::kCastRows;
+  return plan;
+}
+
+Plan PlanExpressionOutput(const Iteration& it, Kernel kernel, DType out, DType compute) {
+  Plan plan;
+  plan.out_shape = it.out_shape;
+  plan.out_strides = it.out_strides;
+  plan.out_storage_bytes = it.out_storage_bytes;
+  plan.out_has_gaps = it.out_has_gaps;
+  plan.out_dtype = out;
+  plan.compute_dtype = compute;
+  plan.numel = it.numel;
+  // The output alone: the inputs' side of the iteration lives in the program.
+  plan.num_operands = 1;
+  plan.dtypes[0] = out;
+  plan.ndim = it.ndim;
+  for (int j = 0; j < it.ndim; ++j) {
+    plan.sizes[j] = it.sizes[j];
+    plan.strides[0][j] = it.strides[0][j];
+  }
+  plan.kernel = kernel;
+  plan.path = Path::kStrided;
+  return plan;
+}
+
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
                                      DType out_dtype, const DimVector& out_strides,
                                      bool bool_result, TileRule tiles, bool converting_tiles) {

@@ -235,6 +235,17 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
                                      TileRule tiles = TileRule::kDense,
                                      bool converting_tiles = false);
 
+// A one-dimensional dense run of `compute` over operands of `inputs` dtypes into `out`,
+// converting each as it is read and written (Kernel::kCastRows, Path::kContiguous): how one
+// step of an expression is run block by block, and a literal folded, with the ops' own loops.
+// Sizes and strides are the caller's to set (per block, or one element).
+Plan PlanDenseRun(DType compute, DType out, absl::Span<const DType> inputs);
+
+// The plan an expression is answered with: its output's shape, strides and extent from the
+// iteration space `it` (whose inputs' side the program keeps), walked by `kernel` (its
+// ExprWalk's), computed in `compute` at its root.
+Plan PlanExpressionOutput(const Iteration& it, Kernel kernel, DType out, DType compute);
+
 // Splits a plan into pieces whose every operand offset, relative to the piece's own base
 // offset, and element count fit in `limit` (2^31 - 1 for 32-bit index math on the GPU).
 // Pieces cover the plan's elements exactly once; a plan that fits comes back whole. Pieces

@@ -34,18 +34,12 @@ std::vector<BlockStep> BlockSteps(const expr::Steps& steps) {
     const expr::Step& step = steps.steps[i];
     BlockStep& b = out[i];
     b.step = &step;
-    PreparedOp& op = b.op;
-    op.op = step.op;
-    op.attrs = step.attrs;
-    op.result_type = step.result_type;
-    Plan& plan = op.plan;
-    plan.ndim = 1;
-    plan.num_operands = step.arity + 1;
-    plan.compute_dtype = step.compute;
-    plan.out_dtype = plan.dtypes[0] = step.out_dtype;
-    for (int k = 0; k < step.arity; ++k) plan.dtypes[k + 1] = step.args[k].dtype;
-    plan.path = Path::kContiguous;
-    plan.kernel = Kernel::kCastRows;
+    DType args[kMaxOperands - 1];
+    for (int k = 0; k < step.arity; ++k) args[k] = step.args[k].dtype;
+    b.op = PreparedOp::Of(
+        step.op, step.attrs, step.result_type,
+        PlanDenseRun(step.compute, step.out_dtype,
+                     absl::MakeConstSpan(args, static_cast<size_t>(step.arity))));
   }
   return out;
 }

@@ -56,11 +56,7 @@ absl::StatusOr<std::vector<PreparedOp>> PlanSlab(const expr::Program& program,
                                 st.compute, st.out_dtype, out_strides,
                                 st.op->spec.rule == TypeRule::kToBool);
     if (!plan.ok()) return plan.status();
-    PreparedOp& op = ops.emplace_back();
-    op.op = st.op;
-    op.attrs = st.attrs;
-    op.result_type = st.result_type;
-    op.plan = *std::move(plan);
+    ops.push_back(PreparedOp::Of(st.op, st.attrs, st.result_type, *std::move(plan)));
   }
   return ops;
 }

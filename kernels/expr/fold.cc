@@ -127,30 +127,26 @@ absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args,
   const bool python = t.tier == TypeTier::kWrappedNumber;
   auto wide = [&](DType d) { return numbers && IsFloating(d) ? DType::kFloat64 : d; };
   auto wide_out = [&](DType d) { return python ? wide(d) : d; };
-  PreparedOp op;
-  op.op = call.op;
-  op.attrs = t.attrs;
-  op.result_type = wide(t.result);
-  Plan& plan = op.plan;
-  plan.ndim = 1;
-  plan.sizes[0] = plan.numel = 1;
-  plan.num_operands = static_cast<int>(args.size()) + 1;
-  plan.compute_dtype = wide(t.compute);
-  if ((call.op->compute_types & DTypeBit(plan.compute_dtype)) == 0) plan.compute_dtype = t.compute;
-  plan.out_dtype = plan.dtypes[0] = wide_out(t.dtype);
-  plan.path = Path::kContiguous;
-  plan.kernel = Kernel::kCastRows;
+  DType compute = wide(t.compute);
+  if ((call.op->compute_types & DTypeBit(compute)) == 0) compute = t.compute;
   NodeType computed = t;
-  computed.compute = plan.compute_dtype;
+  computed.compute = compute;
+  DType arg_dtypes[kMaxOperands - 1];
+  for (size_t k = 0; k < args.size(); ++k) {
+    const Node& a = args[k];
+    arg_dtypes[k] = a.zero_dim ? *a.zero_dim : LiteralTarget(call, computed, static_cast<int>(k));
+  }
+  PreparedOp op = PreparedOp::Of(
+      call.op, t.attrs, wide(t.result),
+      PlanDenseRun(compute, wide_out(t.dtype), absl::MakeConstSpan(arg_dtypes, args.size())));
+  Plan& plan = op.plan;
+  plan.sizes[0] = plan.numel = 1;
   uint64_t values[kMaxOperands] = {};
   char* operand[kMaxOperands];
   operand[0] = reinterpret_cast<char*>(&values[0]);
   plan.strides[0][0] = ItemSize(plan.dtypes[0]);
   for (size_t k = 0; k < args.size(); ++k) {
-    const Node& a = args[k];
-    const DType d = a.zero_dim ? *a.zero_dim : LiteralTarget(call, computed, static_cast<int>(k));
-    plan.dtypes[k + 1] = d;
-    values[k + 1] = LiteralBits(a, d);
+    values[k + 1] = LiteralBits(args[k], arg_dtypes[k]);
     operand[k + 1] = reinterpret_cast<char*>(&values[k + 1]);
     plan.strides[k + 1][0] = 0;
   }

@@ -122,29 +122,8 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   for (const Node& n : e.nodes) long_math = long_math || (n.kind == NodeKind::kCall && n.op->long_math);
   program->walk = PlanExpression(&space, item, long_math, kMaxExprStaged);
 
-  PreparedOp p;
-  p.result_type = root.result;
-  Plan& plan = p.plan;
-  const Iteration& it = program->space;
-  plan.out_shape = it.out_shape;
-  plan.out_strides = it.out_strides;
-  plan.out_storage_bytes = it.out_storage_bytes;
-  plan.out_has_gaps = it.out_has_gaps;
-  plan.out_dtype = out;
-  plan.compute_dtype = root.compute;
-  plan.numel = it.numel;
-  // The output alone: the inputs' side of the iteration lives in the program.
-  plan.num_operands = 1;
-  plan.dtypes[0] = out;
-  plan.ndim = it.ndim;
-  for (int j = 0; j < it.ndim; ++j) {
-    plan.sizes[j] = it.sizes[j];
-    plan.strides[0][j] = it.strides[0][j];
-  }
-  plan.kernel = program->walk.kernel;
-  plan.path = Path::kStrided;
-  p.expression = std::move(program);
-  return p;
+  Plan plan = PlanExpressionOutput(program->space, program->walk.kernel, out, root.compute);
+  return PreparedOp::Of(nullptr, Attrs(), root.result, std::move(plan), std::move(program));
 }
 
 int VectorFor(const Program& program, char* const* base) {
