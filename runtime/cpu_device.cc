@@ -56,20 +56,14 @@ absl::StatusOr<std::byte*> CpuDevice::RawAllocate(int64_t bytes, bool zero, Lane
 
 void CpuDevice::RawFree(std::byte* p, int64_t /*bytes*/, void* /*tag*/) { std::free(p); }
 
-absl::Status CpuDevice::Write(Lane& /*lane*/, Storage& dst, int64_t offset, const void* src,
-                              int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("write past the end of the storage");
-  }
+absl::Status CpuDevice::DoWrite(Lane& /*lane*/, Storage& dst, int64_t offset, const void* src,
+                                int64_t n) {
   std::memcpy(dst.data() + offset, src, static_cast<size_t>(n));
   return absl::OkStatus();
 }
 
-absl::Status CpuDevice::Read(Lane& /*lane*/, const Storage& src, int64_t offset, void* dst,
-                             int64_t n) {
-  if (offset < 0 || n < 0 || offset > src.bytes() - n) {
-    return absl::OutOfRangeError("read past the end of the storage");
-  }
+absl::Status CpuDevice::DoRead(Lane& /*lane*/, const Storage& src, int64_t offset, void* dst,
+                               int64_t n) {
   std::memcpy(dst, src.data() + offset, static_cast<size_t>(n));
   return absl::OkStatus();
 }

@@ -16,15 +16,15 @@ class CpuDevice final : public Device {
   bool host_memory() const override { return true; }
   TileRule tile_rule() const override { return TileRule::kAnyPermuted; }
   std::unique_ptr<Lane> AcquireLane() override { return std::make_unique<Lane>(); }
-  absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
-                     int64_t n) override;
-  absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
-                    int64_t n) override;
   absl::Status Sync(Lane& /*lane*/) override { return absl::OkStatus(); }
   void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
            std::function<void(absl::Status)> done, ReadBack read_back = {}) override;
 
  protected:
+  absl::Status DoWrite(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                       int64_t n) override;
+  absl::Status DoRead(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                      int64_t n) override;
   absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane,
                                          void** tag) override;
   void RawFree(std::byte* p, int64_t bytes, void* tag) override;

@@ -37,29 +37,13 @@ class CudaDevice final : public Device {
 
   bool host_memory() const override { return false; }
   std::unique_ptr<Lane> AcquireLane() override;
-  absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
-                     int64_t n) override;
-  absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
-                    int64_t n) override;
-  absl::Status ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
-                          int64_t n) override;
-  absl::Status CopyFromDevice(Lane& lane, Storage& dst, int64_t offset, const Device& from,
-                              const std::byte* src, int64_t n) override;
   absl::Status Sync(Lane& lane) override;
   std::shared_ptr<void> PinHost(void* p, int64_t n, bool read_only) override;
   absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view handle) override;
   absl::StatusOr<int> ExportMemoryPool() override;
   absl::StatusOr<std::string> ExportAllocation(const std::byte* p) override;
-  absl::Status CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
-                                const std::string& pool_key, int pool_fd,
-                                const std::string& allocation, int64_t src_offset,
-                                int64_t n) override;
   void ForgetExported(const std::string& pool_key, const std::vector<std::string>& allocations,
                       bool whole_pool) override;
-  absl::Status WritePieces(Lane& lane, Storage& dst, int64_t offset,
-                           const std::vector<HostPiece>& pieces) override;
-  absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
-                           int64_t n) override;
   int64_t max_read_back() const override;
   int64_t max_small_bytes() const override;
   bool TryRunSmall(Lane& lane, const PreparedOp& op, const std::vector<TensorView>& host_inputs,
@@ -75,6 +59,22 @@ class CudaDevice final : public Device {
   struct Impl;
 
  protected:
+  absl::Status DoWrite(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                       int64_t n) override;
+  absl::Status DoRead(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                      int64_t n) override;
+  absl::Status DoReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                            int64_t n) override;
+  absl::Status DoCopyFromDevice(Lane& lane, Storage& dst, int64_t offset, const Device& from,
+                                const std::byte* src, int64_t n) override;
+  absl::Status DoCopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                  const std::string& pool_key, int pool_fd,
+                                  const std::string& allocation, int64_t src_offset,
+                                  int64_t n) override;
+  absl::Status DoWritePieces(Lane& lane, Storage& dst, int64_t offset,
+                             const std::vector<HostPiece>& pieces) override;
+  absl::Status DoWritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                             int64_t n) override;
   absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane,
                                          void** tag) override;
   void RawFree(std::byte* p, int64_t bytes, void* tag) override;

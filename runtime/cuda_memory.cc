@@ -134,13 +134,10 @@ absl::StatusOr<std::string> CudaDevice::ExportAllocation(const std::byte* p) {
   return std::string(reinterpret_cast<const char*>(data.reserved), sizeof(data.reserved));
 }
 
-absl::Status CudaDevice::CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
-                                          const std::string& pool_key, int pool_fd,
-                                          const std::string& allocation, int64_t src_offset,
-                                          int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n || src_offset < 0) {
-    return absl::OutOfRangeError("copy past the end of the storage");
-  }
+absl::Status CudaDevice::DoCopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                            const std::string& pool_key, int pool_fd,
+                                            const std::string& allocation, int64_t src_offset,
+                                            int64_t n) {
   cudaMemPoolPtrExportData data{};
   if (allocation.size() != sizeof(data.reserved)) {
     return absl::InvalidArgumentError("an exported allocation has the wrong size");

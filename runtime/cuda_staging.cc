@@ -27,11 +27,8 @@ void CudaDevice::Impl::HostCopy(void* dst, const void* src, int64_t n) {
   });
 }
 
-absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
-                               int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("write past the end of the storage");
-  }
+absl::Status CudaDevice::DoWrite(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                                 int64_t n) {
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
   std::lock_guard<std::mutex> lock(s.mu);
@@ -54,13 +51,10 @@ absl::Status CudaDevice::Write(Lane& lane, Storage& dst, int64_t offset, const v
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::WritePieces(Lane& lane, Storage& dst, int64_t offset,
-                                     const std::vector<HostPiece>& pieces) {
+absl::Status CudaDevice::DoWritePieces(Lane& lane, Storage& dst, int64_t offset,
+                                       const std::vector<HostPiece>& pieces) {
   int64_t n = 0;
   for (const HostPiece& p : pieces) n += p.bytes;
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("write past the end of the storage");
-  }
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
   std::lock_guard<std::mutex> lock(s.mu);
@@ -112,11 +106,8 @@ std::shared_ptr<void> CudaDevice::PinHost(void* p, int64_t n, bool read_only) {
   return std::shared_ptr<void>(p, [](void* q) { (void)cudaHostUnregister(q); });
 }
 
-absl::Status CudaDevice::WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
-                                     int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("write past the end of the storage");
-  }
+absl::Status CudaDevice::DoWritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                                       int64_t n) {
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
   std::lock_guard<std::mutex> lock(s.mu);
@@ -126,13 +117,10 @@ absl::Status CudaDevice::WritePinned(Lane& lane, Storage& dst, int64_t offset, c
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::CopyFromDevice(Lane& lane, Storage& dst, int64_t offset,
-                                        const Device& from, const std::byte* src, int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("copy past the end of the storage");
-  }
+absl::Status CudaDevice::DoCopyFromDevice(Lane& lane, Storage& dst, int64_t offset,
+                                          const Device& from, const std::byte* src, int64_t n) {
   const auto* peer = dynamic_cast<const CudaDevice*>(&from);
-  if (peer == nullptr) return Device::CopyFromDevice(lane, dst, offset, from, src, n);
+  if (peer == nullptr) return Device::DoCopyFromDevice(lane, dst, offset, from, src, n);
   if (n == 0) return absl::OkStatus();
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
@@ -154,11 +142,8 @@ absl::Status CudaDevice::Sync(Lane& lane) {
 
 int64_t CudaDevice::max_read_back() const { return kReadBackBytes; }
 
-absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
-                              int64_t n) {
-  if (offset < 0 || n < 0 || offset > src.bytes() - n) {
-    return absl::OutOfRangeError("read past the end of the storage");
-  }
+absl::Status CudaDevice::DoRead(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                                int64_t n) {
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
   std::lock_guard<std::mutex> lock(s.mu);
@@ -190,11 +175,8 @@ absl::Status CudaDevice::Read(Lane& lane, const Storage& src, int64_t offset, vo
   return absl::OkStatus();
 }
 
-absl::Status CudaDevice::ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
-                                    int64_t n) {
-  if (offset < 0 || n < 0 || offset > src.bytes() - n) {
-    return absl::OutOfRangeError("read past the end of the storage");
-  }
+absl::Status CudaDevice::DoReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                                      int64_t n) {
   if (n == 0) return absl::OkStatus();
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");

@@ -89,11 +89,81 @@ void Device::MarkRecovered() {
   if (on_recovery_) on_recovery_(*this);
 }
 
-absl::Status Device::CopyFromDevice(Lane& /*lane*/, Storage& dst, int64_t offset,
-                                    const Device& from, const std::byte* src, int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("copy past the end of the storage");
+namespace {
+
+absl::Status PastTheEnd(const char* what) {
+  return absl::OutOfRangeError(absl::StrCat(what, " past the end of the storage"));
+}
+
+// [offset, offset + n) inside `storage`: OUT_OF_RANGE naming what went past its end.
+absl::Status CheckRange(const Storage& storage, int64_t offset, int64_t n, const char* what) {
+  if (offset < 0 || n < 0 || offset > storage.bytes() - n) return PastTheEnd(what);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Device::Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                           int64_t n) {
+  if (absl::Status s = CheckRange(dst, offset, n, "write"); !s.ok()) return s;
+  return DoWrite(lane, dst, offset, src, n);
+}
+
+absl::Status Device::WritePieces(Lane& lane, Storage& dst, int64_t offset,
+                                 const std::vector<HostPiece>& pieces) {
+  int64_t n = 0;
+  for (const HostPiece& p : pieces) {
+    if (p.bytes < 0 || p.bytes > dst.bytes() - n) return PastTheEnd("write");
+    n += p.bytes;
   }
+  if (absl::Status s = CheckRange(dst, offset, n, "write"); !s.ok()) return s;
+  return DoWritePieces(lane, dst, offset, pieces);
+}
+
+absl::Status Device::CopyFromDevice(Lane& lane, Storage& dst, int64_t offset,
+                                    const Device& from, const std::byte* src, int64_t n) {
+  if (absl::Status s = CheckRange(dst, offset, n, "copy"); !s.ok()) return s;
+  return DoCopyFromDevice(lane, dst, offset, from, src, n);
+}
+
+absl::Status Device::Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                          int64_t n) {
+  if (absl::Status s = CheckRange(src, offset, n, "read"); !s.ok()) return s;
+  return DoRead(lane, src, offset, dst, n);
+}
+
+absl::Status Device::ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                                int64_t n) {
+  if (absl::Status s = CheckRange(src, offset, n, "read"); !s.ok()) return s;
+  return DoReadPinned(lane, src, offset, dst, n);
+}
+
+absl::Status Device::WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                                 int64_t n) {
+  if (absl::Status s = CheckRange(dst, offset, n, "write"); !s.ok()) return s;
+  return DoWritePinned(lane, dst, offset, src, n);
+}
+
+absl::Status Device::CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                      const std::string& pool_key, int pool_fd,
+                                      const std::string& allocation, int64_t src_offset,
+                                      int64_t n) {
+  if (src_offset < 0) return PastTheEnd("copy");
+  if (absl::Status s = CheckRange(dst, offset, n, "copy"); !s.ok()) return s;
+  return DoCopyFromExported(lane, dst, offset, pool_key, pool_fd, allocation, src_offset, n);
+}
+
+absl::Status Device::DoWritePieces(Lane& lane, Storage& dst, int64_t offset,
+                                   const std::vector<HostPiece>& pieces) {
+  for (const HostPiece& p : pieces) {
+    if (auto s = DoWrite(lane, dst, offset, p.data, p.bytes); !s.ok()) return s;
+    offset += p.bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Device::DoCopyFromDevice(Lane& /*lane*/, Storage& dst, int64_t offset,
+                                      const Device& from, const std::byte* src, int64_t n) {
   if (!host_memory() || !from.host_memory()) {
     return absl::UnimplementedError(absl::StrCat("no copy from device ", from.info().index, " (",
                                                  from.info().kind, ") to device ", info_.index,

@@ -146,39 +146,34 @@ class Device {
   // --- The engine: lanes, copies, runs (what a backend implements).
 
   virtual std::unique_ptr<Lane> AcquireLane() = 0;
+  // The copies below check their range here, once: OUT_OF_RANGE where the bytes would reach
+  // outside the storage (or a negative offset or length); the backend's Do* then moves them.
+  //
   // Host -> storage: returns once `src` may be reused; the bytes arrive in lane order (Sync
   // waits for them).
-  virtual absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
-                             int64_t n) = 0;
+  absl::Status Write(Lane& lane, Storage& dst, int64_t offset, const void* src, int64_t n);
   // Host pieces laid end to end from `offset` (a message's bytes as gRPC received them, in
   // slices): as Write of their concatenation, without making it.
   struct HostPiece {
     const void* data;
     int64_t bytes;
   };
-  virtual absl::Status WritePieces(Lane& lane, Storage& dst, int64_t offset,
-                                   const std::vector<HostPiece>& pieces) {
-    for (const HostPiece& p : pieces) {
-      if (auto s = Write(lane, dst, offset, p.data, p.bytes); !s.ok()) return s;
-      offset += p.bytes;
-    }
-    return absl::OkStatus();
-  }
+  absl::Status WritePieces(Lane& lane, Storage& dst, int64_t offset,
+                           const std::vector<HostPiece>& pieces);
   // `n` bytes at `src` in memory of device `from` (another device of this server, or this one)
   // -> storage, in lane order (Sync waits for them). The bytes must be final: nothing may
   // still be writing them. Between GPUs a peer copy (direct where the two have peer access,
   // else through the host); between devices on host memory, a plain copy.
-  virtual absl::Status CopyFromDevice(Lane& lane, Storage& dst, int64_t offset,
-                                      const Device& from, const std::byte* src, int64_t n);
+  absl::Status CopyFromDevice(Lane& lane, Storage& dst, int64_t offset, const Device& from,
+                              const std::byte* src, int64_t n);
   // Storage -> host, in lane order: returns once the bytes are in `dst`.
-  virtual absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
-                            int64_t n) = 0;
+  absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst, int64_t n);
   // The same into memory the device reaches directly (Reaches(dst, n): pinned by PinHost),
   // without staging.
-  virtual absl::Status ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
-                                  int64_t n) {
-    return Read(lane, src, offset, dst, n);
-  }
+  absl::Status ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst, int64_t n);
+  // Write from memory pinned by PinHost: queued on the lane without staging (Sync waits for
+  // it). `src` must stay valid until then.
+  absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src, int64_t n);
   // Waits for everything issued on the lane so far.
   virtual absl::Status Sync(Lane& lane) = 0;
 
@@ -218,12 +213,9 @@ class Device {
   virtual absl::StatusOr<std::string> ExportAllocation(const std::byte* /*p*/) {
     return absl::UnimplementedError("this device does not share its memory");
   }
-  virtual absl::Status CopyFromExported(Lane& /*lane*/, Storage& /*dst*/, int64_t /*offset*/,
-                                        const std::string& /*pool_key*/, int /*pool_fd*/,
-                                        const std::string& /*allocation*/,
-                                        int64_t /*src_offset*/, int64_t /*n*/) {
-    return absl::UnimplementedError("this device does not import shared memory");
-  }
+  absl::Status CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                const std::string& pool_key, int pool_fd,
+                                const std::string& allocation, int64_t src_offset, int64_t n);
   // The importing side keeps an allocation mapped from one copy to the next: the exporter
   // may free it only once this has returned here for it. Lets go of the allocations named
   // in `allocations` of the pool `pool_key`, or, where `whole_pool`, of every one of them
@@ -231,12 +223,6 @@ class Device {
   virtual void ForgetExported(const std::string& /*pool_key*/,
                               const std::vector<std::string>& /*allocations*/,
                               bool /*whole_pool*/) {}
-  // Write from memory pinned by PinHost: queued on the lane without staging (Sync waits for
-  // it). `src` must stay valid until then.
-  virtual absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
-                                   int64_t n) {
-    return Write(lane, dst, offset, src, n);
-  }
 
   using ReadBack = runtime::ReadBack;
   // The largest ReadBack Run accepts (0: none; read with Read instead).
@@ -316,6 +302,31 @@ class Device {
   int64_t admitted() const { return admissions_.admitted(); }
 
  protected:
+  // What a backend implements of the copies above, their ranges checked.
+  virtual absl::Status DoWrite(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                               int64_t n) = 0;
+  virtual absl::Status DoWritePieces(Lane& lane, Storage& dst, int64_t offset,
+                                     const std::vector<HostPiece>& pieces);
+  // Between devices on host memory, a plain copy; UNIMPLEMENTED otherwise.
+  virtual absl::Status DoCopyFromDevice(Lane& lane, Storage& dst, int64_t offset,
+                                        const Device& from, const std::byte* src, int64_t n);
+  virtual absl::Status DoRead(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                              int64_t n) = 0;
+  virtual absl::Status DoReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst,
+                                    int64_t n) {
+    return DoRead(lane, src, offset, dst, n);
+  }
+  virtual absl::Status DoWritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
+                                     int64_t n) {
+    return DoWrite(lane, dst, offset, src, n);
+  }
+  virtual absl::Status DoCopyFromExported(Lane& /*lane*/, Storage& /*dst*/, int64_t /*offset*/,
+                                          const std::string& /*pool_key*/, int /*pool_fd*/,
+                                          const std::string& /*allocation*/,
+                                          int64_t /*src_offset*/, int64_t /*n*/) {
+    return absl::UnimplementedError("this device does not import shared memory");
+  }
+
   // The raw allocator: RESOURCE_EXHAUSTED when the memory is not there, any other error when
   // the device could not allocate at all (a failed GPU context). `tag` is kept with the
   // storage and passed back to RawFree.

@@ -56,13 +56,6 @@ class RemoteDevice final : public runtime::Device {
   int worker_pid() const override;
 
   std::unique_ptr<runtime::Lane> AcquireLane() override;
-  absl::Status Write(runtime::Lane& lane, runtime::Storage& dst, int64_t offset, const void* src,
-                     int64_t n) override;
-  absl::Status CopyFromDevice(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
-                              const runtime::Device& from, const std::byte* src,
-                              int64_t n) override;
-  absl::Status Read(runtime::Lane& lane, const runtime::Storage& src, int64_t offset, void* dst,
-                    int64_t n) override;
   absl::Status Sync(runtime::Lane& lane) override;
   int64_t max_read_back() const override { return staging_bytes_; }
   // A caller's shared memory is mapped by the worker as well (`fd` passed to it): writes
@@ -70,8 +63,6 @@ class RemoteDevice final : public runtime::Device {
   std::shared_ptr<void> MapShared(void* p, int64_t n, bool read_only, int fd) override;
   bool maps_shared_memory_itself() const override { return true; }
   bool Reaches(const void* host, int64_t n) const override;
-  absl::Status WritePinned(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
-                           const void* src, int64_t n) override;
   // Inputs and output through the staging buffer, in one round trip.
   bool TryRunSmall(runtime::Lane& lane, const PreparedOp& op,
                    const std::vector<TensorView>& host_inputs, std::byte* host_out,
@@ -85,6 +76,15 @@ class RemoteDevice final : public runtime::Device {
   struct Worker;
 
  protected:
+  absl::Status DoWrite(runtime::Lane& lane, runtime::Storage& dst, int64_t offset, const void* src,
+                       int64_t n) override;
+  absl::Status DoCopyFromDevice(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                                const runtime::Device& from, const std::byte* src,
+                                int64_t n) override;
+  absl::Status DoRead(runtime::Lane& lane, const runtime::Storage& src, int64_t offset, void* dst,
+                      int64_t n) override;
+  absl::Status DoWritePinned(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                             const void* src, int64_t n) override;
   absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, runtime::Lane* lane,
                                          void** tag) override;
   void RawFree(std::byte* p, int64_t bytes, void* tag) override;

@@ -111,11 +111,8 @@ absl::Status RemoteDevice::MapHost(Connection& c, uint64_t id) const {
   return absl::OkStatus();
 }
 
-absl::Status RemoteDevice::WritePinned(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
-                                       const void* src, int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("write past the end of the storage");
-  }
+absl::Status RemoteDevice::DoWritePinned(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                                         const void* src, int64_t n) {
   auto c = LaneConnection(lane, *this);
   if (!c.ok()) return c.status();
   auto from = FindHost(src, n);

@@ -101,11 +101,8 @@ void RemoteDevice::FlushFrees() {
   });
 }
 
-absl::Status RemoteDevice::Write(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
-                                 const void* src, int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("write past the end of the storage");
-  }
+absl::Status RemoteDevice::DoWrite(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
+                                   const void* src, int64_t n) {
   auto c = LaneConnection(lane, *this);
   if (!c.ok()) return c.status();
   Connection& cn = **c;
@@ -131,11 +128,8 @@ absl::Status RemoteDevice::Write(runtime::Lane& lane, runtime::Storage& dst, int
   return absl::OkStatus();
 }
 
-absl::Status RemoteDevice::Read(runtime::Lane& lane, const runtime::Storage& src, int64_t offset,
-                                void* dst, int64_t n) {
-  if (offset < 0 || n < 0 || offset > src.bytes() - n) {
-    return absl::OutOfRangeError("read past the end of the storage");
-  }
+absl::Status RemoteDevice::DoRead(runtime::Lane& lane, const runtime::Storage& src, int64_t offset,
+                                  void* dst, int64_t n) {
   auto c = LaneConnection(lane, *this);
   if (!c.ok()) return c.status();
   return ReadVia(**c, src.data() + offset, n, static_cast<std::byte*>(dst));

@@ -90,12 +90,9 @@ void RemoteDevice::ForgetExports(int64_t g) {
   }
 }
 
-absl::Status RemoteDevice::CopyFromDevice(runtime::Lane& lane, runtime::Storage& dst,
-                                          int64_t offset, const runtime::Device& from,
-                                          const std::byte* src, int64_t n) {
-  if (offset < 0 || n < 0 || offset > dst.bytes() - n) {
-    return absl::OutOfRangeError("copy past the end of the storage");
-  }
+absl::Status RemoteDevice::DoCopyFromDevice(runtime::Lane& lane, runtime::Storage& dst,
+                                            int64_t offset, const runtime::Device& from,
+                                            const std::byte* src, int64_t n) {
   auto c = LaneConnection(lane, *this);
   if (!c.ok()) return c.status();
   if (&from == this) {
@@ -109,7 +106,7 @@ absl::Status RemoteDevice::CopyFromDevice(runtime::Lane& lane, runtime::Storage&
     return Call(**c, request, &reply);
   }
   const auto* other = dynamic_cast<const RemoteDevice*>(&from);
-  if (other == nullptr) return Device::CopyFromDevice(lane, dst, offset, from, src, n);
+  if (other == nullptr) return Device::DoCopyFromDevice(lane, dst, offset, from, src, n);
   bool try_sharing = n > 0;
   {
     std::lock_guard<std::mutex> lock(share_mu_);

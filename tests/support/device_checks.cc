@@ -83,6 +83,16 @@ void CheckCopiesWith(const DeviceFactory& make, const DeviceOptions& options,
     EXPECT_EQ(d->Write(*lane, **s, pad + 1, src.data(), n + pad).code(),
               absl::StatusCode::kOutOfRange);
     EXPECT_EQ(d->Read(*lane, **s, -1, back.data(), 1).code(), absl::StatusCode::kOutOfRange);
+    // Every copy is checked by the one range check: pieces that together run past the end
+    // (or a negative one), pinned writes and reads.
+    const std::vector<Device::HostPiece> over = {{src.data(), n}, {src.data(), pad + 1}};
+    EXPECT_EQ(d->WritePieces(*lane, **s, pad, over).code(), absl::StatusCode::kOutOfRange);
+    const std::vector<Device::HostPiece> negative = {{src.data(), -1}};
+    EXPECT_EQ(d->WritePieces(*lane, **s, 0, negative).code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(d->WritePinned(*lane, **s, pad + 1, src.data(), n + pad).code(),
+              absl::StatusCode::kOutOfRange);
+    EXPECT_EQ(d->ReadPinned(*lane, **s, n + 2 * pad, back.data(), 1).code(),
+              absl::StatusCode::kOutOfRange);
   }
   EXPECT_EQ(d->memory_in_use(), 0);
 }
