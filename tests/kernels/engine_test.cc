@@ -527,3 +527,95 @@ TEST(ExpressionPlans, HigherRanksTakeTheGeneralWalk) {
 
 }  // namespace
 }  // namespace tc
+
+namespace tc {
+namespace {
+
+// ChooseTileDims on its own: operand k's byte stride along dim d at strides[k][d], dims
+// fastest first, operand 0 the output.
+struct TileCase {
+  int ndim;
+  int operands;
+  int64_t sizes[kMaxRank];
+  int64_t strides[kMaxOperands][kMaxRank];
+  int64_t item[kMaxOperands];
+  int8_t staged[kMaxOperands] = {-1, -1, -1, -1};
+  int8_t fused[2] = {-1, -1};
+  int Choose(int max_staged = 2, bool fuse = true) {
+    return ChooseTileDims(ndim, operands, sizes, &strides[0][0], kMaxRank, item, max_staged,
+                          staged, fuse ? fused : nullptr);
+  }
+};
+
+TEST(TileDims, ATransposedInputIsStagedAlongItsDenseDim) {
+  // out[64 x 48] dense along dim 0; a dense too; b dense along dim 1 (transposed): b staged.
+  TileCase c{2, 3, {64, 48}, {{4, 256}, {4, 256}, {192, 4}}, {4, 4, 4}};
+  EXPECT_EQ(c.Choose(), 1);
+  EXPECT_EQ(c.staged[0], -1);
+  EXPECT_EQ(c.staged[1], -1);
+  EXPECT_EQ(c.staged[2], 0);
+  EXPECT_EQ(c.sizes[0], 64);
+  EXPECT_EQ(c.sizes[1], 48);
+  EXPECT_EQ(c.fused[0], -1);
+}
+
+TEST(TileDims, TheStagedDimMovesToDimOne) {
+  // Three dims; the input is dense along dim 2: dims become 0, 2, 1.
+  TileCase c{3, 2, {32, 5, 24}, {{8, 256, 1280}, {24 * 5 * 8, 24 * 8, 8}}, {8, 8}};
+  EXPECT_EQ(c.Choose(), 1);
+  EXPECT_EQ(c.sizes[0], 32);
+  EXPECT_EQ(c.sizes[1], 24);
+  EXPECT_EQ(c.sizes[2], 5);
+  EXPECT_EQ(c.strides[1][1], 8);
+  EXPECT_EQ(c.strides[0][2], 256);
+  EXPECT_EQ(c.staged[1], 0);
+}
+
+TEST(TileDims, RefusedWhereTilesDoNotApply) {
+  // The output not dense along dim 0.
+  TileCase out{2, 2, {64, 64}, {{256, 4}, {4, 256}}, {4, 4}};
+  EXPECT_EQ(out.Choose(), 0);
+  // Every input dense along dim 0 (or repeated): nothing to stage.
+  TileCase dense{2, 3, {64, 64}, {{4, 256}, {4, 256}, {0, 4}}, {4, 4, 4}};
+  EXPECT_EQ(dense.Choose(), 0);
+  // More inputs to stage than tiles fit.
+  TileCase many{2, 4, {64, 64}, {{2, 128}, {128, 2}, {128, 2}, {128, 2}}, {2, 2, 2, 2}};
+  EXPECT_EQ(many.Choose(/*max_staged=*/2), 0);
+  EXPECT_EQ(many.Choose(/*max_staged=*/3), 3);
+  // The staged dim too short.
+  TileCase short_dim{2, 2, {64, 8}, {{4, 256}, {32, 4}}, {4, 4}};
+  EXPECT_EQ(short_dim.Choose(), 0);
+  // A stride of a tile dim past 2^23 bytes: a tile's offsets would not fit 32 bits.
+  TileCase far{2, 2, {64, 64}, {{4, int64_t{1} << 23}, {int64_t{1} << 23, 4}}, {4, 4}};
+  EXPECT_EQ(far.Choose(), 0);
+  // A rank-one plan.
+  TileCase one{1, 2, {64}, {{4}, {4}}, {4, 4}};
+  EXPECT_EQ(one.Choose(), 0);
+}
+
+TEST(TileDims, AShortDenseRunIsFusedWithTheOutputsNextDim) {
+  // out[8 x 64 x 32 x 4] dense along only 8 elements (a small permutation); the input dense
+  // along dim 2, its run going on in dim 1. With fused tiles: dims become 0, 2 (staged),
+  // 3 (dim 0's outer part: the output's fastest dim left), 1 (dim 2's outer part).
+  const auto make = [] {
+    return TileCase{4, 2, {8, 64, 32, 4},
+                    {{4, 32, 32 * 64, 32 * 64 * 32}, {8192, 128, 4, 65536}}, {4, 4}};
+  };
+  TileCase without = make();
+  EXPECT_EQ(without.Choose(2, /*fuse=*/false), 0);
+  TileCase with = make();
+  EXPECT_EQ(with.Choose(2, /*fuse=*/true), 1);
+  EXPECT_EQ(with.sizes[0], 8);
+  EXPECT_EQ(with.sizes[1], 32);
+  EXPECT_EQ(with.sizes[2], 4);
+  EXPECT_EQ(with.sizes[3], 64);
+  EXPECT_EQ(with.fused[0], 2);
+  EXPECT_EQ(with.fused[1], 3);
+  EXPECT_EQ(with.staged[0], -1);
+  EXPECT_EQ(with.staged[1], 0);
+  EXPECT_EQ(with.strides[1][1], 4);
+  EXPECT_EQ(with.strides[0][2], 32 * 64 * 32);
+}
+
+}  // namespace
+}  // namespace tc
