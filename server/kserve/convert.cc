@@ -324,16 +324,12 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
               options.max_request_bytes, " bytes for one request"));
         }
         copied += bytes;
-        if (budget == nullptr || !budget->reserve) {
-          return absl::InternalError("no budget for reading shared memory");
+        if (budget == nullptr) return absl::InternalError("no budget for reading shared memory");
+        if (absl::Status reserved = budget->Reserve(bytes); !reserved.ok()) {
+          return absl::Status(reserved.code(), absl::StrCat(what, " in shared memory: ",
+                                                            reserved.message()));
         }
-        auto reserved = budget->reserve(bytes);
-        if (!reserved.ok()) {
-          return absl::Status(reserved.status().code(),
-                              absl::StrCat(what, " in shared memory: ",
-                                           reserved.status().message()));
-        }
-        budget->held.push_back(*std::move(reserved));
+        out->device = budget->device;
         std::string& read = out->owned.emplace_back();
         if (absl::Status s = region->system->Read(params->offset, bytes, &read); !s.ok()) {
           return s;
@@ -430,6 +426,15 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
       *output_shm = ShmTarget{*std::move(region), params->offset, params->bytes};
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShmReadBudget::Reserve(int64_t bytes) {
+  if (devices == nullptr) return absl::InternalError("no budget for reading shared memory");
+  if (device == nullptr) device = &devices->LeastLoaded();
+  auto reserved = device->Reserve(bytes, absl::InfiniteFuture());
+  if (!reserved.ok()) return reserved.status();
+  held.push_back(*std::move(reserved));
   return absl::OkStatus();
 }
 

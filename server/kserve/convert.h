@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "runtime/device.h"
 #include "server/data/regions.h"
 #include "server/data/system_shm.h"
 #include "server/pipeline/request.h"
@@ -45,11 +46,16 @@ struct ShmTarget {
 };
 
 // Host memory that bytes read out of system shared memory take until the request ends,
-// counted against a device's budget as the v1 paths count what they bring in.
+// counted against a device's budget as the v1 paths count what they bring in: the least
+// loaded device when the first bytes are read, which the request then runs on (ComputeSpec::
+// device) unless its inputs on devices decide.
 struct ShmReadBudget {
-  // Counts `bytes` until the handle goes; RESOURCE_EXHAUSTED past the budget.
-  std::function<absl::StatusOr<std::shared_ptr<void>>(int64_t bytes)> reserve;
+  runtime::DeviceSet* devices = nullptr;
+  runtime::Device* device = nullptr;
   std::vector<std::shared_ptr<void>> held;
+  // Counts `bytes` on `device` (chosen now if not yet) until the request ends;
+  // RESOURCE_EXHAUSTED past its budget.
+  absl::Status Reserve(int64_t bytes);
 };
 
 // Whether any input or requested output names a shared-memory region.
@@ -63,7 +69,8 @@ bool ConvertsOnThePool(const inf::ModelInferRequest& request);
 // A model request as the pipeline takes it (pipeline/request.h), as v1's DecodeCompute makes
 // one: the op or expression, the inputs in the op's order (raw contents computed on where
 // they lie in `request`, which must outlive `out`; typed contents converted and system
-// shared memory read into out->owned, each read counted in `budget` first; CUDA shared
+// shared memory read into out->owned, each read counted in `budget` first (and the request
+// run on that device); CUDA shared
 // memory referenced), attributes from the request's parameters; `output_shm` set where the
 // output goes to shared memory. Errors are the protocol's: NOT_FOUND for an unknown model or
 // version, INVALID_ARGUMENT naming what was expected, RESOURCE_EXHAUSTED past a limit or the

@@ -15,14 +15,11 @@ namespace tc::server {
 
 namespace {
 
-// Bytes read out of system shared memory count against the least loaded device's budget
-// (the device the request will most likely run on).
+// Bytes read out of system shared memory count against a device's budget: the least loaded
+// one when the first are read, which the request then runs on.
 ShmReadBudget ReadBudget(const ServiceEnv& env) {
   ShmReadBudget b;
-  runtime::DeviceSet* devices = env.devices;
-  b.reserve = [devices](int64_t bytes) {
-    return devices->LeastLoaded().Reserve(bytes, absl::InfiniteFuture());
-  };
+  b.devices = env.devices;
   return b;
 }
 

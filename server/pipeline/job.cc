@@ -263,7 +263,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
       if (!placed.ok()) return placed.status();
       job->device_ = *placed;
     } else {
-      job->device_ = &env.devices->LeastLoaded();
+      job->device_ = spec.device != nullptr ? spec.device : &env.devices->LeastLoaded();
     }
   }
   if (absl::Status h = job->device_->health(); !h.ok()) return h;

@@ -20,6 +20,7 @@
 #include "kernels/engine.h"
 #include "kernels/ops/attributes.h"
 #include "kernels/tensor_view.h"
+#include "runtime/device.h"
 
 namespace tc::server {
 
@@ -80,6 +81,9 @@ struct ComputeSpec {
   std::string output_region;
   std::shared_ptr<Region> found_output_region;
   int64_t output_region_offset = 0;
+  // Where it runs when its inputs on devices do not decide (null: the least loaded device):
+  // the device a front door counted the request's host bytes against.
+  runtime::Device* device = nullptr;
   // The caller's identity where the front door resolved it already (it had to, before
   // looking at the request): the pipeline then does not resolve it again.
   std::optional<std::string> identity;
