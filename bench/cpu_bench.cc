@@ -30,6 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/store_path.h"
 #include "kernels/engine.h"
@@ -185,33 +188,31 @@ std::string MachineLine() {
 }  // namespace
 }  // namespace tc
 
+ABSL_FLAG(int, threads, 0, "Threads of the CPU backend (0: every hardware thread).");
+ABSL_FLAG(int, reps, 15, "Timed repetitions of each case.");
+ABSL_FLAG(std::string, reference, "bench/cpu_reference.py",
+          "PyTorch's side (a script run with python3), or 'none'.");
+ABSL_FLAG(std::string, markdown, "", "Write the table here too.");
+ABSL_FLAG(std::string, only, "", "Only the cases whose name contains this.");
+ABSL_FLAG(int, rounds, 3, "Rounds of the whole table (each column the median over them).");
+ABSL_FLAG(std::string, isa, "", "The vector extension level: baseline, avx2 or avx512.");
+ABSL_FLAG(bool, compare_isas, false,
+          "A second table: our time under each vector extension level the machine has "
+          "(kernels/cpu/isa.h), the levels interleaved per case.");
+
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("The CPU backend on the case table, beside PyTorch on the same views.");
+  absl::ParseCommandLine(argc, argv);
   using namespace tc;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int reps = 15, rounds = 3;
-  std::string reference = "bench/cpu_reference.py", markdown, only, isa;
-  // --compare_isas: a second table, our time under each vector extension level the machine
-  // has (kernels/cpu/isa.h), the levels interleaved per case.
-  bool compare_isas = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      const size_t n = std::strlen(flag);
-      return a.compare(0, n, flag) == 0 ? argv[i] + n : nullptr;
-    };
-    if (const char* v = value("--threads=")) threads = std::atoi(v);
-    else if (const char* v = value("--reps=")) reps = std::atoi(v);
-    else if (const char* v = value("--reference=")) reference = v;
-    else if (const char* v = value("--markdown=")) markdown = v;
-    else if (const char* v = value("--only=")) only = v;
-    else if (const char* v = value("--rounds=")) rounds = std::max(1, std::atoi(v));
-    else if (const char* v = value("--isa=")) isa = v;
-    else if (a == "--compare_isas") compare_isas = true;
-    else {
-      std::fprintf(stderr, "usage: %s [--threads=N] [--reps=R] [--reference=PATH|none] [--markdown=FILE] [--only=CASE] [--rounds=K] [--isa=baseline|avx2|avx512] [--compare_isas]\n", argv[0]);
-      return 2;
-    }
-  }
+  if (absl::GetFlag(FLAGS_threads) > 0) threads = absl::GetFlag(FLAGS_threads);
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  const std::string reference = absl::GetFlag(FLAGS_reference);
+  const std::string markdown = absl::GetFlag(FLAGS_markdown);
+  const std::string only = absl::GetFlag(FLAGS_only);
+  const std::string isa = absl::GetFlag(FLAGS_isa);
+  const bool compare_isas = absl::GetFlag(FLAGS_compare_isas);
 
   const int64_t N = int64_t{1} << 24, M = 4096;
   std::mt19937 rng(0);

@@ -27,6 +27,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/gpu_common.h"
@@ -92,22 +95,19 @@ struct Case {
 }  // namespace
 }  // namespace tc
 
+ABSL_FLAG(std::string, torch, "", "torch_expressions.py: torch.compile's side (none if empty).");
+ABSL_FLAG(int, reps, 50, "Timed repetitions of each case.");
+ABSL_FLAG(std::string, markdown, "", "Write the table here too.");
+ABSL_FLAG(bool, sweep, false, "Also each expression at other pack widths and packs a thread.");
+
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Fused expressions beside their ops one by one, a copy and torch.compile.");
+  absl::ParseCommandLine(argc, argv);
   using namespace tc;
-  std::string torch_script, md_path;
-  int reps = 50;
-  bool sweep = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind("--torch=", 0) == 0) torch_script = a.substr(8);
-    else if (a.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(a.c_str() + 7));
-    else if (a.rfind("--markdown=", 0) == 0) md_path = a.substr(11);
-    else if (a == "--sweep") sweep = true;
-    else {
-      std::fprintf(stderr, "usage: %s [--torch=torch_expressions.py] [--reps=R] [--markdown=FILE]\n", argv[0]);
-      return 2;
-    }
-  }
+  const std::string torch_script = absl::GetFlag(FLAGS_torch);
+  const std::string md_path = absl::GetFlag(FLAGS_markdown);
+  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  const bool sweep = absl::GetFlag(FLAGS_sweep);
   cudaDeviceProp prop{};
   if (!bench::FirstDevice(&prop)) return 1;
   const int arch = prop.major * 10 + prop.minor;

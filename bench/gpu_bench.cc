@@ -29,6 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "bench/gpu_common.h"
 #include "kernels/cuda/launch_env.h"
 #include "kernels/engine.h"
@@ -79,29 +82,21 @@ struct TorchRow {
 }  // namespace
 }  // namespace tc
 
+ABSL_FLAG(std::string, torch, "", "torch_elementwise.py: PyTorch's side (none if empty).");
+ABSL_FLAG(int, reps, 50, "Timed repetitions of each case.");
+ABSL_FLAG(std::string, only, "", "Only the cases whose name contains this.");
+ABSL_FLAG(std::string, json, "", "Write the results here as JSON.");
+ABSL_FLAG(std::string, markdown, "", "Write the table here too.");
+
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("The CUDA kernels on the case matrix, beside a device-to-device copy and PyTorch.");
+  absl::ParseCommandLine(argc, argv);
   using namespace tc;
-  std::string torch_script, only, json_path, md_path;
-  int reps = 50;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      const size_t n = std::strlen(flag);
-      return a.compare(0, n, flag) == 0 ? argv[i] + n : nullptr;
-    };
-    if (const char* v = value("--torch=")) torch_script = v;
-    else if (const char* v = value("--reps=")) reps = std::max(1, std::atoi(v));
-    else if (const char* v = value("--only=")) only = v;
-    else if (const char* v = value("--json=")) json_path = v;
-    else if (const char* v = value("--markdown=")) md_path = v;
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--torch=torch_elementwise.py] [--reps=R] [--only=CASE] "
-                   "[--json=FILE] [--markdown=FILE]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  const std::string torch_script = absl::GetFlag(FLAGS_torch);
+  const std::string only = absl::GetFlag(FLAGS_only);
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  const std::string md_path = absl::GetFlag(FLAGS_markdown);
+  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
   cudaDeviceProp prop{};
   if (!bench::FirstDevice(&prop)) return 1;
   const cuda::LaunchEnv env = bench::MakeLaunchEnv(prop);

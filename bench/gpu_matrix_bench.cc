@@ -31,6 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -475,34 +478,27 @@ struct Result {
 }  // namespace
 }  // namespace tc
 
+ABSL_FLAG(std::string, torch, "", "torch_matrix.py: PyTorch's side (none if empty).");
+ABSL_FLAG(int, reps, 30, "Timed repetitions of each case.");
+ABSL_FLAG(std::string, only, "", "Only the cases whose name contains this.");
+ABSL_FLAG(std::string, group, "", "Only these groups, comma-separated.");
+ABSL_FLAG(bool, list, false, "List the cases and stop.");
+ABSL_FLAG(std::string, cases_json, "", "Write the cases here as JSON (for torch_matrix.py).");
+ABSL_FLAG(std::string, json, "", "Write the results here as JSON.");
+ABSL_FLAG(std::string, markdown, "", "Write the table here too.");
+
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Every op family and layout class on the GPU, beside PyTorch running the same views.");
+  absl::ParseCommandLine(argc, argv);
   using namespace tc;
-  std::string torch_script, only, groups, json_path, md_path, cases_json;
-  int reps = 30;
-  bool list = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      const size_t n = std::strlen(flag);
-      return a.compare(0, n, flag) == 0 ? argv[i] + n : nullptr;
-    };
-    if (const char* v = value("--torch=")) torch_script = v;
-    else if (const char* v = value("--reps=")) reps = std::max(1, std::atoi(v));
-    else if (const char* v = value("--only=")) only = v;
-    else if (const char* v = value("--group=")) groups = v;
-    else if (const char* v = value("--json=")) json_path = v;
-    else if (const char* v = value("--markdown=")) md_path = v;
-    else if (const char* v = value("--cases_json=")) cases_json = v;
-    else if (a == "--list") list = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--torch=torch_matrix.py] [--reps=R] [--only=SUBSTRING] "
-                   "[--group=G[,G]] [--list] [--cases_json=FILE] [--json=FILE] "
-                   "[--markdown=FILE]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  const std::string torch_script = absl::GetFlag(FLAGS_torch);
+  const std::string only = absl::GetFlag(FLAGS_only);
+  const std::string groups = absl::GetFlag(FLAGS_group);
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  const std::string md_path = absl::GetFlag(FLAGS_markdown);
+  const std::string cases_json = absl::GetFlag(FLAGS_cases_json);
+  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  const bool list = absl::GetFlag(FLAGS_list);
   std::vector<Case> cases = AllCases();
   std::set<std::string> names;  // results are kept by name
   for (const Case& k : cases) {
