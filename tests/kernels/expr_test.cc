@@ -999,3 +999,51 @@ TEST(ExprEval, EmptyAndZeroDimTensors) {
 
 }  // namespace
 }  // namespace tc::expr
+
+namespace tc::expr {
+namespace {
+
+// FoldConstants on its own: each expression parsed over one input `a`, folded, and written
+// back in canonical form (calls over literals alone become one literal of Python's value,
+// casts of literals a zero-dimensional tensor of their dtype, exact).
+std::string Folded(const std::string& text) {
+  auto parsed = Parse(text, {"a"}, Limits{});
+  if (!parsed.ok()) return std::string(parsed.status().message());
+  Expression e = *std::move(parsed);
+  if (absl::Status s = FoldConstants(&e); !s.ok()) return std::string(s.message());
+  return Canonical(e);
+}
+
+TEST(FoldConstants, CallsOnNumbersBecomeTheirPythonValue) {
+  // Left to right: a + 1 is not a call on numbers; 2 * 3 is.
+  EXPECT_EQ(Folded("a + 1 + 2 * 3"), "add(add($0,1),6)");
+  EXPECT_EQ(Folded("a + (True + True)"), "add($0,2)");
+  EXPECT_EQ(Folded("a * 2 ** -1"), "mul($0,0.5)");
+  EXPECT_EQ(Folded("a * (7 // -2)"), "mul($0,-4)");
+  EXPECT_EQ(Folded("neg(a) + abs(-3)"), "add(neg($0),3)");
+  EXPECT_EQ(Folded("a * (1 < 2)"), "mul($0,True)");
+  // Casts of numbers: zero-dimensional tensors of the dtype, from the number's own value
+  // (not through float32 first).
+  EXPECT_EQ(Folded("a + cast(1e300, float64)"), "add($0,cast(1e+300,dtype=float64))");
+  EXPECT_EQ(Folded("a + cast(0.1, float64)"), "add($0,cast(0.1,dtype=float64))");
+  EXPECT_EQ(Folded("a + cast(16777217.0, int64)"), "add($0,cast(16777217,dtype=int64))");
+  EXPECT_EQ(Folded("a + cast(0.1, float16)"), "add($0,cast(0.0999755859375,dtype=float16))");
+  // Nothing to fold.
+  EXPECT_EQ(Folded("sqrt(a) * a"), "mul(sqrt($0),$0)");
+}
+
+TEST(FoldConstants, WherePythonRaisesTheFoldRefuses) {
+  const auto refused = [](const std::string& text, const std::string& words) {
+    const std::string got = Folded(text);
+    EXPECT_NE(got.find(words), std::string::npos) << text << ": " << got;
+  };
+  refused("a + 2 ** 62 * 2 - 2 ** 63", "'mul' of these numbers does not fit 64 bits");
+  refused("a * square(2 ** 40)", "'square' of these numbers does not fit 64 bits");
+  refused("a + add(2 ** 62, 2 ** 62, alpha=2)", "does not fit 64 bits");
+  refused("a * (1 / 0)", "division by zero");
+  refused("a * (5 % 0)", "by zero");
+  refused("a * 0 ** -1", "zero to a negative power (Python raises ZeroDivisionError)");
+  refused("a * (0.0 ** -1)", "zero to a negative power");
+}
+}  // namespace
+}  // namespace tc::expr
