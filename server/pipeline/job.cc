@@ -254,35 +254,48 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
   auto planned = PlanOnly(spec, owner, env);
   if (!planned.ok()) return planned.status();
   std::unique_ptr<ComputeJob> job = *std::move(planned);
+  if (absl::Status s = job->Admit(spec, owner, env, deadline, stage_inline, session); !s.ok()) {
+    return s;
+  }
+  return job;
+}
+
+void ComputeJob::Leave() {
+  lane_.reset();
+  admission_ = runtime::Admission();
+}
+
+absl::Status ComputeJob::Admit(const ComputeSpec& spec, const std::string& owner,
+                               const ServiceEnv& env, absl::Time deadline, bool stage_inline,
+                               const std::string& session) {
   const ServiceOptions& limits = env.options;
-  if (job->device_ == nullptr) {
-    if (job->keep_resident_) {
+  if (device_ == nullptr) {
+    if (keep_resident_) {
       // A kept output goes where this client keeps its tensors.
       auto placed = PlaceResident(*env.devices, *env.resident, owner, session,
-                                  job->plan().out_storage_bytes, std::nullopt);
+                                  plan().out_storage_bytes, std::nullopt);
       if (!placed.ok()) return placed.status();
-      job->device_ = *placed;
+      device_ = *placed;
     } else {
-      job->device_ = spec.device != nullptr ? spec.device : &env.devices->LeastLoaded();
+      device_ = spec.device != nullptr ? spec.device : &env.devices->LeastLoaded();
     }
   }
-  if (absl::Status h = job->device_->health(); !h.ok()) return h;
+  if (absl::Status h = device_->health(); !h.ok()) return h;
   std::optional<runtime::Admission> admitted =
-      job->device_->TryAdmit(limits.max_concurrent_per_device);
+      device_->TryAdmit(limits.max_concurrent_per_device);
   if (!admitted) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "device ", job->device_->info().index, " is busy: ", limits.max_concurrent_per_device,
+        "device ", device_->info().index, " is busy: ", limits.max_concurrent_per_device,
         " requests in flight; retry later"));
   }
-  job->admission_ = *std::move(admitted);
-  job->lane_ = job->device_->AcquireLane();
+  admission_ = *std::move(admitted);
+  lane_ = device_->AcquireLane();
 
   // Inputs that lie on another device: their bytes copied here.
-  if (auto copied = job->CopyFromOtherDevices(deadline); !copied.ok()) return copied;
-  if (job->peer_bytes_ > 0 && env.metrics != nullptr) env.metrics->AddPeerCopy(job->peer_bytes_);
+  if (auto copied = CopyFromOtherDevices(deadline); !copied.ok()) return copied;
+  if (peer_bytes_ > 0 && env.metrics != nullptr) env.metrics->AddPeerCopy(peer_bytes_);
 
-  if (absl::Status s = job->Stage(spec, deadline, stage_inline); !s.ok()) return s;
-  return job;
+  return Stage(spec, deadline, stage_inline);
 }
 
 absl::Status ComputeJob::Stage(const ComputeSpec& spec, absl::Time deadline,

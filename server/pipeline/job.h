@@ -54,11 +54,15 @@ class ComputeJob {
       const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
       absl::Time deadline, bool stage_inline = true, const std::string& session = std::string());
 
-  // Prepare's last step, again for a job prepared without `stage_inline` that is to run
-  // the ordinary way after all: storage on the device for streamed inputs, and (with
-  // `stage_inline`) inline ones copied there where the device cannot read host memory.
-  // Inputs staged before stay as they are.
-  absl::Status Stage(const ComputeSpec& spec, absl::Time deadline, bool stage_inline);
+  // Prepare after PlanOnly: the device chosen (unless the inputs chose it) and admitted, a
+  // lane taken, inputs on other devices copied, and inputs staged as Prepare says.
+  absl::Status Admit(const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
+                     absl::Time deadline, bool stage_inline,
+                     const std::string& session = std::string());
+  // Gives the device slot and the lane back, keeping the plan and the device, for a job of
+  // inline inputs alone (nothing staged or copied yet) that is to wait before it runs: it is
+  // admitted again (Admit) when its turn comes.
+  void Leave();
 
   const PreparedOp& prepared() const { return prepared_; }
   const Plan& plan() const { return prepared_.plan; }
@@ -104,6 +108,10 @@ class ComputeJob {
   absl::Status PlaceByInputs(runtime::Device* out_device);
   // Once admitted, with a lane: those inputs copied into storage on device_.
   absl::Status CopyFromOtherDevices(absl::Time deadline);
+  // Admit's last step: storage on the device for streamed inputs, and (with `stage_inline`)
+  // inline ones copied there where the device cannot read host memory. Inputs staged before
+  // stay as they are.
+  absl::Status Stage(const ComputeSpec& spec, absl::Time deadline, bool stage_inline);
   // `done`, giving the device slot back first.
   std::function<void(absl::Status)> LeavingFirst(std::function<void(absl::Status)> done);
 

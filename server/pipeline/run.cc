@@ -74,8 +74,8 @@ absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t li
 
 // The small-request fast path on a GPU: plans and hands the request to the device from the
 // gRPC thread. True when it finished or handed the request over; false where it does not
-// apply or the device is busy, with the job it planned in `planned` (null when it failed to
-// plan: then it finished) for the ordinary path to run without planning again.
+// apply or the device is busy, with the job it planned in `planned` (its device slot and lane
+// given back) for the ordinary path to admit and run without planning again.
 bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
                       const ComputeSpec* spec, ComputeResult* result,
                       const std::shared_ptr<Call>& call, std::shared_ptr<ComputeJob>* planned) {
@@ -91,6 +91,7 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
   const Plan& plan = job->plan();
   if (plan.out_storage_bytes + job->input_bytes() > job->device().max_small_bytes()) {
     call->received = 0;
+    job->Leave();
     *planned = std::move(job);
     return false;
   }
@@ -100,6 +101,7 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     // Busy or short of memory: the ordinary path, which may wait.
     result->ClearOutput();
     call->received = 0;
+    job->Leave();
     *planned = std::move(job);
     return false;
   }
@@ -179,7 +181,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx, Compu
     call->received += spec->inline_bytes();
     std::shared_ptr<ComputeJob> job = std::move(planned);
     if (job != nullptr) {
-      if (absl::Status s = job->Stage(*spec, DeadlineOf(*ctx), /*stage_inline=*/true); !s.ok()) {
+      // Planned by the small path, which gave its device slot back while it waited here.
+      if (absl::Status s = job->Admit(*spec, owner, env, DeadlineOf(*ctx), true); !s.ok()) {
         call->Finish(s);
         return;
       }
