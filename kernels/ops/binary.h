@@ -81,8 +81,9 @@ __device__ __forceinline__ uint32_t ByteAlpha(double alpha) {
   return static_cast<uint8_t>(math::ScalarAs<S>(alpha));
 }
 
-// 1-byte add and sub four at a time (element by element, an int8 add of 2^26 elements ran at
-// 82% of copy on the H200). Bools (bytes 0 or 1) add as a or (alpha != 0 and b).
+// 1-byte add and sub four at a time: element by element, an int8 add fell short of copy
+// bandwidth (figures: bench/results/op-traits-tuning-h200.md, add, sub).
+// Bools (bytes 0 or 1) add as a or (alpha != 0 and b).
 template <>
 struct Wordwise<AddOp> {
   static constexpr uint32_t kTypes =
@@ -129,8 +130,8 @@ struct MulOp {
 // The four byte-wise products a_i * b_i of two words, wrapping: each lane's byte shifted down
 // and multiplied in place (the bits above it add only multiples of 256 to the low byte), the
 // four low bytes put together. Element by element, with each byte taken out, extended and put
-// back for every operand, an int8 multiply of 2^26 elements issued twice PyTorch's instructions
-// (H200: 0.066 ms against PyTorch's 0.056 and a copy's 0.054).
+// back for every operand, an int8 multiply issued twice PyTorch's instructions and ran behind
+// both PyTorch and a copy (figures: bench/results/op-traits-tuning-h200.md, mul).
 __device__ __forceinline__ uint32_t ByteProducts(uint32_t a, uint32_t b) {
   const uint32_t p0 = a * b;
   const uint32_t p1 = (a >> 8) * (b >> 8);
@@ -225,7 +226,8 @@ struct RemainderOp {
   }
 };
 
-// float16/bfloat16 two packs (H200 row kernel: 0.107 -> 0.100 ms, 0.108 -> 0.100).
+// Two packs a thread for float16/bfloat16: measured faster than the default on the row kernel
+// (figures: bench/results/op-traits-tuning-h200.md, remainder).
 template <>
 inline constexpr ByWidth kRowPacks<RemainderOp>{2, 0, 0};
 
@@ -284,19 +286,16 @@ template <>
 inline constexpr bool kLongMath<PowOp> = true;
 template <>
 inline constexpr bool kNarrowMath<PowOp> = true;
-// In 16 rounds of resident blocks (H200 row kernel, whole grid -> 16 rounds): float32 at four
-// packs 0.224 -> 0.217 ms; float64 at one pack 0.640 -> 0.584 (two packs, the default: 0.610).
-// float16/bfloat16 (narrow math) two packs: 0.166 -> 0.163 ms, 0.189 -> 0.175, and in 8
-// rounds (whole grid / 8 / 16 / 32 rounds, interleaved): float16 0.165 / 0.156 / 0.157 /
-// 0.165, bfloat16 0.176 / 0.168 / 0.169 / 0.176; with x one element off (shifted loads)
-// 0.187 / 0.175 / 0.179 / 0.184 and 0.195 / 0.184 / 0.188 / 0.195.
+// float32 (four packs) and float64 (one pack) in 16 rounds of resident blocks, float16 and
+// bfloat16 (narrow math, two packs) in 8: each measured faster than the whole grid, float64
+// also than two packs (figures: bench/results/op-traits-tuning-h200.md, pow).
 template <>
 inline constexpr ByWidth kRowPacks<PowOp>{2, 0, 1};
 template <>
 inline constexpr ByWidth kRowWaves<PowOp>{8, 16, 16};
-// float64 in one pass at two packs a thread (H200, interleaved runs, ms): 2^26 elements in
-// one row 0.573-0.608 against 0.628-0.665 in 16 rounds at one pack; [8192, 8192] rows 0.613
-// against 0.674. float32 keeps four packs in 16 rounds (0.227; one pass 0.228-0.242).
+// float64 in one pass at two packs a thread: faster than 16 rounds at one pack, in one row and
+// in many; float32 keeps four packs in 16 rounds, one pass being no faster
+// (figures: bench/results/op-traits-tuning-h200.md, pow one pass).
 template <>
 inline constexpr ByWidth kRowOnePass<PowOp>{0, 0, 2};
 
@@ -385,15 +384,13 @@ struct Atan2Op {
 };
 template <>
 inline constexpr bool kNarrowMath<Atan2Op> = true;
-// float32 and float64 in 16 rounds of resident blocks (H200 row kernel at two packs: float64
-// 0.416 -> 0.385 ms; float32 0.207 -> 0.194, PyTorch 0.193-0.203 in the same calls);
-// float16/bfloat16 in 8 (whole grid / 8 / 16 / 32 rounds, interleaved: bfloat16 0.114 /
-// 0.104 / 0.108 / 0.114 ms, float16 0.102 / 0.102 / 0.101 / 0.102; with x one element off
-// 0.141 / 0.132 / 0.135 / 0.141 and 0.121 / 0.116 / 0.116 / 0.121).
+// float32 and float64 in 16 rounds of resident blocks, float16/bfloat16 in 8: faster than the
+// whole grid; 8 rounds the best for bfloat16 and level with 16 for float16, aligned or shifted
+// (figures: bench/results/op-traits-tuning-h200.md, atan2 rounds).
 template <>
 inline constexpr ByWidth kRowWaves<Atan2Op>{8, 16, 16};
-// float16/bfloat16 (narrow math) two packs (H200 row kernel: 0.106 -> 0.101 ms, 0.119 ->
-// 0.113).
+// Two packs a thread for float16/bfloat16 (narrow math): measured faster than the default on
+// the row kernel (figures: bench/results/op-traits-tuning-h200.md, atan2 packs).
 template <>
 inline constexpr ByWidth kRowPacks<Atan2Op>{2, 0, 0};
 

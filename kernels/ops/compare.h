@@ -46,10 +46,9 @@ struct Wordwise<LogicalOrOp> : BitwiseWords<BitwiseOrOp, DTypeBit(DType::kBool)>
 template <>
 struct Wordwise<LogicalXorOp> : BitwiseWords<BitwiseXorOp, DTypeBit(DType::kBool)> {};
 
-// float32 logical_and four packs a thread (op_spec.h), for 2^26 elements on the H200
-// (tensorcompute-row-kernel-bench logical_and): one, two and four 0.1436 / 0.1630 / 0.1434 ms
-// on one machine, 0.1647 / 0.1651 / 0.1431 on another (34, 64, 92 registers); four held on
-// both.
+// float32 logical_and four packs a thread (op_spec.h): the fastest on both machines measured,
+// where one pack matched it on only one of them
+// (figures: bench/results/op-traits-tuning-h200.md, logical_and).
 template <>
 inline constexpr ByWidth kRowPacks<LogicalAndOp>{0, 4, 0};
 

@@ -112,8 +112,8 @@ TC_HOST_DEVICE bool ZeroDivisor(T b, int* flag) {
 // zero, through float32 on the device: two conversions in, a reciprocal, a product and one
 // conversion out, where the integer division takes about twenty instructions, so 1- and
 // 2-byte division keeps up with memory. (Converting through the bits of 1.5 * 2^23 + v
-// instead of the conversion instructions was slower on the H100: floor_divide int8 0.086 ->
-// 0.098 ms.)
+// instead of the conversion instructions measured slower on the H100 for floor_divide int8;
+// figures: bench/results/op-traits-tuning-h200.md, floor_divide.)
 //
 // Exact for every pair: the reciprocal instruction and the product are within 2^-22 of a / b
 // relative, which the nudge of 2^-19 (away from zero for truncation, up for floor) more than
@@ -315,9 +315,9 @@ TC_HOST_DEVICE T MulRounded(T a, T b) {
 
 // x / (1 + exp(-v)): silu (v = x) and gelu's tanh form (v = 2u, below). On the GPU float64
 // multiplies by the correctly rounded reciprocal (one more rounding than the IEEE division,
-// whose Newton steps and range checks cost as much as the exp): H200, 2^26 float64 elements
-// in the row kernel, silu 0.277 -> 0.265 ms, gelu's tanh form 0.315 -> 0.265 (a copy of the
-// bytes 0.262; bench/results/2026-11-30-one-pass-rows-h200.md). Elsewhere the division.
+// whose Newton steps and range checks cost as much as the exp): measured faster for silu and
+// gelu's tanh form, near a copy of the bytes. Elsewhere the division.
+// (figures: bench/results/op-traits-tuning-h200.md, silu and gelu reciprocal)
 template <typename T>
 TC_HOST_DEVICE T TimesSigmoid(T x, T v) {
 #ifdef __CUDA_ARCH__
@@ -333,8 +333,9 @@ TC_HOST_DEVICE T RoundHalfEven(T x) {
 }
 
 // Small integers and float without the GPU's conversion instructions, which run at a quarter
-// of the float rate (16 a clock per SM on sm_90) and held the quantized ops at 41-43% of copy
-// bandwidth on the H100: 1.5 * 2^23 (bits 0x4B400000) has a mantissa whose last bit is 1, so
+// of the float rate (16 a clock per SM on sm_90) and held the quantized ops well below copy
+// bandwidth on the H100 (figures: bench/results/op-traits-tuning-h200.md, conversions):
+// 1.5 * 2^23 (bits 0x4B400000) has a mantissa whose last bit is 1, so
 // for |v| < 2^22 adding v to its bits, or adding it as a float and reading the bits, is exact.
 // The host converts as usual: the same values.
 
@@ -377,8 +378,9 @@ TC_HOST_DEVICE float RoundHalfEvenPlus(float x, float zero) {
 // correctly rounded value but where it lies that close to a rounding boundary, and then its
 // neighbour, one unit in the last place away. atan2f, powf and sinf hold float32's last bits
 // and pay for them with an IEEE division (atan2f), extended-precision logarithms (powf) and
-// quarter-rate conversions (sinf), which held float16 atan2 at 61% and pow at 44% of copy
-// bandwidth on the H200. kFullRange: operands may lie anywhere in float's range, subnormals
+// quarter-rate conversions (sinf), which held float16 atan2 and pow well below copy bandwidth
+// on the H200 (figures: bench/results/op-traits-tuning-h200.md, narrow math).
+// kFullRange: operands may lie anywhere in float's range, subnormals
 // included (bfloat16); otherwise in float16's (0, infinities, NaN and magnitudes in
 // [2^-24, 65504]).
 

@@ -246,8 +246,8 @@ struct QuantizedOp {
     return static_cast<T>(math::SmallFloatToInt(std::fmin(std::fmax(q, qmin), qmax)));
   }
 };
-// Four rounds of resident blocks (H200 row kernel, int8 quantized_add: 0.0661 ms with a block
-// for every 128 threads' packs, 86% of copy; 0.0565, 102%, in four rounds; 16 rounds 0.0633).
+// Four rounds of resident blocks for the 1-byte forms: measured faster than the whole grid
+// and than 16 rounds (figures: bench/results/op-traits-tuning-h200.md, quantized).
 // The float math per element leaves the 1-byte kernel's start-up per thread in the way.
 template <int kKind>
 inline constexpr ByWidth kRowWaves<QuantizedOp<kKind>>{0, 0, 0, 4};

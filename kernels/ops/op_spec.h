@@ -101,8 +101,8 @@ inline constexpr bool kHasErrorFlag<F, std::void_t<decltype(std::declval<F&>().e
 // kLongMath<F>: each element takes long dependent math (transcendental functions, pow). The
 // planner unrolls fused trees holding such a call less (CatalogEntry::long_math), and the CUDA
 // row kernel keeps four 16-byte packs a thread in flight for its float32 form instead of two
-// (H200, tensorcompute-row-kernel-bench: 2^26 float32 elements uniform in [-4, 4], 128-thread
-// blocks: erf 0.145 -> 0.137 ms, sigmoid 0.149 -> 0.137, expm1 0.149 -> 0.137; copy 0.134).
+// (measured faster for erf, sigmoid and expm1, near copy speed; figures:
+// bench/results/op-traits-tuning-h200.md, long math float32).
 template <typename F>
 inline constexpr bool kLongMath = false;
 
@@ -127,7 +127,7 @@ struct ByWidth {
 // where measurement beat the default (two for 2-byte unary and 4-byte forms, four for float32
 // long math, two for float64). More packs keep more loads in flight behind the math; fewer keep the
 // registers of long float64 math (erf: 125 with two, 39 with one) from starving the SM of
-// threads. The figures are beside each op (unary.h).
+// threads. Figures: bench/results/op-traits-tuning-h200.md.
 template <typename F>
 inline constexpr ByWidth kRowPacks{};
 
@@ -142,8 +142,8 @@ inline constexpr uint32_t kConvertingTiles = 0;
 // kRowWaves<F>: where nonzero, the row kernel's grid for F's forms is that many rounds
 // of the blocks the GPU holds at once, each thread looping over several steps of its row (0:
 // a block for every 128 threads' packs, each thread one step). Long float64 math at one pack
-// a thread spends much of its time starting threads: on the H200 erf 0.354 ms with a block per
-// 256 elements, 0.300 with 16 rounds (figures beside each op in unary.h).
+// a thread spends much of its time starting threads: 16 rounds measured faster for erf on the
+// H200 than a block per 256 elements (figures: bench/results/op-traits-tuning-h200.md, kRowWaves).
 template <typename F>
 inline constexpr ByWidth kRowWaves{};
 
@@ -152,7 +152,7 @@ inline constexpr ByWidth kRowWaves{};
 // every few packs and no loop), in place of RowKernel with its kRowPacks and kRowWaves; 0:
 // RowKernel. RowOnePassTakes(f, size, flat) may decline it for some functors of such an op
 // (gelu's erf form in float64 but for one row of dense operands); `flat`: the plan is one row
-// of dense operands (FlatRowKernel). Figures beside each op (unary.h).
+// of dense operands (FlatRowKernel). Figures: bench/results/op-traits-tuning-h200.md.
 template <typename F>
 inline constexpr ByWidth kRowOnePass{};
 #ifndef __CUDACC_RTC__
@@ -256,9 +256,8 @@ TC_WRAPPER_TRAITS(bool R, NarrowMath<F, R>)
 // `approximate`) state how many forms there are (F::kForms), which one a functor holds
 // (f.Form(), 0 to kForms - 1) and give it with its form fixed (F::Fixed<K>(f)). The GPU
 // builds an op's kernels once per form, each over FixedForm<F, K>, and chooses at launch:
-// a kernel then holds one form's math and registers, not both behind a branch (H200, gelu
-// float64's erf form, 2^26 elements, interleaved runs: 0.307-0.316 ms, 0.317-0.323 with both
-// forms in the kernel).
+// a kernel then holds one form's math and registers, not both behind a branch, which measured
+// faster for gelu float64's erf form (figures: bench/results/op-traits-tuning-h200.md, kForms).
 template <typename F, typename = void>
 inline constexpr int kForms = 1;
 template <typename F>

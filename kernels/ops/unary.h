@@ -124,9 +124,9 @@ TC_UNARY_OP(RsqrtOp,
 TC_UNARY_OP(ReciprocalOp,
             ("reciprocal", kAllTypes, "1 / a", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return T(1) / a; })
-// Four packs a thread for float32 (H200 row kernel: reciprocal 0.144 -> 0.136 ms, 91 -> 97%
-// of copy, one pack 0.159; sqrt 0.140 -> 0.136) and for float64 sqrt (0.281 -> 0.268): the
-// IEEE refinement behind each load.
+// Four packs a thread for float32 and for float64 sqrt: the IEEE refinement behind each load;
+// measured faster than the default on the row kernel
+// (figures: bench/results/op-traits-tuning-h200.md, reciprocal and sqrt).
 template <>
 inline constexpr ByWidth kRowPacks<ReciprocalOp>{0, 4, 0};
 template <>
@@ -144,17 +144,9 @@ TC_UNARY_FLOAT_ROW_OP(ErfOp,
             ("erf", kAllTypes, "error function", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return std::erf(a); })
 // Long math (op_spec.h), with packs a thread for the CUDA row kernel where measured better
-// than the default. H200, tensorcompute-row-kernel-bench (bench/results/
-// 2026-11-28-row-kernel-bench-h200.txt): 2^26 elements uniform in [-4, 4] (log: [0.01, 4]),
-// 128-thread blocks, in ms (a copy of one operand's bytes: 0.072 for 2-byte, 0.134 for 4-byte,
-// 0.261 for 8-byte types), default -> chosen:
-//   float16: erf 0.093 -> 0.086, sigmoid 0.081 -> 0.078, tanh 0.077 -> 0.074 (bfloat16 erf
-//   0.095 -> 0.087); log, sin, silu level or slower with four.
-//   float64: sigmoid 0.294 -> 0.266, sin 0.297 -> 0.273, exp 0.307 -> 0.270 (eight; four
-//   measured 0.386); erf, tanh, log and log1p one pack in a grid of 16 rounds of resident
-//   blocks (kRowWaves): erf 0.354 (a block per 128 threads' packs) -> 0.300 (one, two, four
-//   rounds 0.342, 0.323, 0.312; 32 and 64 rounds 0.307, 0.315; two packs 0.41 in any grid),
-//   tanh 0.313 (four packs) -> 0.282, log 0.288 (four) -> 0.268, log1p 0.458 (two) -> 0.380.
+// than the default: four for 16-bit erf, sigmoid, tanh and float64 sigmoid, sin; eight for
+// float64 exp; one in 16 rounds of resident blocks (kRowWaves) for float64 erf, tanh, log,
+// log1p (figures: bench/results/op-traits-tuning-h200.md, long math).
 template <>
 inline constexpr bool kLongMath<SigmoidOp> = true;
 template <>
@@ -171,15 +163,9 @@ template <>
 inline constexpr bool kLongMath<Expm1Op> = true;
 template <>
 inline constexpr ByWidth kRowPacks<SigmoidOp>{4, 0, 4};
-// One pass at two packs a thread (OnePassRowKernel), against the looping kernel's choices in
-// the same calls (H200, 2^26 elements, ms; copy 0.262 float64, 0.131 float32; bench/results/
-// 2026-11-30-one-pass-rows-h200.md):
-//   float64: exp 0.271 -> 0.259, expm1 0.287 -> 0.259, sin 0.272 -> 0.259, cos 0.273 ->
-//   0.260 (log, log1p, sigmoid level or slower: kept); erf and tanh at two packs since one
-//   row of dense operands runs without row arithmetic (FlatRowKernel, interleaved runs:
-//   erf 0.281 ms, tanh 0.273, where the one-pass kernel took 0.327 and 0.318);
-//   float32: erf 0.150 -> 0.138, tanh 0.136 -> 0.133, exp 0.136 -> 0.133, expm1 0.148 ->
-//   0.134, log 0.138 -> 0.132, log1p 0.135 -> 0.132, sigmoid 0.135 -> 0.132 (sin, cos level).
+// One pass at two packs a thread (OnePassRowKernel) where it beat the looping kernel: float32
+// but for sin and cos (level), float64 exp, expm1, sin, cos, and erf and tanh for one row of
+// dense operands (FlatRowKernel) (figures: bench/results/op-traits-tuning-h200.md, one pass).
 template <>
 inline constexpr ByWidth kRowOnePass<ErfOp>{0, 2, 2};
 template <>
@@ -198,8 +184,8 @@ template <>
 inline constexpr ByWidth kRowOnePass<SinOp>{0, 0, 2};
 template <>
 inline constexpr ByWidth kRowOnePass<CosOp>{0, 0, 2};
-// Its narrow form (float16, bfloat16) two: 0.0708 and 0.0700 ms against 0.0719 and 0.0759 with
-// four (H200, tensorcompute-row-kernel-bench sigmoid).
+// Its narrow form (float16, bfloat16) two packs: measured faster than four
+// (figures: bench/results/op-traits-tuning-h200.md, sigmoid narrow).
 template <bool R>
 inline constexpr ByWidth kRowPacks<NarrowMath<SigmoidOp, R>>{2, 0, 0};
 template <>
@@ -287,8 +273,8 @@ struct Wordwise<BitwiseNotOp> {
 TC_UNARY_OP(IsnanOp,
             ("isnan", kAllTypes, "a is NaN", TypeRule::kToBool),
             kAllTypes, bool, { return math::IsNan(a); })
-// float32 four packs a thread: 0.0828 ms against 0.0891 with two (H200, 2^26 elements,
-// tensorcompute-row-kernel-bench isnan).
+// float32 four packs a thread: measured faster than two
+// (figures: bench/results/op-traits-tuning-h200.md, isnan).
 template <>
 inline constexpr ByWidth kRowPacks<IsnanOp>{0, 4, 0};
 TC_UNARY_OP(IsinfOp,
@@ -374,13 +360,9 @@ struct GeluOp {
 template <>
 inline constexpr bool kNarrowMath<GeluOp> = true;
 
-// Packs a thread in the CUDA row kernel (measured as above): silu float32 0.148 -> 0.137 ms,
-// float64 0.304 -> 0.289 with four; gelu float32 0.151 -> 0.139 (tanh form 0.146 -> 0.138),
-// float16 0.104 -> 0.096 (tanh form 0.090 -> 0.082), bfloat16 0.108 -> 0.099 with four; gelu
-// float64 one pack in 16 rounds of resident blocks (kRowWaves): the erf form 0.358 (two
-// packs) -> 0.328, the tanh form 0.375 -> 0.321; silu float64 one pack in 16 rounds since its
-// reciprocal form (math::TimesSigmoid: one, two and four packs 0.265 / 0.270 / 0.272 ms; the
-// division at four 0.276).
+// Packs a thread in the CUDA row kernel, where measured faster: four for silu float32 and gelu
+// 16- and 32-bit; one in 16 rounds (kRowWaves) for float64 gelu (both forms) and silu (its
+// reciprocal form) (figures: bench/results/op-traits-tuning-h200.md, silu and gelu).
 template <>
 inline constexpr ByWidth kRowPacks<SiluOp>{0, 4, 1};
 template <>
@@ -389,13 +371,9 @@ template <>
 inline constexpr ByWidth kRowWaves<GeluOp>{0, 0, 16};
 template <>
 inline constexpr ByWidth kRowWaves<SiluOp>{0, 0, 16};
-// One pass at two packs a thread (OnePassRowKernel; measured as kRowOnePass<ExpOp>): silu
-// float64 0.266 -> 0.260, float32 0.136 -> 0.132; gelu float32 0.138 -> 0.132 (tanh form
-// 0.137 -> 0.133), float64's tanh form 0.283 -> 0.264. Its erf form in float64 keeps the
-// looping kernel for rows (0.314-0.332 there, 0.341-0.369 in one pass; in its own kernel
-// 0.360-0.370) but one row of dense operands, in its own kernel at one pack a thread (H200,
-// 2^26 elements, interleaved runs: 0.307-0.316 ms, 0.322-0.331 at two packs, 0.337-0.342
-// looping).
+// One pass at two packs a thread (OnePassRowKernel) for silu and gelu: measured faster. Gelu's
+// float64 erf form keeps the looping kernel for rows but for one row of dense operands: one
+// pass at one pack (figures: bench/results/op-traits-tuning-h200.md, silu and gelu one pass).
 template <>
 inline constexpr ByWidth kRowOnePass<SiluOp>{0, 2, 2};
 template <>
