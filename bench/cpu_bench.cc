@@ -47,7 +47,10 @@ struct Buffer {
   std::vector<char> bytes;
   TensorView View(DType t, DimVector shape, DimVector strides = {}, int64_t offset = 0) const {
     if (strides.empty()) strides = ContiguousStrides(shape);
-    return TensorView{t, std::move(shape), std::move(strides), offset,
+    return TensorView{t,
+                      std::move(shape),
+                      std::move(strides),
+                      offset,
                       reinterpret_cast<const std::byte*>(bytes.data()),
                       static_cast<int64_t>(bytes.size())};
   }
@@ -68,7 +71,8 @@ double MedianMs(const std::function<void()>& fn, int reps) {
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    ts.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ts.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2];
@@ -154,13 +158,14 @@ std::string MachineLine() {
   std::string features;
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  const std::pair<const char*, bool> flags[] = {
-      {"sse4.2", __builtin_cpu_supports("sse4.2")}, {"avx", __builtin_cpu_supports("avx")},
-      {"avx2", __builtin_cpu_supports("avx2")},     {"fma", __builtin_cpu_supports("fma")},
-      {"avx512f", __builtin_cpu_supports("avx512f")},
-      {"avx512dq", __builtin_cpu_supports("avx512dq")},
-      {"avx512bw", __builtin_cpu_supports("avx512bw")},
-      {"avx512vl", __builtin_cpu_supports("avx512vl")}};
+  const std::pair<const char*, bool> flags[] = {{"sse4.2", __builtin_cpu_supports("sse4.2")},
+                                                {"avx", __builtin_cpu_supports("avx")},
+                                                {"avx2", __builtin_cpu_supports("avx2")},
+                                                {"fma", __builtin_cpu_supports("fma")},
+                                                {"avx512f", __builtin_cpu_supports("avx512f")},
+                                                {"avx512dq", __builtin_cpu_supports("avx512dq")},
+                                                {"avx512bw", __builtin_cpu_supports("avx512bw")},
+                                                {"avx512vl", __builtin_cpu_supports("avx512vl")}};
   for (const auto& [flag, has] : flags) {
     if (has) features += std::string(features.empty() ? "" : " ") + flag;
   }
@@ -201,7 +206,8 @@ ABSL_FLAG(bool, compare_isas, false,
           "(kernels/cpu/isa.h), the levels interleaved per case.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("The CPU backend on the case table, beside PyTorch on the same views.");
+  absl::SetProgramUsageMessage(
+      "The CPU backend on the case table, beside PyTorch on the same views.");
   absl::ParseCommandLine(argc, argv);
   using namespace tc;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -219,12 +225,18 @@ int main(int argc, char** argv) {
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
   const Buffer a = Make<float>(N, [&](int64_t) { return uni(rng); });
   const Buffer b = Make<float>(N, [&](int64_t) { return uni(rng); });
-  const Buffer h1 = Make<Half>(N, [&](int64_t i) { return Half(reinterpret_cast<const float*>(a.bytes.data())[i]); });
-  const Buffer h2 = Make<Half>(N, [&](int64_t i) { return Half(reinterpret_cast<const float*>(b.bytes.data())[i]); });
+  const Buffer h1 = Make<Half>(
+      N, [&](int64_t i) { return Half(reinterpret_cast<const float*>(a.bytes.data())[i]); });
+  const Buffer h2 = Make<Half>(
+      N, [&](int64_t i) { return Half(reinterpret_cast<const float*>(b.bytes.data())[i]); });
   const Buffer row = Make<float>(M, [&](int64_t) { return uni(rng); });
   const Buffer col = Make<float>(M, [&](int64_t) { return uni(rng); });
-  const Buffer i1 = Make<int32_t>(N, [&](int64_t i) { return static_cast<int32_t>(reinterpret_cast<const float*>(a.bytes.data())[i] * 1000); });
-  const Buffer i2 = Make<int32_t>(N, [&](int64_t i) { return static_cast<int32_t>(reinterpret_cast<const float*>(b.bytes.data())[i] * 1000) + 1; });
+  const Buffer i1 = Make<int32_t>(N, [&](int64_t i) {
+    return static_cast<int32_t>(reinterpret_cast<const float*>(a.bytes.data())[i] * 1000);
+  });
+  const Buffer i2 = Make<int32_t>(N, [&](int64_t i) {
+    return static_cast<int32_t>(reinterpret_cast<const float*>(b.bytes.data())[i] * 1000) + 1;
+  });
   const Buffer c = Make<float>(N, [&](int64_t) { return uni(rng); });
   const Buffer d = Make<float>(N, [&](int64_t) { return uni(rng); });
   const Buffer sa = Make<float>(4096, [&](int64_t) { return uni(rng); });
@@ -243,15 +255,22 @@ int main(int argc, char** argv) {
       {"add_f32_transposed_in", "add", {a.View(F32, {M, M}), b.View(F32, {M, M}, {1, M})}, {}, ""},
       {"add_i32_contig", "add", {i1.View(I32, {N}), i2.View(I32, {N})}, {}, ""},
       {"add_f32_small_4k", "add", {sa.View(F32, {4096}), sb.View(F32, {4096})}, {}, ""},
-      {"expr_sigmoid_chain_f32", "", {a.View(F32, {N}), b.View(F32, {N}), c.View(F32, {N}),
-        d.View(F32, {N})}, {}, "sigmoid(a * b + c) * d"},
-      {"expr_affine_bcast_row_f32", "", {a.View(F32, {M, M}), row.View(F32, {M}),
-        col.View(F32, {M})}, {}, "tanh(a * b + c)"},
+      {"expr_sigmoid_chain_f32",
+       "",
+       {a.View(F32, {N}), b.View(F32, {N}), c.View(F32, {N}), d.View(F32, {N})},
+       {},
+       "sigmoid(a * b + c) * d"},
+      {"expr_affine_bcast_row_f32",
+       "",
+       {a.View(F32, {M, M}), row.View(F32, {M}), col.View(F32, {M})},
+       {},
+       "tanh(a * b + c)"},
   };
 
   if (!only.empty()) {
-    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return c.name != only; }),
-                cases.end());
+    cases.erase(
+        std::remove_if(cases.begin(), cases.end(), [&](const Case& c) { return c.name != only; }),
+        cases.end());
   }
   CpuBackend backend(threads);
   int isa_index = static_cast<int>(cpu::ProcessIsa());
@@ -268,11 +287,14 @@ int main(int argc, char** argv) {
   backend.set_isa(isa_index);
   std::vector<char> out(static_cast<size_t>(N) * 4);
   auto time_ours = [&](const Case& c, int n, absl::Status& status) {
-    return MedianMs([&] {
-      auto op = c.expr.empty() ? PrepareOp(c.op, c.inputs, {}, c.output, TileRule::kAnyPermuted)
-                               : expr::PrepareExpression(c.expr, {}, c.inputs, c.output);
-      status = op.ok() ? backend.Run(*op, c.inputs, reinterpret_cast<std::byte*>(out.data())) : op.status();
-    }, n);
+    return MedianMs(
+        [&] {
+          auto op = c.expr.empty() ? PrepareOp(c.op, c.inputs, {}, c.output, TileRule::kAnyPermuted)
+                                   : expr::PrepareExpression(c.expr, {}, c.inputs, c.output);
+          status = op.ok() ? backend.Run(*op, c.inputs, reinterpret_cast<std::byte*>(out.data()))
+                           : op.status();
+        },
+        n);
   };
   // NumPy and PyTorch run between two halves of our repetitions of the same case, so that a
   // machine getting faster or slower over the run does not favour either side.
@@ -289,8 +311,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<ReferenceProcess> python;
   std::string versions = "reference not run";
   if (reference != "none") {
-    python = ReferenceProcess::Start({"/usr/bin/python3", reference, std::to_string(threads),
-                                      std::to_string(reps), "--serve"});
+    python = ReferenceProcess::Start(
+        {"/usr/bin/python3", reference, std::to_string(threads), std::to_string(reps), "--serve"});
     char line[512];
     if (!python || std::fgets(line, sizeof line, python->from) == nullptr || line[0] != '#') {
       std::fprintf(stderr, "reference script did not start: %s\n", reference.c_str());
@@ -303,36 +325,38 @@ int main(int argc, char** argv) {
   // Per case, one figure per round; the table shows each column's median over the rounds.
   std::map<std::string, std::vector<double>> ours_runs, np_runs, th_runs, ne_runs;
   for (int round = 0; round < rounds; ++round)
-  for (const Case& c : cases) {
-    std::map<std::string, std::pair<double, double>> refs;
-    std::map<std::string, double> numexpr;
-    absl::Status status;
-    const double first = time_ours(c, (reps + 1) / 2, status);
-    if (!status.ok()) {
-      std::fprintf(stderr, "%s: %s\n", c.name.c_str(), status.ToString().c_str());
-      return 1;
-    }
-    if (python) {
-      std::fprintf(python->to, "%s\n", c.name.c_str());
-      std::fflush(python->to);
-      char line[512];
-      if (std::fgets(line, sizeof line, python->from) != nullptr) {
-        std::istringstream in(line);
-        std::string name;
-        double np_ms, th_ms, ne_ms;
-        if (in >> name >> np_ms >> th_ms) refs[name] = {np_ms, th_ms};
-        if (in >> ne_ms) numexpr[name] = ne_ms;
+    for (const Case& c : cases) {
+      std::map<std::string, std::pair<double, double>> refs;
+      std::map<std::string, double> numexpr;
+      absl::Status status;
+      const double first = time_ours(c, (reps + 1) / 2, status);
+      if (!status.ok()) {
+        std::fprintf(stderr, "%s: %s\n", c.name.c_str(), status.ToString().c_str());
+        return 1;
       }
-      if (refs.empty()) std::fprintf(stderr, "reference script gave nothing for %s\n", c.name.c_str());
+      if (python) {
+        std::fprintf(python->to, "%s\n", c.name.c_str());
+        std::fflush(python->to);
+        char line[512];
+        if (std::fgets(line, sizeof line, python->from) != nullptr) {
+          std::istringstream in(line);
+          std::string name;
+          double np_ms, th_ms, ne_ms;
+          if (in >> name >> np_ms >> th_ms) refs[name] = {np_ms, th_ms};
+          if (in >> ne_ms) numexpr[name] = ne_ms;
+        }
+        if (refs.empty())
+          std::fprintf(stderr, "reference script gave nothing for %s\n", c.name.c_str());
+      }
+      const double second = time_ours(c, (reps + 1) / 2, status);
+      ours_runs[c.name].push_back((first + second) / 2);
+      if (auto it = refs.find(c.name); it != refs.end()) {
+        np_runs[c.name].push_back(it->second.first);
+        th_runs[c.name].push_back(it->second.second);
+      }
+      if (auto it = numexpr.find(c.name); it != numexpr.end())
+        ne_runs[c.name].push_back(it->second);
     }
-    const double second = time_ours(c, (reps + 1) / 2, status);
-    ours_runs[c.name].push_back((first + second) / 2);
-    if (auto it = refs.find(c.name); it != refs.end()) {
-      np_runs[c.name].push_back(it->second.first);
-      th_runs[c.name].push_back(it->second.second);
-    }
-    if (auto it = numexpr.find(c.name); it != numexpr.end()) ne_runs[c.name].push_back(it->second);
-  }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -363,7 +387,8 @@ int main(int argc, char** argv) {
     char us_ms[32], np_s[32], th_s[32];
     std::snprintf(us_ms, sizeof us_ms, f, us);
     if (it == refs.end()) {
-      std::snprintf(buf, sizeof buf, "| %s | %s | - | - | - | - | - | - |\n", c.name.c_str(), us_ms);
+      std::snprintf(buf, sizeof buf, "| %s | %s | - | - | - | - | - | - |\n", c.name.c_str(),
+                    us_ms);
     } else {
       const auto [np_ms, th_ms] = it->second;
       std::snprintf(np_s, sizeof np_s, f, np_ms);
@@ -385,9 +410,12 @@ int main(int argc, char** argv) {
     for (int round = 0; round < rounds; ++round) {
       absl::Status status;
       mine.push_back(time_ours(c, reps, status));
-      plain.push_back(MedianMs([&] {
-        loop_pool.ParallelFor(N, kGrainForPlainAdd, [&](int64_t s0, int64_t e0) { PlainAdd(fa, fb, fo, s0, e0); });
-      }, reps));
+      plain.push_back(MedianMs(
+          [&] {
+            loop_pool.ParallelFor(N, kGrainForPlainAdd,
+                                  [&](int64_t s0, int64_t e0) { PlainAdd(fa, fb, fo, s0, e0); });
+          },
+          reps));
     }
     char line[256];
     std::snprintf(line, sizeof line,
@@ -419,7 +447,8 @@ int main(int argc, char** argv) {
       isa_table << "| " << c.name << " |";
       int best = levels.front();
       for (int i : levels) {
-        std::snprintf(buf, sizeof buf, median(runs[i]) < 0.1 ? " %.4f |" : " %.3f |", median(runs[i]));
+        std::snprintf(buf, sizeof buf, median(runs[i]) < 0.1 ? " %.4f |" : " %.3f |",
+                      median(runs[i]));
         isa_table << buf;
         if (median(runs[i]) < median(runs[best])) best = i;
       }
@@ -428,21 +457,26 @@ int main(int argc, char** argv) {
     backend.set_isa(isa_index);
   }
   const std::string machine = MachineLine();
-  const std::string loops = std::string("CPU loops: ") + cpu::IsaName(static_cast<cpu::Isa>(isa_index)) +
+  const std::string loops = std::string("CPU loops: ") +
+                            cpu::IsaName(static_cast<cpu::Isa>(isa_index)) +
                             (isa.empty() ? " (the highest level available)" : " (--isa)");
-  std::printf("cpu: %s\n%s\nthreads=%d reps=%d rounds=%d (%s)\n%s%s%s%s", machine.c_str(), loops.c_str(),
-              threads, reps, rounds, versions.c_str(), table.str().c_str(),
+  std::printf("cpu: %s\n%s\nthreads=%d reps=%d rounds=%d (%s)\n%s%s%s%s", machine.c_str(),
+              loops.c_str(), threads, reps, rounds, versions.c_str(), table.str().c_str(),
               anchor.empty() ? "" : "\n", anchor.empty() ? "" : (anchor + "\n").c_str(),
               isa_table.str().c_str());
   if (!markdown.empty()) {
     std::ofstream md(markdown);
-    md << "CPU: " << machine << ".\n" << loops << ".\n\nCPU backend, " << threads << " threads; per case the median over " << rounds
-       << " rounds of the median of " << reps << " calls; " << versions
-       << ". Ratios above 1 mean tensorcompute is faster.\n\n" << table.str();
+    md << "CPU: " << machine << ".\n"
+       << loops << ".\n\nCPU backend, " << threads << " threads; per case the median over "
+       << rounds << " rounds of the median of " << reps << " calls; " << versions
+       << ". Ratios above 1 mean tensorcompute is faster.\n\n"
+       << table.str();
     if (!anchor.empty()) md << "\n" << anchor << ".\n";
     if (compare_isas) {
-      md << "\nThe CPU backend under each vector extension level (--compare_isas), per case the median "
-            "over " << rounds << " rounds of the median of " << reps << " calls, levels interleaved:\n"
+      md << "\nThe CPU backend under each vector extension level (--compare_isas), per case the "
+            "median "
+            "over "
+         << rounds << " rounds of the median of " << reps << " calls, levels interleaved:\n"
          << isa_table.str();
     }
   }

@@ -101,7 +101,8 @@ ABSL_FLAG(std::string, markdown, "", "Write the table here too.");
 ABSL_FLAG(bool, sweep, false, "Also each expression at other pack widths and packs a thread.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Fused expressions beside their ops one by one, a copy and torch.compile.");
+  absl::SetProgramUsageMessage(
+      "Fused expressions beside their ops one by one, a copy and torch.compile.");
   absl::ParseCommandLine(argc, argv);
   using namespace tc;
   const std::string torch_script = absl::GetFlag(FLAGS_torch);
@@ -131,14 +132,23 @@ int main(int argc, char** argv) {
   const DType F32 = DType::kFloat32, F16 = DType::kFloat16;
   const std::vector<Case> cases = {
       {"chain_f32", "sigmoid(a * b + c) * d", {F32, F32, F32, F32}, {{N}, {N}, {N}, {N}}, F32},
-      {"chain_f16_in_f32_out", "sigmoid(a * b + c) * d", {F16, F16, F16, F16},
-       {{N}, {N}, {N}, {N}}, F32},
-      {"chain_f32_bcast_rows", "sigmoid(a * b + c) * d", {F32, F32, F32, F32},
-       {{M, M}, {M}, {M}, {M, M}}, F32},
-      {"affine_norm_f32", "(a - 0.5) * 1.7 * b + c", {F32, F32, F32},
-       {{M, M}, {M}, {M}}, F32},
+      {"chain_f16_in_f32_out",
+       "sigmoid(a * b + c) * d",
+       {F16, F16, F16, F16},
+       {{N}, {N}, {N}, {N}},
+       F32},
+      {"chain_f32_bcast_rows",
+       "sigmoid(a * b + c) * d",
+       {F32, F32, F32, F32},
+       {{M, M}, {M}, {M}, {M, M}},
+       F32},
+      {"affine_norm_f32", "(a - 0.5) * 1.7 * b + c", {F32, F32, F32}, {{M, M}, {M}, {M}}, F32},
       {"where_f32", "where(a > 0, a * 0.1, b)", {F32, F32}, {{N}, {N}}, F32},
-      {"transposed_f32", "sigmoid(a) * b + c", {F32, F32, F32}, {{M, M}, {M, M}, {M, M}}, F32,
+      {"transposed_f32",
+       "sigmoid(a) * b + c",
+       {F32, F32, F32},
+       {{M, M}, {M, M}, {M, M}},
+       F32,
        true},
   };
 
@@ -173,7 +183,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < in.size(); ++i) {
       base[i + 1] = reinterpret_cast<char*>(in_bufs[i].p) + program.space.offsets[i + 1];
     }
-    const cuda::ExprLaunch launch = cuda::PrepareExprLaunch(program, base, env.multiprocessors, arch);
+    const cuda::ExprLaunch launch =
+        cuda::PrepareExprLaunch(program, base, env.multiprocessors, arch);
     std::promise<std::shared_ptr<const cuda::ExprKernel>> got;
     cache.Get(launch.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
       if (!r.ok()) {
@@ -231,8 +242,9 @@ int main(int argc, char** argv) {
         for (int u : {1, 2}) {
           const double ms = time_walk(v, u, &compile_ms);
           std::printf("sweep %-22s V=%d U=%d %s: %.3f ms, %.1f%% of copy, compiled in %.0f ms\n",
-                      k.name.c_str(), v, u, v == chosen_vector && u == chosen.unroll ? "(chosen)" : "        ",
-                      ms, 100 * row.copy / ms, compile_ms);
+                      k.name.c_str(), v, u,
+                      v == chosen_vector && u == chosen.unroll ? "(chosen)" : "        ", ms,
+                      100 * row.copy / ms, compile_ms);
         }
       }
     }
@@ -294,7 +306,8 @@ int main(int argc, char** argv) {
     };
     row.opbyop = median_ms(run_ops);
     // The results side by side.
-    std::vector<char> fused(static_cast<size_t>(out.bytes)), each(fused.size()), steps(fused.size());
+    std::vector<char> fused(static_cast<size_t>(out.bytes)), each(fused.size()),
+        steps(fused.size());
     TC_CHECK_CUDA(cudaMemcpy(fused.data(), out.p, fused.size(), cudaMemcpyDeviceToHost));
     // As the engine runs the expression while its kernel compiles (kernels/cuda/expr_steps.h),
     // into the same output.
@@ -314,14 +327,16 @@ int main(int argc, char** argv) {
     std::vector<TensorView> host_views = in;
     for (size_t i = 0; i < in.size(); ++i) {
       host[i].resize(static_cast<size_t>(in_bufs[i].bytes));
-      TC_CHECK_CUDA(cudaMemcpy(host[i].data(), in_bufs[i].p, host[i].size(), cudaMemcpyDeviceToHost));
+      TC_CHECK_CUDA(
+          cudaMemcpy(host[i].data(), in_bufs[i].p, host[i].size(), cudaMemcpyDeviceToHost));
       host_views[i].data = reinterpret_cast<const std::byte*>(host[i].data());
     }
     std::vector<char> cpu_out(fused.size());
     {
       static CpuBackend cpu(0);
       auto hp = expr::PrepareExpression(k.text, {}, host_views, output);
-      if (!hp.ok() || !cpu.Run(*hp, host_views, reinterpret_cast<std::byte*>(cpu_out.data())).ok()) {
+      if (!hp.ok() ||
+          !cpu.Run(*hp, host_views, reinterpret_cast<std::byte*>(cpu_out.data())).ok()) {
         std::fprintf(stderr, "%s: CPU run failed\n", k.name.c_str());
         return 1;
       }
@@ -342,8 +357,8 @@ int main(int argc, char** argv) {
       return differ == 0 ? std::string("identical")
                          : absl::StrFormat("%d differ, by %.2g at most", differ, worst);
     };
-    row.check = absl::StrCat("one by one: ", compare(fused, each), "; steps: ",
-                             step_run != nullptr ? compare(fused, steps) : "not run",
+    row.check = absl::StrCat("one by one: ", compare(fused, each),
+                             "; steps: ", step_run != nullptr ? compare(fused, steps) : "not run",
                              "; CPU: ", compare(fused, cpu_out));
     rows.push_back(row);
   }
@@ -374,10 +389,11 @@ int main(int argc, char** argv) {
       "torch eager ms | torch.compile ms | vs torch.compile | fused against |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
-    md += absl::StrFormat("| %s | %.3f | %.0f | %.1f%% | %.3f | %.2fx | %.3f | %.3f | %.3f | %.2fx | %s |\n",
-                          r.name, r.fused, r.bytes / r.fused / 1e6, 100 * r.copy / r.fused,
-                          r.opbyop, r.opbyop / r.fused, r.steps, r.torch_eager, r.torch_compiled,
-                          r.torch_compiled > 0 ? r.torch_compiled / r.fused : 0.0, r.check);
+    md += absl::StrFormat(
+        "| %s | %.3f | %.0f | %.1f%% | %.3f | %.2fx | %.3f | %.3f | %.3f | %.2fx | %s |\n", r.name,
+        r.fused, r.bytes / r.fused / 1e6, 100 * r.copy / r.fused, r.opbyop, r.opbyop / r.fused,
+        r.steps, r.torch_eager, r.torch_compiled,
+        r.torch_compiled > 0 ? r.torch_compiled / r.fused : 0.0, r.check);
   }
 
   // A new expression: generation, NVRTC and loading, as the first request for it waits; the
@@ -397,11 +413,18 @@ int main(int argc, char** argv) {
     };
     const DevBuf x = Random(F32, 1 << 20, 3), y = Random(F32, 1 << 20, 4), z = Alloc(4 << 20);
     const std::vector<TensorView> in = {View(x, F32, {1 << 20}), View(y, F32, {1 << 20})};
-    const char* texts[] = {"sigmoid(a * b + 1) * a", "tanh(a) * b - 2", "exp(-a * a) + b",
-                           "where(a > b, a, b * 0.5)", "clamp(a * b, min=0, max=6)",
-                           "log1p(abs(a)) / (b * b + 1)", "gelu(a) + silu(b)",
-                           "cast(a * 100, int32) // 7 + cast(b, int32)", "a * 3 + b",
-                           "sqrt(abs(a - b)) * 0.5", "erf(a) - erf(b)", "maximum(a, b) - minimum(a, b)"};
+    const char* texts[] = {"sigmoid(a * b + 1) * a",
+                           "tanh(a) * b - 2",
+                           "exp(-a * a) + b",
+                           "where(a > b, a, b * 0.5)",
+                           "clamp(a * b, min=0, max=6)",
+                           "log1p(abs(a)) / (b * b + 1)",
+                           "gelu(a) + silu(b)",
+                           "cast(a * 100, int32) // 7 + cast(b, int32)",
+                           "a * 3 + b",
+                           "sqrt(abs(a - b)) * 0.5",
+                           "erf(a) - erf(b)",
+                           "maximum(a, b) - minimum(a, b)"};
     // Each text's first request through `cache`, in ms.
     auto first_requests = [&](cuda::ExprKernelCache& cache) {
       std::vector<double> ms;
@@ -411,21 +434,26 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "%s: %s\n", text, p.status().ToString().c_str());
           std::exit(1);
         }
-        char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};
+        char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p),
+                      reinterpret_cast<char*>(y.p)};
         const auto t0 = std::chrono::steady_clock::now();
-        const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env.multiprocessors, arch);
+        const cuda::ExprLaunch l =
+            cuda::PrepareExprLaunch(*p->expression, b, env.multiprocessors, arch);
         std::promise<void> done;
         cache.Get(l.source, arch, [&](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>> r) {
           if (!r.ok()) std::fprintf(stderr, "%s\n", r.status().ToString().c_str());
           done.set_value();
         });
         done.get_future().get();
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
       }
       std::sort(ms.begin(), ms.end());
       return ms;
     };
-    auto row = [&](const char* what, const std::vector<double>& ms, const cuda::ExprCacheStats& st) {
+    auto row = [&](const char* what, const std::vector<double>& ms,
+                   const cuda::ExprCacheStats& st) {
       md += absl::StrFormat("| %s | %.1f | %.1f | %.1f | %d | %d | %d |\n", what, ms[ms.size() / 2],
                             ms.front(), ms.back(), static_cast<int>(st.compiles),
                             static_cast<int>(st.disk_loads), static_cast<int>(st.disk.rejected));
@@ -434,7 +462,8 @@ int main(int argc, char** argv) {
         "\nFirst request for a new expression (generate, then compile with NVRTC and load, or "
         "load from the disk cache), %zu expressions, each cache fresh in memory (a new "
         "process's):\n\n| path | median ms | min | max | compiled | from disk | refused |\n"
-        "|---|---|---|---|---|---|---|\n", std::size(texts));
+        "|---|---|---|---|---|---|---|\n",
+        std::size(texts));
     {
       cuda::ExprKernelCache cold(cuda::ExprKernelCache::Options{});
       cold.UseDisk(open_disk());
@@ -491,7 +520,9 @@ int main(int argc, char** argv) {
           return 1;
         }
         TC_CHECK_CUDA(cudaStreamSynchronize(stream));
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        ms.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count());
       }
       std::sort(ms.begin(), ms.end());
       const cuda::ExprCacheStats after = shared.stats();
@@ -499,26 +530,33 @@ int main(int argc, char** argv) {
           "The same first requests as the engine answers them by default (their ops one by one "
           "at once, each kernel compiling behind them), from the planned request to its result "
           "on the device: median %.2f ms, min %.2f, max %.2f (%d answered by steps).\n",
-          ms[ms.size() / 2], ms.front(), ms.back(), static_cast<int>(after.stepwise - before.stepwise));
+          ms[ms.size() / 2], ms.front(), ms.back(),
+          static_cast<int>(after.stepwise - before.stepwise));
       // Their compilations finish before anything else is timed.
-      while (shared.stats().compiling > 0 || shared.stats().compiles + shared.stats().compile_failures <
-                                                  before.compiles + before.compile_failures + std::size(texts)) {
+      while (shared.stats().compiling > 0 ||
+             shared.stats().compiles + shared.stats().compile_failures <
+                 before.compiles + before.compile_failures + std::size(texts)) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
     // Cached: the chain over 2^26 elements, its launch prepared and found, 20000 times.
     auto p = expr::PrepareExpression("sigmoid(a * b + 1) * a", {}, in);
-    char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p), reinterpret_cast<char*>(y.p)};
+    char* b[3] = {reinterpret_cast<char*>(z.p), reinterpret_cast<char*>(x.p),
+                  reinterpret_cast<char*>(y.p)};
     const int kHits = 20000;
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < kHits; ++i) {
-      const cuda::ExprLaunch l = cuda::PrepareExprLaunch(*p->expression, b, env.multiprocessors, arch);
+      const cuda::ExprLaunch l =
+          cuda::PrepareExprLaunch(*p->expression, b, env.multiprocessors, arch);
       fresh.Get(l.source, arch, [](absl::StatusOr<std::shared_ptr<const cuda::ExprKernel>>) {});
     }
     const double hit_us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kHits;
-    md += absl::StrFormat("A cached expression's host work per request (generate the source, find "
-                          "the kernel, build its arguments): %.2f us.\n", hit_us);
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        kHits;
+    md += absl::StrFormat(
+        "A cached expression's host work per request (generate the source, find "
+        "the kernel, build its arguments): %.2f us.\n",
+        hit_us);
   }
   std::printf("%s", md.c_str());
   if (!md_path.empty()) {

@@ -89,7 +89,8 @@ ABSL_FLAG(std::string, json, "", "Write the results here as JSON.");
 ABSL_FLAG(std::string, markdown, "", "Write the table here too.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("The CUDA kernels on the case matrix, beside a device-to-device copy and PyTorch.");
+  absl::SetProgramUsageMessage(
+      "The CUDA kernels on the case matrix, beside a device-to-device copy and PyTorch.");
   absl::ParseCommandLine(argc, argv);
   using namespace tc;
   const std::string torch_script = absl::GetFlag(FLAGS_torch);
@@ -135,7 +136,8 @@ int main(int argc, char** argv) {
   const DevBuf x1 = Upload(hx1), x2 = Upload(hx2), bo = bench::Alloc(N);
   const DevBuf s1 = Upload(Uniform(1, 4)), row = Upload(Uniform(M, 5)), col = Upload(Uniform(M, 6));
   const DevBuf big = Upload(Uniform(2 * N, 7)), bigb = Upload(Uniform(2 * N, 8));
-  const DevBuf sa = Upload(Uniform(4096, 9)), sb = Upload(Uniform(4096, 10)), so = bench::Alloc(4096 * 4);
+  const DevBuf sa = Upload(Uniform(4096, 9)), sb = Upload(Uniform(4096, 10)),
+               so = bench::Alloc(4096 * 4);
 
   const DType F32 = DType::kFloat32, F16 = DType::kFloat16, BF16 = DType::kBFloat16,
               I32 = DType::kInt32, B = DType::kBool;
@@ -156,28 +158,52 @@ int main(int argc, char** argv) {
       {"logical_and_bool", "logical_and", {x1.View(B, {N}), x2.View(B, {N})}, &bo, {}, {}},
       {"add_i32_contig", "add", {i1.View(I32, {N}), i2.View(I32, {N})}, &io, {}, {}},
       {"mod_i32_contig", "remainder", {i1.View(I32, {N}), i2.View(I32, {N})}, &io, {}, {}},
-      {"addcmul_f32_ternary", "addcmul", {c.View(F32, {N}), a.View(F32, {N}), b.View(F32, {N})},
-       &o, {}, {}},
+      {"addcmul_f32_ternary",
+       "addcmul",
+       {c.View(F32, {N}), a.View(F32, {N}), b.View(F32, {N})},
+       &o,
+       {},
+       {}},
       {"where_f32", "where", {bo.View(B, {N}), a.View(F32, {N}), b.View(F32, {N})}, &o, {}, {}},
       {"add_f32_bcast_row", "add", {a.View(F32, {M, M}), row.View(F32, {M})}, &o, {}, {}},
       {"add_f32_bcast_col", "add", {a.View(F32, {M, M}), col.View(F32, {M, 1})}, &o, {}, {}},
-      {"add_f32_transposed_in", "add", {a.View(F32, {M, M}), b.View(F32, {M, M}, {1, M})}, &o,
-       {}, {}},
-      {"add_f32_transposed_out", "add", {a.View(F32, {M, M}), b.View(F32, {M, M})}, &o,
-       transposed_out, {}},
-      {"add_f32_nchw_per_channel", "add",
-       {a.View(F32, {32, 256, 64, 128}), row.View(F32, {1, 256, 1, 1})}, &o, {}, {}},
-      {"add_f32_nhwc_per_channel", "add",
-       {a.View(F32, {32, 64, 128, 256}), row.View(F32, {256})}, &o, {}, {}},
-      {"add_f32_stride2_in", "add", {big.View(F32, {N}, {2}), bigb.View(F32, {N}, {2})}, &o, {},
+      {"add_f32_transposed_in",
+       "add",
+       {a.View(F32, {M, M}), b.View(F32, {M, M}, {1, M})},
+       &o,
+       {},
+       {}},
+      {"add_f32_transposed_out",
+       "add",
+       {a.View(F32, {M, M}), b.View(F32, {M, M})},
+       &o,
+       transposed_out,
+       {}},
+      {"add_f32_nchw_per_channel",
+       "add",
+       {a.View(F32, {32, 256, 64, 128}), row.View(F32, {1, 256, 1, 1})},
+       &o,
+       {},
+       {}},
+      {"add_f32_nhwc_per_channel",
+       "add",
+       {a.View(F32, {32, 64, 128, 256}), row.View(F32, {256})},
+       &o,
+       {},
+       {}},
+      {"add_f32_stride2_in",
+       "add",
+       {big.View(F32, {N}, {2}), bigb.View(F32, {N}, {2})},
+       &o,
+       {},
        {}},
       {"add_f32_outer_bcast", "add", {col.View(F32, {M, 1}), row.View(F32, {1, M})}, &o, {}, {}},
       {"add_f32_small_4k", "add", {sa.View(F32, {4096}), sb.View(F32, {4096})}, &so, {}, {}},
   };
   if (!only.empty()) {
-    cases.erase(std::remove_if(cases.begin(), cases.end(),
-                               [&](const Case& k) { return k.name != only; }),
-                cases.end());
+    cases.erase(
+        std::remove_if(cases.begin(), cases.end(), [&](const Case& k) { return k.name != only; }),
+        cases.end());
   }
 
   struct Result {
@@ -249,9 +275,8 @@ int main(int argc, char** argv) {
   if (!torch_script.empty()) {
     // Free our buffers first, so the script has the device's memory to itself.
     timer.Release();
-    for (const DevBuf* d : {&a, &b, &c, &o, &h1, &h2, &ho, &g1, &g2, &go,
-                            &i1, &i2, &io, &x1, &x2, &bo, &s1, &row, &col, &big, &bigb, &sa, &sb,
-                            &so}) {
+    for (const DevBuf* d : {&a,  &b,  &c,  &o,  &h1, &h2,  &ho,  &g1,  &g2,   &go, &i1, &i2,
+                            &io, &x1, &x2, &bo, &s1, &row, &col, &big, &bigb, &sa, &sb, &so}) {
       TC_CHECK_CUDA(cudaFree(d->p));
     }
     std::istringstream lines(bench::Capture("python3 " + torch_script + " 2>&1"));
@@ -265,12 +290,13 @@ int main(int argc, char** argv) {
         torch[name] = TorchRow{ms, gbs, pct};
       }
     }
-    torch_version = bench::Capture("python3 -c 'import torch; print(torch.__version__)' 2>/dev/null");
+    torch_version =
+        bench::Capture("python3 -c 'import torch; print(torch.__version__)' 2>/dev/null");
     if (torch.empty()) std::fprintf(stderr, "no figures from %s\n", torch_script.c_str());
   }
 
-  const std::string driver =
-      bench::Capture("nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1");
+  const std::string driver = bench::Capture(
+      "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1");
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
@@ -283,8 +309,8 @@ int main(int argc, char** argv) {
                 "against the copy of its own run; %% same-size copy: a copy moving the case's "
                 "bytes, timed the same way, in ms over our ms; vs torch = torch ms / our ms.\n\n",
                 date, prop.name, driver.empty() ? "?" : driver.c_str(),
-                torch_version.empty() ? "not run" : torch_version.c_str(), copy_gbs,
-                torch_copy_gbs, reps);
+                torch_version.empty() ? "not run" : torch_version.c_str(), copy_gbs, torch_copy_gbs,
+                reps);
   md << buf;
   md << "| case | ms | GB/s | % copy | % same-size copy | torch ms | torch % copy | vs torch |\n"
      << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
@@ -308,8 +334,9 @@ int main(int argc, char** argv) {
     std::ofstream js(json_path);
     js << "{\n  \"date\": \"" << date << "\", \"device\": \"" << prop.name << "\", \"driver\": \""
        << driver << "\", \"torch\": \"" << torch_version << "\",\n";
-    std::snprintf(buf, sizeof buf, "  \"copy_gbs\": %.1f, \"torch_copy_gbs\": %.1f, \"reps\": %d,\n",
-                  copy_gbs, torch_copy_gbs, reps);
+    std::snprintf(buf, sizeof buf,
+                  "  \"copy_gbs\": %.1f, \"torch_copy_gbs\": %.1f, \"reps\": %d,\n", copy_gbs,
+                  torch_copy_gbs, reps);
     js << buf << "  \"cases\": {";
     bool first = true;
     for (const Case& k : cases) {

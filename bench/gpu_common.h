@@ -21,12 +21,12 @@
 
 namespace tc::bench {
 
-#define TC_CHECK_CUDA(expr)                                                           \
-  do {                                                                                \
-    if (cudaError_t e_ = (expr); e_ != cudaSuccess) {                                 \
-      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_));                \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+#define TC_CHECK_CUDA(expr)                                            \
+  do {                                                                 \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess) {                  \
+      std::fprintf(stderr, "%s: %s\n", #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                    \
+    }                                                                  \
   } while (0)
 
 // Device memory with its size.
@@ -165,7 +165,8 @@ inline std::string CheckAgainstCpu(CpuBackend& cpu, const PreparedOp& op,
   std::vector<TensorView> views = inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     host[i].resize(static_cast<size_t>(inputs[i].storage_bytes));
-    TC_CHECK_CUDA(cudaMemcpy(host[i].data(), inputs[i].data, host[i].size(), cudaMemcpyDeviceToHost));
+    TC_CHECK_CUDA(
+        cudaMemcpy(host[i].data(), inputs[i].data, host[i].size(), cudaMemcpyDeviceToHost));
     views[i].data = host[i].data();
   }
   std::vector<std::byte> want(static_cast<size_t>(op.plan.out_storage_bytes));
@@ -201,8 +202,9 @@ inline std::string CheckAgainstCpu(CpuBackend& cpu, const PreparedOp& op,
     worst = std::max(worst, distance);
   }
   if (mismatches == 0) return "";
-  return std::to_string(mismatches) + " elements differ from the CPU backend (largest bit distance " +
-         std::to_string(worst) + ")";
+  return std::to_string(mismatches) +
+         " elements differ from the CPU backend (largest bit distance " + std::to_string(worst) +
+         ")";
 }
 
 }  // namespace tc::bench

@@ -103,16 +103,26 @@ In Permuted(DType t, const DimVector& shape, const std::vector<int>& perm) {
 
 const char* Short(DType t) {
   switch (t) {
-    case DType::kBool: return "bool";
-    case DType::kUInt8: return "u8";
-    case DType::kInt8: return "i8";
-    case DType::kInt16: return "i16";
-    case DType::kInt32: return "i32";
-    case DType::kInt64: return "i64";
-    case DType::kFloat16: return "f16";
-    case DType::kBFloat16: return "bf16";
-    case DType::kFloat32: return "f32";
-    case DType::kFloat64: return "f64";
+    case DType::kBool:
+      return "bool";
+    case DType::kUInt8:
+      return "u8";
+    case DType::kInt8:
+      return "i8";
+    case DType::kInt16:
+      return "i16";
+    case DType::kInt32:
+      return "i32";
+    case DType::kInt64:
+      return "i64";
+    case DType::kFloat16:
+      return "f16";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat32:
+      return "f32";
+    case DType::kFloat64:
+      return "f64";
   }
   return "?";
 }
@@ -131,9 +141,7 @@ std::vector<Case> AllCases() {
   // 1 + erf(x / sqrt 2) cancels for negative x: an ulp of difference in a product or in erf
   // is a larger relative one in such results, though both are within a unit of the inputs'
   // scale (values here are of magnitude 4 or less).
-  auto cancels = [&](DType t) {
-    cs.back().abs_tol = t == DType::kFloat64 ? 1e-13 : 1e-5;
-  };
+  auto cancels = [&](DType t) { cs.back().abs_tol = t == DType::kFloat64 ? 1e-13 : 1e-5; };
   // Integer ranges that keep every value of every integer type in range and divisors nonzero.
   auto ilo = [](D t) { return t == D::kUInt8 ? 0.0 : -100.0; };
 
@@ -147,8 +155,8 @@ std::vector<Case> AllCases() {
     add("arith", absl::StrCat("atan2_", s), "atan2", {Dense(t, {N}), Dense(t, {N})}, {}, 4);
   }
   // Comparisons (bool out).
-  for (D t : {D::kFloat16, D::kBFloat16, D::kFloat32, D::kFloat64, D::kInt8, D::kInt32,
-              D::kInt64}) {
+  for (D t :
+       {D::kFloat16, D::kBFloat16, D::kFloat32, D::kFloat64, D::kInt8, D::kInt32, D::kInt64}) {
     add("compare", absl::StrCat("gt_", Short(t)), "gt",
         {Dense(t, {N}, ilo(t), 100), Dense(t, {N}, ilo(t), 100)});
   }
@@ -159,7 +167,8 @@ std::vector<Case> AllCases() {
     add("logical", absl::StrCat(op, "_bool"), op, {Dense(D::kBool, {N}), Dense(D::kBool, {N})});
   }
   add("logical", "logical_not_bool", "logical_not", {Dense(D::kBool, {N})});
-  add("logical", "logical_and_f32", "logical_and", {Dense(D::kFloat32, {N}), Dense(D::kFloat32, {N})});
+  add("logical", "logical_and_f32", "logical_and",
+      {Dense(D::kFloat32, {N}), Dense(D::kFloat32, {N})});
   for (D t : {D::kUInt8, D::kInt8, D::kInt32, D::kInt64}) {
     add("logical", absl::StrCat("bitwise_and_", Short(t)), "bitwise_and",
         {Dense(t, {N}, ilo(t), 100), Dense(t, {N}, ilo(t), 100)});
@@ -252,8 +261,9 @@ std::vector<Case> AllCases() {
   add("ternary", "clamp_f32_row_bounds", "clamp",
       {Dense(F32, {M, M}), Dense(F32, {M}, -2, 0), Dense(F32, {M}, 0, 2)});
   // Quantized ops (PyTorch's side: the dequantize, compute, requantize composite).
-  const AttrMap q = {{"a_scale", 0.05},        {"a_zero_point", int64_t{3}}, {"b_scale", 0.1},
-                     {"b_zero_point", int64_t{-2}}, {"scale", 0.2},          {"zero_point", int64_t{1}}};
+  const AttrMap q = {{"a_scale", 0.05}, {"a_zero_point", int64_t{3}},
+                     {"b_scale", 0.1},  {"b_zero_point", int64_t{-2}},
+                     {"scale", 0.2},    {"zero_point", int64_t{1}}};
   AttrMap qu = q;
   qu["b_zero_point"] = int64_t{2};
   add("quantized", "quantized_add_i8", "quantized_add",
@@ -288,7 +298,8 @@ std::vector<Case> AllCases() {
   add("layout", "add_f32_nchw_channel", "add",
       {Dense(F32, {32, 256, 64, 128}), Dense(F32, {1, 256, 1, 1})});
   add("layout", "add_f32_nhwc_channel", "add", {Dense(F32, {32, 64, 128, 256}), Dense(F32, {256})});
-  add("layout", "add_f32_3d_mixed", "add", {Dense(F32, {64, 1, 1024}), Dense(F32, {1, 1024, 1024})});
+  add("layout", "add_f32_3d_mixed", "add",
+      {Dense(F32, {64, 1, 1024}), Dense(F32, {1, 1024, 1024})});
   add("layout", "mul_f64_3d_mixed", "mul",
       {Dense(D::kFloat64, {64, 1024, 1}), Dense(D::kFloat64, {1, 1024, 1024})});
   // One operand permuted, rank 2 to 4 (2^26 elements; ranks 4 to 7 in the group perm).
@@ -320,8 +331,8 @@ std::vector<Case> AllCases() {
   add("layout", "add_f32_step3", "add", {Strided(F32, {N}, {3}, 0), Dense(F32, {N})});
   add("layout", "add_f32_slice_cols", "add",
       {Strided(F32, {M, M}, {M + 2, 1}, 1), Strided(F32, {M, M}, {M + 2, 1}, 1)});
-  add("layout", "add_f32_slice_rows_step2", "add", {Strided(F32, {M / 2, 2 * M}, {4 * M, 1}, 0),
-                                                   Dense(F32, {M / 2, 2 * M})});
+  add("layout", "add_f32_slice_rows_step2", "add",
+      {Strided(F32, {M / 2, 2 * M}, {4 * M, 1}, 0), Dense(F32, {M / 2, 2 * M})});
   add("layout", "add_f32_flipped", "add", {Strided(F32, {N}, {-1}, N - 1), Dense(F32, {N})});
   add("layout", "add_f32_flipped_rows", "add",
       {Strided(F32, {M, M}, {-M, 1}, (M - 1) * M), Dense(F32, {M, M})});
@@ -330,8 +341,8 @@ std::vector<Case> AllCases() {
   add("layout", "mul_f16_offset1", "mul", {Strided(F16, {N}, {1}, 1), Dense(F16, {N})});
   // Long math in float16 over views one element off (the row kernel's shifted loads).
   add("layout", "sin_f16_offset1", "sin", {Strided(F16, {N}, {1}, 1, -4, 4)}, {}, 8);
-  add("layout", "pow_f16_offset1", "pow", {Strided(F16, {N}, {1}, 1, 0.5, 2), Dense(F16, {N})},
-      {}, 4);
+  add("layout", "pow_f16_offset1", "pow", {Strided(F16, {N}, {1}, 1, 0.5, 2), Dense(F16, {N})}, {},
+      4);
   add("layout", "add_i8_offset3", "add",
       {Strided(D::kInt8, {N}, {1}, 3, -50, 50), Dense(D::kInt8, {N}, -50, 50)});
   add("layout", "sigmoid_f32_flipped", "sigmoid", {Strided(F32, {N}, {-1}, N - 1)}, {}, 8);
@@ -399,9 +410,7 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
-std::string JsonDims(const DimVector& d) {
-  return absl::StrCat("[", absl::StrJoin(d, ", "), "]");
-}
+std::string JsonDims(const DimVector& d) { return absl::StrCat("[", absl::StrJoin(d, ", "), "]"); }
 
 std::string JsonAttr(const AttrValue& v) {
   if (const auto* d = std::get_if<double>(&v)) {
@@ -412,7 +421,8 @@ std::string JsonAttr(const AttrValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
   if (const auto* s = std::get_if<std::string>(&v)) return JsonString(*s);
-  if (const auto* t = std::get_if<DType>(&v)) return absl::StrCat("{\"dtype\": \"", DTypeName(*t), "\"}");
+  if (const auto* t = std::get_if<DType>(&v))
+    return absl::StrCat("{\"dtype\": \"", DTypeName(*t), "\"}");
   return "null";
 }
 
@@ -434,12 +444,13 @@ std::string CasesJson(const std::vector<Case>& cases) {
       char range[96];
       std::snprintf(range, sizeof range, "\"lo\": %.17g, \"hi\": %.17g", in.lo, in.hi);
       js += absl::StrCat(i ? ", " : "", "{\"dtype\": \"", DTypeName(in.dtype),
-                         "\", \"shape\": ", JsonDims(in.shape), ", \"strides\": ",
-                         JsonDims(in.strides), ", \"offset\": ", in.offset,
+                         "\", \"shape\": ", JsonDims(in.shape),
+                         ", \"strides\": ", JsonDims(in.strides), ", \"offset\": ", in.offset,
                          ", \"storage\": ", StorageElements(in), ", ", range, "}");
     }
-    js += absl::StrCat("], \"out_strides\": ", k.out_strides.empty() ? "null" : JsonDims(k.out_strides),
-                       "}", c + 1 < cases.size() ? ",\n" : "\n");
+    js += absl::StrCat(
+        "], \"out_strides\": ", k.out_strides.empty() ? "null" : JsonDims(k.out_strides), "}",
+        c + 1 < cases.size() ? ",\n" : "\n");
   }
   return js + "]\n";
 }
@@ -488,7 +499,8 @@ ABSL_FLAG(std::string, json, "", "Write the results here as JSON.");
 ABSL_FLAG(std::string, markdown, "", "Write the table here too.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Every op family and layout class on the GPU, beside PyTorch running the same views.");
+  absl::SetProgramUsageMessage(
+      "Every op family and layout class on the GPU, beside PyTorch running the same views.");
   absl::ParseCommandLine(argc, argv);
   using namespace tc;
   const std::string torch_script = absl::GetFlag(FLAGS_torch);
@@ -539,8 +551,8 @@ int main(int argc, char** argv) {
   if (!torch_script.empty()) {
     const std::string spec = "/tmp/tc_matrix_cases.json";
     std::ofstream(spec) << CasesJson(chosen);
-    std::istringstream lines(
-        bench::Capture(absl::StrCat("python3 ", torch_script, " --cases=", spec, " --reps=", reps, " 2>&1")));
+    std::istringstream lines(bench::Capture(
+        absl::StrCat("python3 ", torch_script, " --cases=", spec, " --reps=", reps, " 2>&1")));
     std::string line;
     int parsed = 0;
     while (std::getline(lines, line)) {
@@ -573,7 +585,8 @@ int main(int argc, char** argv) {
   int64_t pool_bytes = 0;
   auto input = [&](const In& in, int k) -> DevBuf {
     const int64_t n = StorageElements(in);
-    const std::string key = absl::StrCat(DTypeName(in.dtype), "/", n, "/", in.lo, "/", in.hi, "/", k);
+    const std::string key =
+        absl::StrCat(DTypeName(in.dtype), "/", n, "/", in.lo, "/", in.hi, "/", k);
     if (auto it = pool.find(key); it != pool.end()) return it->second;
     const int64_t bytes = n * ItemSize(in.dtype);
     if (pool_bytes + bytes > (int64_t{24} << 30)) {
@@ -661,8 +674,8 @@ int main(int argc, char** argv) {
                     k.group.c_str(), k.name.c_str(), r.ms, gbs, 100.0 * r.copy_ms / r.ms,
                     r.torch_ms, r.torch_ms / r.ms);
     } else {
-      std::snprintf(buf, sizeof buf, "| %s | %s | %.4f | %.0f | %.1f | - | - |\n",
-                    k.group.c_str(), k.name.c_str(), r.ms, gbs, 100.0 * r.copy_ms / r.ms);
+      std::snprintf(buf, sizeof buf, "| %s | %s | %.4f | %.0f | %.1f | - | - |\n", k.group.c_str(),
+                    k.name.c_str(), r.ms, gbs, 100.0 * r.copy_ms / r.ms);
     }
     md << buf;
   }

@@ -1,6 +1,6 @@
 // The CUDA row kernel alone, over the packs a thread keeps in flight (U) and the block size:
-// what the per-op choices (kLongMath, kRowPacks, kRowOnePass in kernels/ops/op_spec.h) and the row grid
-// (kernels/cuda/launch.cuh) were measured with. 2^26 elements of every type in one dense row,
+// what the per-op choices (kLongMath, kRowPacks, kRowOnePass in kernels/ops/op_spec.h) and the row
+// grid (kernels/cuda/launch.cuh) were measured with. 2^26 elements of every type in one dense row,
 // values uniform in [-4, 4] (log in [0.01, 4]; integers in [0, 100)); each launch timed with
 // events, the median of 30 after 3 warm-up launches, beside a device copy of one operand's
 // bytes.
@@ -38,7 +38,6 @@ namespace {
 using bench::Check;
 using bench::MedianMs;
 
-
 template <typename S>
 __global__ void FillKernel(S* p, int64_t n, float lo, float hi) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -52,7 +51,6 @@ __global__ void FillKernel(S* p, int64_t n, float lo, float hi) {
     p[i] = static_cast<S>(std::is_integral_v<S> ? floorf(v) : v);
   }
 }
-
 
 struct Buffers {
   char* in[2] = {};
@@ -100,10 +98,11 @@ void TimeOne(const std::string& name, const F& f, const Buffers& b, int threads,
     // A grid of `waves` rounds of the blocks the SMs hold at once: the row kernel's grid-stride
     // loop gives each thread several steps.
     int per_sm = 0, sms = 0;
-    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, RowKernel<S, N, V, U, F>,
-                                                        threads, 0),
+    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, RowKernel<S, N, V, U, F>, threads,
+                                                        0),
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    Check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+    Check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0),
+          "cudaDeviceGetAttribute");
     blocks = std::min<int64_t>(blocks, int64_t{waves} * per_sm * sms);
     std::snprintf(grid_note, sizeof grid_note, " waves=%d (%lld blocks)", waves,
                   static_cast<long long>(blocks));
@@ -201,8 +200,7 @@ void TimeWhere(const std::string& name, const Buffers& b, const char* cond, floa
         "cudaFuncGetAttributes");
   // Bytes moved: a bool and three S a element, against a copy's two S.
   std::printf("%-22s U=%d threads=128 registers=%3d  %.4f ms  %5.1f%% of copy\n", name.c_str(), U,
-              attr.numRegs, ms,
-              100.0 * copy_ms * (1.0 + 3.0 * sizeof(S)) / (2.0 * sizeof(S)) / ms);
+              attr.numRegs, ms, 100.0 * copy_ms * (1.0 + 3.0 * sizeof(S)) / (2.0 * sizeof(S)) / ms);
 }
 
 template <typename S>
@@ -265,9 +263,8 @@ void RunPeeled(const char* type, const Buffers& b) {
   for (int k = 0; k < 2; ++k) {
     FillKernel<S><<<1024, 256>>>(reinterpret_cast<S*>(b.in[k]), m * m, -50, 50);
   }
-  const float copy_ms = MedianMs([&] {
-    cudaMemcpyAsync(b.out, b.in[1], m * (m - 3) * sizeof(S), cudaMemcpyDeviceToDevice);
-  });
+  const float copy_ms = MedianMs(
+      [&] { cudaMemcpyAsync(b.out, b.in[1], m * (m - 3) * sizeof(S), cudaMemcpyDeviceToDevice); });
   for (int threads : {128, 256}) {
     TimePeeled<S, 1>(name, b, threads, copy_ms);
     TimePeeled<S, 2>(name, b, threads, copy_ms);
@@ -302,10 +299,10 @@ int Main(int argc, char** argv) {
   std::printf("copy of 64, 128, 256, 512 MiB: %.4f, %.4f, %.4f, %.4f ms\n", copy1, copy2, copy4,
               copy8);
 
-#define TC_UNARY_ALL(Op, name, lo, hi)                                        \
-  Run<Half, 1>(name, "f16", Op, half, lo, hi, copy2);                         \
-  Run<BFloat16, 1>(name, "bf16", Op, half, lo, hi, copy2);                    \
-  Run<float, 1>(name, "f32", Op, narrow, lo, hi, copy4);                      \
+#define TC_UNARY_ALL(Op, name, lo, hi)                     \
+  Run<Half, 1>(name, "f16", Op, half, lo, hi, copy2);      \
+  Run<BFloat16, 1>(name, "bf16", Op, half, lo, hi, copy2); \
+  Run<float, 1>(name, "f32", Op, narrow, lo, hi, copy4);   \
   Run<double, 1>(name, "f64", Op, wide, lo, hi, copy8);
   TC_UNARY_ALL(SigmoidOp{}, "sigmoid", -4, 4)
   TC_UNARY_ALL(TanhOp{}, "tanh", -4, 4)

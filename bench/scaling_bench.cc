@@ -36,7 +36,8 @@
 
 ABSL_FLAG(std::string, server_binary, "", "tensorcompute-server to measure.");
 ABSL_FLAG(std::string, backend, "cuda", "Its --backend.");
-ABSL_FLAG(std::string, single_flags, "--devices=0", "Flags of the one-device server, comma-separated (--devices=0,1,--x=y).");
+ABSL_FLAG(std::string, single_flags, "--devices=0",
+          "Flags of the one-device server, comma-separated (--devices=0,1,--x=y).");
 ABSL_FLAG(std::string, multi_flags, "--devices=all",
           "Flags of the several-device server, comma-separated.");
 ABSL_FLAG(std::string, common_flags, "--resident_quota_bytes=1099511627776",
@@ -195,7 +196,8 @@ Figures Measure(const std::vector<std::string>& flags, int round) {
       while (!stop.load()) {
         auto out = cs[c]->Compute(AddOf(handles[c].first, handles[c].second, true));
         if (!out.ok()) {
-          if (errors++ < 5) std::fprintf(stderr, "compute %d: %s\n", c, out.status().ToString().c_str());
+          if (errors++ < 5)
+            std::fprintf(stderr, "compute %d: %s\n", c, out.status().ToString().c_str());
           continue;
         }
         if (!checked) {
@@ -207,7 +209,9 @@ Figures Measure(const std::vector<std::string>& flags, int round) {
             const auto* v = reinterpret_cast<const float*>(got->data().data());
             for (int64_t i = 0; i < n; i += 4099) {
               if (v[i] != ValueA(c, i) + ValueB(c, i)) {
-                if (errors++ < 5) std::fprintf(stderr, "client %d: wrong element %lld\n", c, static_cast<long long>(i));
+                if (errors++ < 5)
+                  std::fprintf(stderr, "client %d: wrong element %lld\n", c,
+                               static_cast<long long>(i));
                 break;
               }
             }
@@ -225,8 +229,8 @@ Figures Measure(const std::vector<std::string>& flags, int round) {
   const double elapsed = Since(t0);
   f.resident_calls = calls.load();
   f.errors += errors.load();
-  f.resident_gbps = static_cast<double>(f.resident_calls) * 3.0 * static_cast<double>(n) * 4 /
-                    elapsed / 1e9;
+  f.resident_gbps =
+      static_cast<double>(f.resident_calls) * 3.0 * static_cast<double>(n) * 4 / elapsed / 1e9;
   if (auto after = admin->ServerInfo(); after.ok() && before.ok()) {
     for (int i = 0; i < after->devices_size(); ++i) {
       f.requests_per_device.push_back(after->devices(i).requests_total() -
@@ -328,12 +332,12 @@ Figures Measure(const std::vector<std::string>& flags, int round) {
   return f;
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  const std::vector<std::string> single = tc::testing::SplitFlags(absl::GetFlag(FLAGS_single_flags));
+  const std::vector<std::string> single =
+      tc::testing::SplitFlags(absl::GetFlag(FLAGS_single_flags));
   const std::vector<std::string> multi = tc::testing::SplitFlags(absl::GetFlag(FLAGS_multi_flags));
   const int64_t mib = absl::GetFlag(FLAGS_mib);
   std::printf("scaling: %d clients x 2 x %lld MiB resident, %.0f s; small adds at %d; %s\n",
@@ -360,8 +364,7 @@ int main(int argc, char** argv) {
   for (const auto* v : {&one, &many}) {
     for (const Figures& f : *v) errors += f.errors;
   }
-  const double copy_gbps =
-      cross > same ? static_cast<double>(mib << 20) / (cross - same) / 1e9 : 0;
+  const double copy_gbps = cross > same ? static_cast<double>(mib << 20) / (cross - same) / 1e9 : 0;
   std::printf("\n| | %s | %s | ratio |\n|---|---:|---:|---:|\n",
               absl::GetFlag(FLAGS_single_flags).c_str(), absl::GetFlag(FLAGS_multi_flags).c_str());
   std::printf("| devices | %d | %d | |\n", one.back().devices, many.back().devices);
@@ -388,9 +391,8 @@ int main(int argc, char** argv) {
         "\"small_rps\": %.1f, \"same_device_ms\": %.3f, \"across_devices_ms\": %.3f, "
         "\"peer_copy_gbps\": %.2f, \"peers\": \"%s\"},\n"
         " \"resident_ratio\": %.3f, \"small_ratio\": %.3f, \"errors\": %d}\n",
-        absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_clients), mib,
-        absl::GetFlag(FLAGS_seconds), absl::GetFlag(FLAGS_rounds),
-        absl::GetFlag(FLAGS_single_flags), one.back().devices, g1, s1,
+        absl::GetFlag(FLAGS_label), absl::GetFlag(FLAGS_clients), mib, absl::GetFlag(FLAGS_seconds),
+        absl::GetFlag(FLAGS_rounds), absl::GetFlag(FLAGS_single_flags), one.back().devices, g1, s1,
         absl::GetFlag(FLAGS_multi_flags), many.back().devices, gn, sn, same * 1e3, cross * 1e3,
         copy_gbps, many.back().peers, g1 > 0 ? gn / g1 : 0, s1 > 0 ? sn / s1 : 0, errors);
   }

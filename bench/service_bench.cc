@@ -136,9 +136,9 @@ int ServeEcho() {
   EchoService service;
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::StrCat(absl::GetFlag(FLAGS_address), ":",
-                                        absl::GetFlag(FLAGS_port)),
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(
+      absl::StrCat(absl::GetFlag(FLAGS_address), ":", absl::GetFlag(FLAGS_port)),
+      grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMaxMessage);
   builder.SetMaxSendMessageSize(kMaxMessage);
   builder.RegisterService(&service);
@@ -482,8 +482,8 @@ std::string UploadResident(v1::TensorService::Stub& stub, const v1::Tensor& t, i
 // the four inputs are uploaded before timing and every output is kept on the server (the
 // handles released after each timed repetition, untimed). Medians of `reps`, the two
 // alternating; the two final outputs are compared byte for byte (inline) each repetition.
-std::vector<ExprResult> ExpressionAgainstFourOps(v1::TensorService::Stub& stub, int64_t n,
-                                                 int reps, int64_t chunk) {
+std::vector<ExprResult> ExpressionAgainstFourOps(v1::TensorService::Stub& stub, int64_t n, int reps,
+                                                 int64_t chunk) {
   std::vector<v1::Tensor> in;
   for (uint64_t k = 0; k < 4; ++k) in.push_back(SmallFloats(n, 40 + k));
   auto compute = [&](v1::ComputeRequest& req, v1::ComputeResponse* resp) {
@@ -552,7 +552,8 @@ std::vector<ExprResult> ExpressionAgainstFourOps(v1::TensorService::Stub& stub, 
       } else {
         one_bytes = resp.output().data();
         if (one_bytes.size() != static_cast<size_t>(n) * 4 || one_bytes != four_bytes) {
-          std::fprintf(stderr, "expression %lld: the two outputs differ\n", static_cast<long long>(n));
+          std::fprintf(stderr, "expression %lld: the two outputs differ\n",
+                       static_cast<long long>(n));
           r.ok = false;
         }
       }
@@ -562,7 +563,8 @@ std::vector<ExprResult> ExpressionAgainstFourOps(v1::TensorService::Stub& stub, 
       r.four_ms = Median(four);
       r.one_ms = Median(one);
     }
-    std::fprintf(stderr, "expression %lld elements, %s: four requests %.3f ms, one %.3f ms (%.2fx)%s\n",
+    std::fprintf(stderr,
+                 "expression %lld elements, %s: four requests %.3f ms, one %.3f ms (%.2fx)%s\n",
                  static_cast<long long>(n), r.mode.c_str(), r.four_ms, r.one_ms,
                  r.one_ms > 0 ? r.four_ms / r.one_ms : 0.0, r.ok ? "" : " (ERRORS)");
     out.push_back(r);
@@ -578,8 +580,8 @@ struct RssResult {
 
 // A streamed add of two `gib` GiB float32 inputs (1.0 and 2.0 everywhere, made chunk by
 // chunk) through one ComputeStream on a fresh server; every output element checked to be 3.
-RssResult StreamedAddRss(const std::string& binary, const std::vector<std::string>& flags,
-                         int gib, int64_t chunk) {
+RssResult StreamedAddRss(const std::string& binary, const std::vector<std::string>& flags, int gib,
+                         int64_t chunk) {
   RssResult res;
   res.gib = gib;
   tc::testing::ServerProcess server(binary, flags);
@@ -641,8 +643,7 @@ RssResult StreamedAddRss(const std::string& binary, const std::vector<std::strin
 // regions and the output copied out again (what a client with plain arrays pays); without,
 // the caller's tensors live in the regions already. Checks a sample of the output.
 double SharedMemoryAdd(tc::client::Client& client, const v1::ComputeRequest& req, bool copy,
-                       std::vector<std::unique_ptr<tc::client::SharedRegion>>& regions,
-                       bool* ok) {
+                       std::vector<std::unique_ptr<tc::client::SharedRegion>>& regions, bool* ok) {
   const int64_t bytes = static_cast<int64_t>(req.inputs(0).data().size());
   *ok = false;
   if (regions.empty()) {
@@ -889,7 +890,8 @@ int main(int argc, char** argv) {
             grpc::ClientContext ctx;
             Deadline(ctx);
             inference::ModelInferResponse resp;
-            ok = v2->ModelInfer(&ctx, infer_req, &resp).ok() && resp.raw_output_contents_size() == 1 &&
+            ok = v2->ModelInfer(&ctx, infer_req, &resp).ok() &&
+                 resp.raw_output_contents_size() == 1 &&
                  static_cast<int64_t>(resp.raw_output_contents(0).size()) == n * 4;
             s = Seconds(std::chrono::steady_clock::now() - t0);
           } else if (mode == "1 stream") {
@@ -951,7 +953,9 @@ int main(int argc, char** argv) {
   RssResult rss;
   if (const int gib = absl::GetFlag(FLAGS_rss_gib); gib > 0) {
     rss = StreamedAddRss(binary, flags, gib, chunk);
-    std::fprintf(stderr, "streamed add of two %d GiB inputs: %.1f s, %.2f GB/s, server RSS idle %lld MiB, peak %lld MiB%s\n",
+    std::fprintf(stderr,
+                 "streamed add of two %d GiB inputs: %.1f s, %.2f GB/s, server RSS idle %lld MiB, "
+                 "peak %lld MiB%s\n",
                  gib, rss.seconds, rss.gbps, static_cast<long long>(rss.idle_kb >> 10),
                  static_cast<long long>(rss.peak_kb >> 10), rss.ok ? "" : " (ERRORS)");
   }
@@ -961,19 +965,26 @@ int main(int argc, char** argv) {
               device.c_str(), absl::GetFlag(FLAGS_label).c_str());
   std::printf("Small requests (4 KiB float32 add, %d connections):\n\n",
               absl::GetFlag(FLAGS_connections));
-  std::printf("| concurrency | tensorcompute req/s | p50 us | p99 us | echo req/s | p50 us | p99 us | ratio | KServe v2 ModelInfer req/s | p50 us | p99 us | ModelInfer / Compute |\n");
+  std::printf(
+      "| concurrency | tensorcompute req/s | p50 us | p99 us | echo req/s | p50 us | p99 us | "
+      "ratio | KServe v2 ModelInfer req/s | p50 us | p99 us | ModelInfer / Compute |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i + 2 < small.size(); i += 3) {
     const SmallResult& a = small[i].second;
     const SmallResult& b = small[i + 1].second;
     const SmallResult& v = small[i + 2].second;
-    std::printf("| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %.0f | %.0f | %.0f | %.0f%% |\n",
-                a.concurrency, a.rps, a.p50_us, a.p99_us, b.rps, b.p50_us, b.p99_us,
-                100 * a.rps / b.rps, v.rps, v.p50_us, v.p99_us, 100 * v.rps / a.rps);
+    std::printf(
+        "| %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %.0f | %.0f | %.0f | %.0f%% |\n",
+        a.concurrency, a.rps, a.p50_us, a.p99_us, b.rps, b.p50_us, b.p99_us, 100 * a.rps / b.rps,
+        v.rps, v.p50_us, v.p99_us, 100 * v.rps / a.rps);
   }
-  std::printf("\nServer-side time per small request (its own latency histogram, concurrency 1): %.1f us\n\n",
-              server_us);
-  std::printf("Large requests (float32 add of two inputs; GB/s counts 2 inputs in + 1 output out; the rows of a half alone, its own bytes):\n\n");
+  std::printf(
+      "\nServer-side time per small request (its own latency histogram, concurrency 1): %.1f "
+      "us\n\n",
+      server_us);
+  std::printf(
+      "Large requests (float32 add of two inputs; GB/s counts 2 inputs in + 1 output out; the rows "
+      "of a half alone, its own bytes):\n\n");
   std::printf("| MiB per input | service | mode | seconds | GB/s |\n|---|---|---|---|---|\n");
   for (const LargeResult& r : large) {
     std::printf("| %lld | %s | %s | %.3f | %.2f%s |\n", static_cast<long long>(r.mib),
@@ -981,10 +992,13 @@ int main(int argc, char** argv) {
   }
 
   if (!expressions.empty()) {
-    std::printf("\nsigmoid(a * b + c) * d over float32 tensors: one expression request against "
-                "the four op requests (mul, add, sigmoid, mul) a client sends without it; median "
-                "ms per evaluation, one client, unary Compute:\n\n");
-    std::printf("| elements | mode | four requests ms | one expression ms | speedup |\n|---|---|---|---|---|\n");
+    std::printf(
+        "\nsigmoid(a * b + c) * d over float32 tensors: one expression request against "
+        "the four op requests (mul, add, sigmoid, mul) a client sends without it; median "
+        "ms per evaluation, one client, unary Compute:\n\n");
+    std::printf(
+        "| elements | mode | four requests ms | one expression ms | speedup "
+        "|\n|---|---|---|---|---|\n");
     for (const ExprResult& r : expressions) {
       std::printf("| %lld | %s | %.3f | %.3f | %.2fx%s |\n", static_cast<long long>(r.elements),
                   r.mode.c_str(), r.four_ms, r.one_ms, r.one_ms > 0 ? r.four_ms / r.one_ms : 0.0,
@@ -993,12 +1007,13 @@ int main(int argc, char** argv) {
   }
 
   if (rss.gib > 0) {
-    std::printf("\nStreamed add of two %.0f GiB float32 inputs through one ComputeStream on a fresh "
-                "server: %.1f s (%.2f GB/s); server resident memory %lld MiB idle, peak %lld MiB, "
-                "%lld MiB above idle%s\n",
-                rss.gib, rss.seconds, rss.gbps, static_cast<long long>(rss.idle_kb >> 10),
-                static_cast<long long>(rss.peak_kb >> 10),
-                static_cast<long long>((rss.peak_kb - rss.idle_kb) >> 10), rss.ok ? "" : " (ERRORS)");
+    std::printf(
+        "\nStreamed add of two %.0f GiB float32 inputs through one ComputeStream on a fresh "
+        "server: %.1f s (%.2f GB/s); server resident memory %lld MiB idle, peak %lld MiB, "
+        "%lld MiB above idle%s\n",
+        rss.gib, rss.seconds, rss.gbps, static_cast<long long>(rss.idle_kb >> 10),
+        static_cast<long long>(rss.peak_kb >> 10),
+        static_cast<long long>((rss.peak_kb - rss.idle_kb) >> 10), rss.ok ? "" : " (ERRORS)");
   }
 
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {

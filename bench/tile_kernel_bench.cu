@@ -32,8 +32,6 @@ namespace {
 using bench::Check;
 using bench::MedianMs;
 
-
-
 __global__ void FillBytes(unsigned char* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -98,12 +96,23 @@ std::vector<Layout> Layouts() {
   }
   constexpr int64_t M = 8192;
   l.push_back({"add_bf16t_f32", "add", {View(bf16, {M, M}, {1, M}), Dense(f32, {M, M})}, f32, {}});
-  for (const auto& [from, to] : std::vector<std::pair<DType, DType>>{
-           {f32, bf16}, {bf16, f32}, {f32, f16}, {f16, f32}, {f32, f64}, {DType::kInt32, f32}, {f32, DType::kInt32}}) {
-    l.push_back({absl::StrCat("cast_", DTypeName(from), "t_to_", DTypeName(to)), "cast",
-                 {View(from, {M, M}, {1, M})}, to, {}});
-    l.push_back({absl::StrCat("cast_", DTypeName(from), "_to_", DTypeName(to), "t"), "cast",
-                 {Dense(from, {M, M})}, to, {1, M}});
+  for (const auto& [from, to] : std::vector<std::pair<DType, DType>>{{f32, bf16},
+                                                                     {bf16, f32},
+                                                                     {f32, f16},
+                                                                     {f16, f32},
+                                                                     {f32, f64},
+                                                                     {DType::kInt32, f32},
+                                                                     {f32, DType::kInt32}}) {
+    l.push_back({absl::StrCat("cast_", DTypeName(from), "t_to_", DTypeName(to)),
+                 "cast",
+                 {View(from, {M, M}, {1, M})},
+                 to,
+                 {}});
+    l.push_back({absl::StrCat("cast_", DTypeName(from), "_to_", DTypeName(to), "t"),
+                 "cast",
+                 {Dense(from, {M, M})},
+                 to,
+                 {1, M}});
   }
   return l;
 }
@@ -162,11 +171,15 @@ std::vector<Shape> Shapes(const F& f, const Plan& plan, const TileArgs<N + 1>& t
     v.push_back({"64x64", [=] { LaunchShape<S, N, 64, 64, true, false>(f, ta, staged); }});
   } else {
     const std::string t = std::string(" S=") + std::string(DTypeName(DTypeOf<S>()));
-    v.push_back({"converting 32x32" + t, [=] { LaunchShape<S, N, 32, 32, false, false>(f, ta, staged); }});
-    v.push_back({"converting 32x64" + t, [=] { LaunchShape<S, N, 32, 64, false, false>(f, ta, staged); }});
-    v.push_back({"converting 64x64" + t, [=] { LaunchShape<S, N, 64, 64, false, false>(f, ta, staged); }});
+    v.push_back(
+        {"converting 32x32" + t, [=] { LaunchShape<S, N, 32, 32, false, false>(f, ta, staged); }});
+    v.push_back(
+        {"converting 32x64" + t, [=] { LaunchShape<S, N, 32, 64, false, false>(f, ta, staged); }});
+    v.push_back(
+        {"converting 64x64" + t, [=] { LaunchShape<S, N, 64, 64, false, false>(f, ta, staged); }});
     if (Fits<S, 64, 128>(staged)) {
-      v.push_back({"converting 64x128" + t, [=] { LaunchShape<S, N, 64, 128, false, false>(f, ta, staged); }});
+      v.push_back({"converting 64x128" + t,
+                   [=] { LaunchShape<S, N, 64, 128, false, false>(f, ta, staged); }});
     }
   }
   return v;
@@ -184,8 +197,9 @@ void Run(const Layout& l, int sms, bool plans_only) {
     std::printf("%-28s not planned for tiles\n", l.name.c_str());
     return;
   }
-  std::printf("%-28s %s, %d staged, fused %d %d, sizes", l.name.c_str(), std::string(KernelName(plan->kernel)).c_str(),
-              plan->num_staged, plan->fused[0], plan->fused[1]);
+  std::printf("%-28s %s, %d staged, fused %d %d, sizes", l.name.c_str(),
+              std::string(KernelName(plan->kernel)).c_str(), plan->num_staged, plan->fused[0],
+              plan->fused[1]);
   for (int d = 0; d < plan->ndim; ++d) std::printf(" %lld", static_cast<long long>(plan->sizes[d]));
   std::printf("\n");
   if (plans_only) return;
@@ -206,7 +220,8 @@ void Run(const Layout& l, int sms, bool plans_only) {
   char *copy_in = nullptr, *copy_out = nullptr;
   Check(cudaMalloc(&copy_in, static_cast<size_t>(moved / 2)), "cudaMalloc");
   Check(cudaMalloc(&copy_out, static_cast<size_t>(moved / 2)), "cudaMalloc");
-  const float copy_ms = MedianMs([&] { cudaMemcpyAsync(copy_out, copy_in, moved / 2, cudaMemcpyDeviceToDevice); });
+  const float copy_ms =
+      MedianMs([&] { cudaMemcpyAsync(copy_out, copy_in, moved / 2, cudaMemcpyDeviceToDevice); });
   LaunchEnv env{sms, nullptr, nullptr, nullptr};
   std::vector<Shape> shapes;
   const auto add = [&](auto s_tag, auto f, auto n_tag, bool engine) {
@@ -226,12 +241,18 @@ void Run(const Layout& l, int sms, bool plans_only) {
   const auto add_cast = [&](DType t, bool engine) {
     const auto one = std::integral_constant<int, 1>{};
     switch (t) {
-      case DType::kFloat32: return add(TypeTag<float>{}, CastOp{}, one, engine), true;
-      case DType::kBFloat16: return add(TypeTag<BFloat16>{}, CastOp{}, one, engine), true;
-      case DType::kFloat16: return add(TypeTag<Half>{}, CastOp{}, one, engine), true;
-      case DType::kFloat64: return add(TypeTag<double>{}, CastOp{}, one, engine), true;
-      case DType::kInt32: return add(TypeTag<int32_t>{}, CastOp{}, one, engine), true;
-      default: return false;
+      case DType::kFloat32:
+        return add(TypeTag<float>{}, CastOp{}, one, engine), true;
+      case DType::kBFloat16:
+        return add(TypeTag<BFloat16>{}, CastOp{}, one, engine), true;
+      case DType::kFloat16:
+        return add(TypeTag<Half>{}, CastOp{}, one, engine), true;
+      case DType::kFloat64:
+        return add(TypeTag<double>{}, CastOp{}, one, engine), true;
+      case DType::kInt32:
+        return add(TypeTag<int32_t>{}, CastOp{}, one, engine), true;
+      default:
+        return false;
     }
   };
   if (!cast) {

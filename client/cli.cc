@@ -155,13 +155,14 @@ int Info(tc::client::Client& client) {
   std::printf("tensorcompute %s (%s), backend %s, metrics port %d\n", info->version().c_str(),
               info->build().c_str(), info->backend().c_str(), info->metrics_port());
   for (const auto& d : info->devices()) {
-    std::printf("device %d: %s %s, %d multiprocessors, %d streams, memory %lld MiB total, "
-                "%lld MiB budget, %lld MiB in use, %d requests in flight, %lld served",
-                d.index(), d.kind().c_str(), d.name().c_str(), d.multiprocessors(), d.streams(),
-                static_cast<long long>(d.memory_total_bytes() >> 20),
-                static_cast<long long>(d.memory_budget_bytes() >> 20),
-                static_cast<long long>(d.memory_in_use_bytes() >> 20), d.requests_in_flight(),
-                static_cast<long long>(d.requests_total()));
+    std::printf(
+        "device %d: %s %s, %d multiprocessors, %d streams, memory %lld MiB total, "
+        "%lld MiB budget, %lld MiB in use, %d requests in flight, %lld served",
+        d.index(), d.kind().c_str(), d.name().c_str(), d.multiprocessors(), d.streams(),
+        static_cast<long long>(d.memory_total_bytes() >> 20),
+        static_cast<long long>(d.memory_budget_bytes() >> 20),
+        static_cast<long long>(d.memory_in_use_bytes() >> 20), d.requests_in_flight(),
+        static_cast<long long>(d.requests_total()));
     if (d.peer_devices_size() > 0) {
       std::printf(", peer access to device(s) %s", absl::StrJoin(d.peer_devices(), ",").c_str());
     }
@@ -169,14 +170,14 @@ int Info(tc::client::Client& client) {
     std::printf("\n");
   }
   const auto& l = info->limits();
-  std::printf("limits: message %lld B, request %lld B, %lld elements, rank %d, %d concurrent "
-              "per device, resident quota %lld B / %d tensors, ttl %lld s (max %lld s)\n",
-              static_cast<long long>(l.max_message_bytes()),
-              static_cast<long long>(l.max_request_bytes()),
-              static_cast<long long>(l.max_elements()), l.max_rank(),
-              l.max_concurrent_per_device(), static_cast<long long>(l.resident_quota_bytes()),
-              l.resident_max_tensors(), static_cast<long long>(l.resident_default_ttl_seconds()),
-              static_cast<long long>(l.resident_max_ttl_seconds()));
+  std::printf(
+      "limits: message %lld B, request %lld B, %lld elements, rank %d, %d concurrent "
+      "per device, resident quota %lld B / %d tensors, ttl %lld s (max %lld s)\n",
+      static_cast<long long>(l.max_message_bytes()), static_cast<long long>(l.max_request_bytes()),
+      static_cast<long long>(l.max_elements()), l.max_rank(), l.max_concurrent_per_device(),
+      static_cast<long long>(l.resident_quota_bytes()), l.resident_max_tensors(),
+      static_cast<long long>(l.resident_default_ttl_seconds()),
+      static_cast<long long>(l.resident_max_ttl_seconds()));
   std::printf("resident: %lld tensors, %lld bytes\n",
               static_cast<long long>(info->resident_tensors()),
               static_cast<long long>(info->resident_bytes()));

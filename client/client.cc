@@ -61,8 +61,11 @@ Client::Within::~Within() { t_deadline = previous_; }
 
 Client::Client(const std::string& target, ClientOptions options) : options_(options) {
   std::random_device random;
-  session_ = !options_.session.empty() ? options_.session : absl::StrCat(absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8),
-                          absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8));
+  session_ = !options_.session.empty()
+                 ? options_.session
+                 : absl::StrCat(
+                       absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8),
+                       absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8));
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
   args.SetMaxSendMessageSize(options_.max_message_bytes);
@@ -80,8 +83,8 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
                 static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive)));
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                static_cast<int>(std::max<int64_t>(
-                    100, absl::ToInt64Milliseconds(options_.keepalive_timeout))));
+                static_cast<int>(
+                    std::max<int64_t>(100, absl::ToInt64Milliseconds(options_.keepalive_timeout))));
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   }
@@ -115,8 +118,8 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
     replicas_ = replicas->addresses;
     if (!replicas->balanced.empty()) {
       // Several replicas: a client of each, this one choosing where each call goes.
-      int home = std::uniform_int_distribution<int>(0, static_cast<int>(replicas_.size()) - 1)(
-          random);
+      int home =
+          std::uniform_int_distribution<int>(0, static_cast<int>(replicas_.size()) - 1)(random);
       if (!options_.home.empty()) {
         auto at = std::find(replicas_.begin(), replicas_.end(), options_.home);
         if (at == replicas_.end()) {
@@ -193,8 +196,8 @@ void Client::PeerFailed(int i) {
     std::lock_guard<std::mutex> lock(peers_mu_);
     Peer& p = peers_[i];
     p.failures = std::min(p.failures + 1, 16);
-    p.down_until = absl::Now() + std::min(absl::Seconds(2),
-                                          absl::Milliseconds(250) * (1 << (p.failures - 1)));
+    p.down_until =
+        absl::Now() + std::min(absl::Seconds(2), absl::Milliseconds(250) * (1 << (p.failures - 1)));
   }
   int expected = i;
   if (peers_.size() > 1) home_.compare_exchange_strong(expected, Pick({i}));
@@ -226,9 +229,8 @@ absl::StatusOr<T> Client::OnReplicas(int64_t bytes, Fn fn) {
   const absl::Time end = std::min(absl::Now() + options_.timeout, t_deadline);
   absl::Duration per_try = absl::InfiniteDuration();
   if (options_.try_timeout > absl::ZeroDuration()) {
-    per_try = options_.try_timeout +
-              absl::Seconds(static_cast<double>(bytes) /
-                            std::max(1.0, options_.try_bytes_per_second));
+    per_try = options_.try_timeout + absl::Seconds(static_cast<double>(bytes) /
+                                                   std::max(1.0, options_.try_bytes_per_second));
   }
   std::vector<int> tried;
   absl::Status last;
@@ -250,19 +252,18 @@ absl::StatusOr<T> Client::OnReplicas(int64_t bytes, Fn fn) {
                          budget < left - absl::Milliseconds(50);
     if (!expired && !Retryable(out.status())) return out;
     if (i >= 0) PeerFailed(i);
-    last = expired ? absl::UnavailableError(absl::StrCat(
-                         c.target_, " did not answer within the per-try deadline (",
-                         absl::FormatDuration(budget), "): ", out.status().message()))
+    last = expired ? absl::UnavailableError(
+                         absl::StrCat(c.target_, " did not answer within the per-try deadline (",
+                                      absl::FormatDuration(budget), "): ", out.status().message()))
                    : out.status();
     tried.push_back(i);
     std::this_thread::sleep_for(absl::ToChronoMilliseconds(
-        std::max(absl::ZeroDuration(),
-                 std::min({absl::Milliseconds(100) * (1 << std::min(n, 4)),
-                           absl::Milliseconds(500), end - absl::Now()}))));
+        std::max(absl::ZeroDuration(), std::min({absl::Milliseconds(100) * (1 << std::min(n, 4)),
+                                                 absl::Milliseconds(500), end - absl::Now()}))));
   }
   if (last.ok()) {
-    return absl::DeadlineExceededError(absl::StrCat("no replica answered within ",
-                                                    absl::FormatDuration(options_.timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("no replica answered within ", absl::FormatDuration(options_.timeout)));
   }
   return last;
 }
@@ -277,8 +278,8 @@ std::vector<grpc::GenericStub*> Client::Lanes(int n) {
     // tried again soon rather than after gRPC's default second.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    lanes_.push_back(std::make_unique<grpc::GenericStub>(
-        grpc::CreateCustomChannel(target_, creds_, args)));
+    lanes_.push_back(
+        std::make_unique<grpc::GenericStub>(grpc::CreateCustomChannel(target_, creds_, args)));
   }
   std::vector<grpc::GenericStub*> out;
   for (int i = 0; i < n; ++i) out.push_back(lanes_[i].get());
@@ -359,8 +360,8 @@ absl::StatusOr<v1::Tensor> Client::ComputeFrom(const v1::ComputeRequest& request
                                                const std::vector<ExternalBytes>& bytes,
                                                const OutputAllocator& allocate) {
   if (static_cast<int>(bytes.size()) != request.inputs_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(bytes.size(), " byte ranges for ",
-                                                   request.inputs_size(), " inputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes.size(), " byte ranges for ", request.inputs_size(), " inputs"));
   }
   for (int i = 0; i < request.inputs_size(); ++i) {
     if (!request.inputs(i).data().empty()) {
@@ -371,12 +372,11 @@ absl::StatusOr<v1::Tensor> Client::ComputeFrom(const v1::ComputeRequest& request
   return Dispatch(request, bytes, nullptr, allocate);
 }
 
-absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request,
-                                            const Bytes& bytes, const v1::ComputeRequest* unary,
+absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request, const Bytes& bytes,
+                                            const v1::ComputeRequest* unary,
                                             const OutputAllocator& allocate) {
-  return Route(request, bytes, [&](Client& c) {
-    return c.DispatchOnce(request, bytes, unary, allocate);
-  });
+  return Route(request, bytes,
+               [&](Client& c) { return c.DispatchOnce(request, bytes, unary, allocate); });
 }
 
 template <class Fn>
@@ -395,8 +395,7 @@ absl::StatusOr<v1::Tensor> Client::Route(const v1::ComputeRequest& request, cons
 }
 
 absl::StatusOr<v1::Tensor> Client::DispatchOnce(const v1::ComputeRequest& request,
-                                                const Bytes& bytes,
-                                                const v1::ComputeRequest* unary,
+                                                const Bytes& bytes, const v1::ComputeRequest* unary,
                                                 const OutputAllocator& allocate) {
   int64_t inline_bytes = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
@@ -556,8 +555,7 @@ class TensorReceiver {
   absl::Status Check() const {
     if (!have_header_) return absl::InternalError("server sent no header");
     if (got_ != length_) {
-      return absl::InternalError(
-          absl::StrCat("server sent ", got_, " of ", length_, " bytes"));
+      return absl::InternalError(absl::StrCat("server sent ", got_, " of ", length_, " bytes"));
     }
     return absl::OkStatus();
   }
@@ -570,8 +568,8 @@ class TensorReceiver {
       return absl::InternalError("server sent a chunk before the header");
     }
     if (offset < begin_ || n > length_ - (offset - begin_)) {
-      return absl::InternalError(absl::StrCat("server sent a chunk for bytes [", offset, ", +",
-                                              n, ") outside [", begin_, ", +", length_, ")"));
+      return absl::InternalError(absl::StrCat("server sent a chunk for bytes [", offset, ", +", n,
+                                              ") outside [", begin_, ", +", length_, ")"));
     }
     copy(dst_ + (offset - begin_));
     got_ += n;
@@ -595,9 +593,8 @@ class TensorReceiver {
 absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
                                                    int64_t chunk_bytes) {
   const Bytes bytes = DataOf(request);
-  return Route(request, bytes, [&](Client& c) {
-    return c.StreamedImpl(request, bytes, chunk_bytes, nullptr);
-  });
+  return Route(request, bytes,
+               [&](Client& c) { return c.StreamedImpl(request, bytes, chunk_bytes, nullptr); });
 }
 
 absl::StatusOr<v1::Tensor> Client::StreamedImpl(const v1::ComputeRequest& request,
@@ -664,9 +661,8 @@ absl::Status Client::SendUpload(grpc::GenericStub& stub, const v1::UploadRequest
     if (progress) progress(at - begin, end - begin);
     return true;
   };
-  return RunChunkedCall(stub, ctx, kUploadMethod, next, [response](grpc::ByteBuffer& b) {
-    return Parse(b, response);
-  });
+  return RunChunkedCall(stub, ctx, kUploadMethod, next,
+                        [response](grpc::ByteBuffer& b) { return Parse(b, response); });
 }
 
 absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int64_t ttl_seconds,
@@ -683,8 +679,7 @@ absl::StatusOr<v1::UploadResponse> Client::Upload(const v1::Tensor& tensor, int6
   header.mutable_header()->set_ttl_seconds(ttl_seconds);
   v1::UploadResponse resp;
   auto s = SendUpload(*generic_, header, reinterpret_cast<const std::byte*>(tensor.data().data()),
-                      0, static_cast<int64_t>(tensor.data().size()), &resp, chunk_bytes,
-                      progress);
+                      0, static_cast<int64_t>(tensor.data().size()), &resp, chunk_bytes, progress);
   if (!s.ok()) return s;
   return resp;
 }
@@ -703,9 +698,9 @@ absl::StatusOr<v1::UploadResponse> Client::UploadWith(const v1::UploadHeader& op
   CopyAllBut(tensor, {"data"}, t);
   t->set_storage_bytes(static_cast<int64_t>(tensor.data().size()));
   v1::UploadResponse resp;
-  auto s = SendUpload(*generic_, header, reinterpret_cast<const std::byte*>(tensor.data().data()),
-                      0, static_cast<int64_t>(tensor.data().size()), &resp, options_.chunk_bytes,
-                      nullptr);
+  auto s =
+      SendUpload(*generic_, header, reinterpret_cast<const std::byte*>(tensor.data().data()), 0,
+                 static_cast<int64_t>(tensor.data().size()), &resp, options_.chunk_bytes, nullptr);
   if (!s.ok()) return s;
   return resp;
 }
@@ -779,8 +774,8 @@ absl::Status Client::UploadParts(const std::vector<std::string>& handles, const 
       h.mutable_header()->set_handle(handles[j]);
       h.mutable_header()->set_offset(begin);
       v1::UploadResponse r;
-      auto s = SendUpload(*lanes[k], h, static_cast<const std::byte*>(bytes[j].data), begin, end,
-                          &r);
+      auto s =
+          SendUpload(*lanes[k], h, static_cast<const std::byte*>(bytes[j].data), begin, end, &r);
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
@@ -816,8 +811,8 @@ absl::Status Client::DownloadParts(const std::string& handle, int64_t bytes, std
   });
 }
 
-absl::StatusOr<v1::UploadResponse> Client::UploadFrom(const v1::Tensor& tensor,
-                                                      ExternalBytes bytes, int64_t ttl_seconds) {
+absl::StatusOr<v1::UploadResponse> Client::UploadFrom(const v1::Tensor& tensor, ExternalBytes bytes,
+                                                      int64_t ttl_seconds) {
   if (!peers_.empty()) {
     const int h = home_.load();
     return Noted(h, peers_[h].client->UploadFrom(tensor, bytes, ttl_seconds));
@@ -851,23 +846,20 @@ absl::Status Client::DownloadInto(const std::string& handle, int64_t storage_byt
     return Noted(h, peers_[h].client->DownloadInto(handle, storage_bytes, dst));
   }
   if (!setup_error_.ok()) return setup_error_;
-  const int p = options_.connections > 1 && storage_bytes >= options_.spread_bytes
-                    ? options_.connections
-                    : 1;
+  const int p =
+      options_.connections > 1 && storage_bytes >= options_.spread_bytes ? options_.connections : 1;
   return DownloadParts(handle, storage_bytes, dst, p);
 }
 
 absl::StatusOr<v1::Tensor> Client::ComputeSpread(const v1::ComputeRequest& request,
                                                  int connections) {
   const Bytes bytes = DataOf(request);
-  return Route(request, bytes, [&](Client& c) {
-    return c.SpreadImpl(request, bytes, connections, nullptr);
-  });
+  return Route(request, bytes,
+               [&](Client& c) { return c.SpreadImpl(request, bytes, connections, nullptr); });
 }
 
-absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
-                                              const Bytes& bytes, int connections,
-                                              const OutputAllocator& allocate) {
+absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request, const Bytes& bytes,
+                                              int connections, const OutputAllocator& allocate) {
   if (!setup_error_.ok()) return setup_error_;
   const int p = std::max(1, connections);
   // Whatever this call made resident goes when it ends, however it ends.
@@ -884,8 +876,7 @@ absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
       t_deadline = previous;
     }
   } cleanup{this, &made};
-  const int64_t ttl =
-      std::max<int64_t>(60, absl::ToInt64Seconds(options_.timeout) + 60);
+  const int64_t ttl = std::max<int64_t>(60, absl::ToInt64Seconds(options_.timeout) + 60);
 
   // 1. A resident tensor reserved for each inline input (a header, no bytes yet).
   v1::ComputeRequest compute = HeaderOf(request, bytes);
@@ -949,12 +940,11 @@ absl::StatusOr<v1::Tensor> Client::SpreadImpl(const v1::ComputeRequest& request,
 #if defined(__cpp_lib_string_resize_and_overwrite)
     // The downloads write the string's bytes themselves, each its own part, in parallel:
     // no zeroing pass over the whole output first.
-    out.mutable_data()->resize_and_overwrite(static_cast<size_t>(out_bytes),
-                                             [&](char* p, size_t n) {
-                                               downloaded = download_into(
-                                                   reinterpret_cast<std::byte*>(p));
-                                               return downloaded.ok() ? n : 0;
-                                             });
+    out.mutable_data()->resize_and_overwrite(
+        static_cast<size_t>(out_bytes), [&](char* p, size_t n) {
+          downloaded = download_into(reinterpret_cast<std::byte*>(p));
+          return downloaded.ok() ? n : 0;
+        });
 #else
     out.mutable_data()->resize(static_cast<size_t>(out_bytes));
     downloaded = download_into(reinterpret_cast<std::byte*>(out.mutable_data()->data()));
@@ -1008,9 +998,9 @@ absl::StatusOr<std::string> Client::SendRegionFd(int fd) {
     if (s < 0 || connect(s, reinterpret_cast<sockaddr*>(&sa), len) != 0) {
       const std::string why = std::strerror(errno);
       if (s >= 0) close(s);
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot reach the server's region socket ", address, " (", why,
-          "): is the server on this host?"));
+      return absl::FailedPreconditionError(absl::StrCat("cannot reach the server's region socket ",
+                                                        address, " (", why,
+                                                        "): is the server on this host?"));
     }
     // A server answers at once; one that does not within 10 s is frozen or gone.
     timeval within{10, 0};
@@ -1056,8 +1046,8 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> Client::CreateRegion(int64_t bytes
     return Noted(h, peers_[h].client->CreateRegion(bytes, name));
   }
   if (bytes <= 0) return absl::InvalidArgumentError("a region needs at least one byte");
-  const int fd = memfd_create(name.empty() ? "tensorcompute" : name.c_str(),
-                              MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  const int fd =
+      memfd_create(name.empty() ? "tensorcompute" : name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return absl::InternalError(absl::StrCat("memfd_create: ", std::strerror(errno)));
   void* p = MAP_FAILED;
   if (ftruncate(fd, bytes) == 0) {
@@ -1068,8 +1058,7 @@ absl::StatusOr<std::unique_ptr<SharedRegion>> Client::CreateRegion(int64_t bytes
     close(fd);
     return absl::ResourceExhaustedError(absl::StrCat("cannot map ", bytes, " bytes: ", why));
   }
-  std::unique_ptr<SharedRegion> region(
-      new SharedRegion(this, static_cast<std::byte*>(p), bytes));
+  std::unique_ptr<SharedRegion> region(new SharedRegion(this, static_cast<std::byte*>(p), bytes));
   auto ticket = SendRegionFd(fd);
   close(fd);
   if (!ticket.ok()) return ticket.status();

@@ -19,9 +19,8 @@ int main(int argc, char** argv) {
   tc::client::Client client(argc > 1 ? argv[1] : "127.0.0.1:50051");
   v1::Attribute alpha;
   alpha.set_float_value(2.0);
-  auto out = client.Compute("add",
-                            {Float32({2, 3}, {0, 1, 2, 3, 4, 5}), Float32({3}, {10, 20, 30})},
-                            {{"alpha", alpha}});
+  auto out = client.Compute(
+      "add", {Float32({2, 3}, {0, 1, 2, 3, 4, 5}), Float32({3}, {10, 20, 30})}, {{"alpha", alpha}});
   if (!out.ok()) {
     std::fprintf(stderr, "%s\n", out.status().ToString().c_str());
     return 1;

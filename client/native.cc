@@ -101,9 +101,9 @@ tcn_client* tcn_connect(const char* target, const char* token, const char* tls_c
 // tcn_connect without a home replica (one at random where the target names several).
 tcn_client* tcn_open(const char* target, const char* token, const char* tls_ca_file,
                      const char* tls_cert_file, const char* tls_key_file,
-                     const char* tls_server_name, double timeout_seconds,
-                     int64_t max_message_bytes, int connections, int64_t spread_bytes,
-                     int64_t chunk_bytes, const char* session) {
+                     const char* tls_server_name, double timeout_seconds, int64_t max_message_bytes,
+                     int connections, int64_t spread_bytes, int64_t chunk_bytes,
+                     const char* session) {
   return tcn_connect(target, token, tls_ca_file, tls_cert_file, tls_key_file, tls_server_name,
                      timeout_seconds, max_message_bytes, connections, spread_bytes, chunk_bytes,
                      session, nullptr, 0);
@@ -116,8 +116,7 @@ void tcn_close(tcn_client* c) { delete c; }
 // returns. The result (free it with tcn_result_free) holds the output.
 tcn_result* tcn_compute_within(tcn_client* c, const void* request, size_t request_len,
                                const void* const* data, const int64_t* sizes, int n,
-                               double timeout_seconds, int* code, char* error,
-                               size_t error_len);
+                               double timeout_seconds, int* code, char* error, size_t error_len);
 
 tcn_result* tcn_compute(tcn_client* c, const void* request, size_t request_len,
                         const void* const* data, const int64_t* sizes, int n, int* code,
@@ -129,8 +128,7 @@ tcn_result* tcn_compute(tcn_client* c, const void* request, size_t request_len,
 // client's timeout).
 tcn_result* tcn_compute_within(tcn_client* c, const void* request, size_t request_len,
                                const void* const* data, const int64_t* sizes, int n,
-                               double timeout_seconds, int* code, char* error,
-                               size_t error_len) {
+                               double timeout_seconds, int* code, char* error, size_t error_len) {
   std::optional<tc::client::Client::Within> within;
   if (timeout_seconds > 0) within.emplace(absl::Now() + absl::Seconds(timeout_seconds));
   v1::ComputeRequest req;

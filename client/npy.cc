@@ -26,9 +26,9 @@ struct Descr {
   v1::DType dtype;
 };
 constexpr Descr kDescrs[] = {
-    {"|b1", v1::bool_},   {"|u1", v1::uint8},   {"|i1", v1::int8},    {"<i2", v1::int16},
-    {"<i4", v1::int32},   {"<i8", v1::int64},   {"<f2", v1::float16}, {"<f4", v1::float32},
-    {"<f8", v1::float64},
+    {"|b1", v1::bool_},   {"|u1", v1::uint8},   {"|i1", v1::int8},
+    {"<i2", v1::int16},   {"<i4", v1::int32},   {"<i8", v1::int64},
+    {"<f2", v1::float16}, {"<f4", v1::float32}, {"<f8", v1::float64},
 };
 
 // The value of 'key' in the header dict, as written by NumPy: 'descr': '<f4', ...
@@ -78,7 +78,8 @@ absl::StatusOr<v1::Tensor> ReadNpy(const std::string& path) {
   } else {
     return absl::InvalidArgumentError(absl::StrCat(".npy format version ", major, " is unknown"));
   }
-  if (header_at + header_len > file.size()) return absl::InvalidArgumentError(".npy file is truncated");
+  if (header_at + header_len > file.size())
+    return absl::InvalidArgumentError(".npy file is truncated");
   const absl::string_view header(file.data() + header_at, header_len);
   auto descr = DictValue(header, "descr");
   auto fortran = DictValue(header, "fortran_order");
@@ -89,7 +90,8 @@ absl::StatusOr<v1::Tensor> ReadNpy(const std::string& path) {
   v1::Tensor t;
   const std::string d = std::string(absl::StripSuffix(absl::StripPrefix(*descr, "'"), "'"));
   for (const Descr& e : kDescrs) {
-    if (d == e.npy || (d.size() == 3 && d[0] == '=' && d.substr(1) == std::string(e.npy).substr(1))) {
+    if (d == e.npy ||
+        (d.size() == 3 && d[0] == '=' && d.substr(1) == std::string(e.npy).substr(1))) {
       t.set_dtype(e.dtype);
     }
   }
@@ -123,8 +125,8 @@ absl::Status WriteNpy(const std::string& path, const v1::Tensor& t) {
     if (e.dtype == t.dtype()) descr = e.npy;
   }
   if (descr == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dtype ", v1::DType_Name(t.dtype()), " has no .npy equivalent"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype ", v1::DType_Name(t.dtype()), " has no .npy equivalent"));
   }
   const int item = ElementSize(t.dtype());
   const int rank = t.shape_size();
@@ -155,7 +157,8 @@ absl::Status WriteNpy(const std::string& path, const v1::Tensor& t) {
     }
   }
   std::string shape = "(";
-  for (int k = 0; k < rank; ++k) absl::StrAppend(&shape, t.shape(k), rank == 1 ? "," : (k + 1 < rank ? ", " : ""));
+  for (int k = 0; k < rank; ++k)
+    absl::StrAppend(&shape, t.shape(k), rank == 1 ? "," : (k + 1 < rank ? ", " : ""));
   shape += ")";
   std::string header =
       absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': ", shape, ", }");

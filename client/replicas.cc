@@ -126,22 +126,19 @@ std::string ServiceConfig(int attempts, bool balanced) {
   attempts = std::clamp(attempts, 1, 5);  // gRPC caps maxAttempts at 5
   std::string retry;
   if (attempts > 1) {
-    retry = absl::StrCat(
-        R"(,"retryPolicy":{"maxAttempts":)", attempts,
-        R"(,"initialBackoff":"0.1s","maxBackoff":"0.5s","backoffMultiplier":2,)"
-        R"("retryableStatusCodes":["UNAVAILABLE"]})");
+    retry = absl::StrCat(R"(,"retryPolicy":{"maxAttempts":)", attempts,
+                         R"(,"initialBackoff":"0.1s","maxBackoff":"0.5s","backoffMultiplier":2,)"
+                         R"("retryableStatusCodes":["UNAVAILABLE"]})");
   }
-  return absl::StrCat(
-      "{",
-      balanced ? R"("loadBalancingConfig":[{"round_robin":{}}],)"
-                 R"("healthCheckConfig":{"serviceName":""},)"
-               : "",
-      R"("methodConfig":[{"name":[)"
-      R"({"service":"tensorcompute.v1.TensorService","method":"Compute"},)"
-      R"({"service":"tensorcompute.v1.TensorService","method":"ListOps"},)"
-      R"({"service":"grpc.health.v1.Health","method":"Check"}])",
-      retry, "}],",
-      R"("retryThrottling":{"maxTokens":100,"tokenRatio":0.1}})");
+  return absl::StrCat("{",
+                      balanced ? R"("loadBalancingConfig":[{"round_robin":{}}],)"
+                                 R"("healthCheckConfig":{"serviceName":""},)"
+                               : "",
+                      R"("methodConfig":[{"name":[)"
+                      R"({"service":"tensorcompute.v1.TensorService","method":"Compute"},)"
+                      R"({"service":"tensorcompute.v1.TensorService","method":"ListOps"},)"
+                      R"({"service":"grpc.health.v1.Health","method":"Check"}])",
+                      retry, "}],", R"("retryThrottling":{"maxTokens":100,"tokenRatio":0.1}})");
 }
 
 }  // namespace tc::client

@@ -70,8 +70,8 @@ absl::Status AppendInt(std::string& out, absl::string_view text) {
   int64_t v;
   if (!absl::SimpleAtoi(text, &v) || v < std::numeric_limits<T>::min() ||
       v > static_cast<int64_t>(std::numeric_limits<T>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a valid ", sizeof(T) * 8,
-                                                   "-bit integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "' is not a valid ", sizeof(T) * 8, "-bit integer"));
   }
   Append(out, static_cast<T>(v));
   return absl::OkStatus();
@@ -218,8 +218,8 @@ absl::StatusOr<v1::Tensor> ParseTensor(absl::string_view spec) {
   std::vector<absl::string_view> parts;
   if (!absl::StripAsciiWhitespace(values).empty()) parts = absl::StrSplit(values, ',');
   if (static_cast<int64_t>(parts.size()) != numel) {
-    return absl::InvalidArgumentError(absl::StrCat("'", spec, "' has ", parts.size(),
-                                                   " values for ", numel, " elements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", spec, "' has ", parts.size(), " values for ", numel, " elements"));
   }
   std::string* data = t.mutable_data();
   for (absl::string_view v : parts) {

@@ -29,8 +29,7 @@ inline const server::ServiceEnv& FuzzEnv() {
     o.max_message_bytes = 16 << 20;
     static auto* life = new server::Lifecycle();
     // No regions: requests naming one get FAILED_PRECONDITION.
-    return new server::ServiceEnv{devices, nullptr, resident, nullptr,
-                                              metrics, auth, o, life};
+    return new server::ServiceEnv{devices, nullptr, resident, nullptr, metrics, auth, o, life};
   }();
   return *env;
 }

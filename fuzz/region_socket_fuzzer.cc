@@ -110,8 +110,8 @@ int MakeDescriptor(Script& s) {
       return open("/dev/null", O_RDWR | O_CLOEXEC);
     default: {
       const int fd = memfd_create("fuzz-fw", MFD_ALLOW_SEALING);
-      if (fd >= 0 && (ftruncate(fd, size) != 0 ||
-                      fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0)) {
+      if (fd >= 0 &&
+          (ftruncate(fd, size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0)) {
         // The seal may be unknown to an old kernel: the memfd goes as it is.
       }
       return fd;
@@ -121,8 +121,8 @@ int MakeDescriptor(Script& s) {
 
 // The message's words: the ones the socket knows, mixed with the script's own bytes.
 std::string MakeText(Script& s) {
-  static const char* const kWords[] = {"register", "cuda ", "cuda", " ", "0123456789abcdef",
-                                       "ticket", "\0", "register "};
+  static const char* const kWords[] = {"register",         "cuda ",  "cuda", " ",
+                                       "0123456789abcdef", "ticket", "\0",   "register "};
   std::string text;
   const int parts = s.Byte() % 5;
   for (int i = 0; i < parts; ++i) {
@@ -190,7 +190,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (int i = 0; i < n; ++i) {
           if (int fd = MakeDescriptor(s); fd >= 0) fds.push_back(fd);
         }
-        const std::string reply = tc::server::HandleRegionMessage(*store, text, std::move(fds), connection);
+        const std::string reply =
+            tc::server::HandleRegionMessage(*store, text, std::move(fds), connection);
         if (reply.rfind("ticket ", 0) == 0) {
           const size_t end = reply.find(' ', 7);
           tickets.push_back(reply.substr(7, end == std::string::npos ? end : end - 7));

@@ -30,7 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!j.ok()) return 0;
       job = *std::move(j);
     } else if (m.has_chunk()) {
-      if (job == nullptr || !job->AcceptChunk(m.chunk().tensor(), m.chunk().offset(), m.chunk().data()).ok()) return 0;
+      if (job == nullptr ||
+          !job->AcceptChunk(m.chunk().tensor(), m.chunk().offset(), m.chunk().data()).ok())
+        return 0;
     } else {
       return 0;
     }

@@ -14,13 +14,13 @@ const std::vector<CatalogEntry>& Catalog() {
     auto* c = new std::vector<CatalogEntry>;
 // The arity is the functor's own (F::kArity), stated nowhere else; so are the compute types
 // whose tiles convert (kConvertingTiles).
-#define TC_ADD_ENTRY(F)                                                            \
-  {                                                                                \
-    OpSpec spec = F::Spec();                                                       \
-    spec.arity = F::kArity;                                                        \
-    spec.converting_tiles = kConvertingTiles<F>;                                   \
-    c->push_back({static_cast<OpIndex>(c->size()), std::move(spec), F::kComputeTypes,   \
-                  kHasHostFloatRow<F> || kLongMath<F>});                                 \
+#define TC_ADD_ENTRY(F)                                                               \
+  {                                                                                   \
+    OpSpec spec = F::Spec();                                                          \
+    spec.arity = F::kArity;                                                           \
+    spec.converting_tiles = kConvertingTiles<F>;                                      \
+    c->push_back({static_cast<OpIndex>(c->size()), std::move(spec), F::kComputeTypes, \
+                  kHasHostFloatRow<F> || kLongMath<F>});                              \
   }
     TC_FOR_EACH_OP(TC_ADD_ENTRY)
 #undef TC_ADD_ENTRY

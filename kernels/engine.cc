@@ -157,7 +157,8 @@ absl::StatusOr<PreparedOp> PrepareOp(absl::string_view name, absl::Span<const Te
   for (size_t i = 0; i < inputs.size(); ++i) {
     // The label is built only for a view that fails: this runs on every call, and a small
     // op's whole run takes about a microsecond.
-    if (!ValidateView(inputs[i], "").ok()) return ValidateView(inputs[i], absl::StrCat("input ", i));
+    if (!ValidateView(inputs[i], "").ok())
+      return ValidateView(inputs[i], absl::StrCat("input ", i));
   }
   return PrepareValidated(**entry, inputs, attrs, output, tiles);
 }
@@ -168,8 +169,8 @@ absl::StatusOr<OpTypes> ResolveOpTypes(const OpSpec& spec, DType result, const A
     std::vector<absl::string_view> given;
     for (DType d : args) given.push_back(DTypeName(d));
     return absl::InvalidArgumentError(absl::StrCat(
-        "op '", spec.name, "' does not accept dtype ", DTypeName(result), " (arguments: ",
-        absl::StrJoin(given, ", "), "); it accepts: ", DTypeNames(spec.dtypes)));
+        "op '", spec.name, "' does not accept dtype ", DTypeName(result),
+        " (arguments: ", absl::StrJoin(given, ", "), "); it accepts: ", DTypeNames(spec.dtypes)));
   }
   if (spec.check != nullptr) {
     if (auto s = spec.check(attrs, result); !s.ok()) return s;
@@ -225,13 +226,13 @@ absl::StatusOr<PreparedOp> PrepareValidated(const CatalogEntry& entry,
                                             TileRule tiles) {
   const OpSpec& spec = entry.spec;
   if (static_cast<int>(inputs.size()) != spec.arity) {
-    return absl::InvalidArgumentError(absl::StrCat("op '", spec.name, "' takes ", spec.arity,
-                                                   " inputs, got ", inputs.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("op '", spec.name, "' takes ", spec.arity, " inputs, got ", inputs.size()));
   }
   if (spec.condition_input >= 0 && inputs[spec.condition_input].dtype != DType::kBool) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "op '", spec.name, "': input ", spec.condition_input, " is the condition and must be bool, not ",
-        DTypeName(inputs[spec.condition_input].dtype)));
+        "op '", spec.name, "': input ", spec.condition_input,
+        " is the condition and must be bool, not ", DTypeName(inputs[spec.condition_input].dtype)));
   }
   auto resolved = Attrs::Resolve(spec.name, spec.attrs, attrs);
   if (!resolved.ok()) return resolved.status();

@@ -58,8 +58,8 @@ absl::StatusOr<DimVector> BroadcastShapes(absl::Span<const DimVector* const> sha
       std::vector<std::string> parts;
       for (const DimVector* t : shapes) parts.push_back(ShapeToString(*t));
       return absl::InvalidArgumentError(absl::StrCat(
-          "shapes ", absl::StrJoin(parts, " and "), " cannot be broadcast together: dim -",
-          k + 1, " is ", o, " in one and ", d, " in another (sizes must match or be 1)"));
+          "shapes ", absl::StrJoin(parts, " and "), " cannot be broadcast together: dim -", k + 1,
+          " is ", o, " in one and ", d, " in another (sizes must match or be 1)"));
     }
   }
   return out;
@@ -143,8 +143,8 @@ bool ChooseTiles(Plan& p, bool same_types, bool converting_tiles) {
   if (!same_types && !converting_tiles) return false;
   int64_t item[kMaxOperands];
   for (int k = 0; k < p.num_operands; ++k) item[k] = ItemSize(p.dtypes[k]);
-  p.num_staged = ChooseTileDims(p.ndim, p.num_operands, p.sizes, p.strides[0], kMaxRank, item,
-                                2, p.staged, same_types ? p.fused : nullptr);
+  p.num_staged = ChooseTileDims(p.ndim, p.num_operands, p.sizes, p.strides[0], kMaxRank, item, 2,
+                                p.staged, same_types ? p.fused : nullptr);
   return p.num_staged > 0;
 }
 
@@ -194,9 +194,10 @@ void ChooseKernel(Plan& p, bool bool_result, TileRule tiles, bool converting_til
   // dtype and the output of the functor's own result type.
   const DType own_out = bool_result ? DType::kBool : p.compute_dtype;
   bool same_types = p.dtypes[0] == own_out;
-  for (int k = 1; k < p.num_operands; ++k) same_types = same_types && p.dtypes[k] == p.compute_dtype;
+  for (int k = 1; k < p.num_operands; ++k)
+    same_types = same_types && p.dtypes[k] == p.compute_dtype;
   const bool tiled = tiles == TileRule::kAnyPermuted ? ChooseAnyPermutedTiles(p)
-                                                    : ChooseTiles(p, same_types, converting_tiles);
+                                                     : ChooseTiles(p, same_types, converting_tiles);
   if (tiled) {
     p.kernel = Kernel::kTiles;
   } else if (!ChooseRows(p, same_types)) {
@@ -361,9 +362,8 @@ int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides,
 absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype,
                             const DimVector& out_strides_in, Iteration* it) {
   if (inputs.empty() || inputs.size() + 1 > static_cast<size_t>(kMaxIterOperands)) {
-    return absl::InvalidArgumentError(absl::StrCat("element-wise work takes 1 to ",
-                                                   kMaxIterOperands - 1, " inputs, got ",
-                                                   inputs.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "element-wise work takes 1 to ", kMaxIterOperands - 1, " inputs, got ", inputs.size()));
   }
   absl::InlinedVector<const DimVector*, kMaxOperands> shapes;
   for (const TensorView& v : inputs) shapes.push_back(&v.shape);
@@ -502,9 +502,8 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
                                      DType out_dtype, const DimVector& out_strides,
                                      bool bool_result, TileRule tiles, bool converting_tiles) {
   if (inputs.empty() || inputs.size() + 1 > static_cast<size_t>(kMaxOperands)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("element-wise ops take 1 to ", kMaxOperands - 1, " inputs, got ",
-                     inputs.size()));
+    return absl::InvalidArgumentError(absl::StrCat("element-wise ops take 1 to ", kMaxOperands - 1,
+                                                   " inputs, got ", inputs.size()));
   }
   Iteration it;
   if (auto s = BuildIteration(inputs, out_dtype, out_strides, &it); !s.ok()) return s;
@@ -560,7 +559,8 @@ ExprWalk PlanExpression(Iteration* it, const int64_t* item, bool long_math, int 
     bool fits = it->numel <= INT32_MAX;
     for (int k = 0; k < nops && fits; ++k) {
       int64_t reach = 0;
-      for (int d = 0; d < it->ndim; ++d) reach += std::llabs(it->strides[k][d]) * (it->sizes[d] - 1);
+      for (int d = 0; d < it->ndim; ++d)
+        reach += std::llabs(it->strides[k][d]) * (it->sizes[d] - 1);
       fits = reach <= INT32_MAX;
     }
     w.wide = !fits;

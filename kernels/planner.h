@@ -41,7 +41,8 @@ absl::string_view PathName(Path p);
 // dtypes. Backends switch on it and check only what a plan cannot know: where the pointers
 // they are given point (a kRows plan whose operands do not start on a 16-byte boundary runs
 // as kCastRows; on the GPU, one whose misaligned operands are dense inputs of 1- or 2-byte
-// types beside an aligned output stays kRows, its packs shifted into place). The CPU runs kRows, kCastRows and kGeneral through one row loop.
+// types beside an aligned output stays kRows, its packs shifted into place). The CPU runs kRows,
+// kCastRows and kGeneral through one row loop.
 enum class Kernel : uint8_t {
   // Two dims (and a batch dim) where some input is dense along dim 1 and the output along dim
   // 0 (a transposed input or output): inputs staged through tiles (Plan::staged) so that both
@@ -231,8 +232,7 @@ absl::Status BuildIteration(absl::Span<const TensorView> inputs, DType out_dtype
 // be tiled.
 absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType compute_dtype,
                                      DType out_dtype, const DimVector& out_strides = {},
-                                     bool bool_result = false,
-                                     TileRule tiles = TileRule::kDense,
+                                     bool bool_result = false, TileRule tiles = TileRule::kDense,
                                      bool converting_tiles = false);
 
 // A one-dimensional dense run of `compute` over operands of `inputs` dtypes into `out`,

@@ -48,12 +48,12 @@ struct Half {
     const uint32_t u = detail::FloatBits(f);
     const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
     const uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u;  // NaN (quiet)
+    if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN (quiet)
     if (a >= 0x477ff000u) return sign | 0x7c00u;  // rounds to infinity (>= 65520)
     if (a < 0x38800000u) {                        // below 2^-14: subnormal or zero
       // Align the 24-bit significand to a 2^-24 unit and round to nearest even.
       if (a < 0x33000000u) return sign;  // below 2^-25: rounds to zero
-      const uint32_t exp = a >> 23;       // 102..112
+      const uint32_t exp = a >> 23;      // 102..112
       const uint32_t mant = (a & 0x7fffffu) | 0x800000u;
       const uint32_t shift = 126u - exp;  // 14..24
       const uint32_t half_ulp = 1u << (shift - 1);
@@ -85,7 +85,8 @@ struct Half {
       u = sign;
     } else {
       // Subnormal: value mant * 2^-24, exact in float.
-      return detail::BitsToFloat(detail::FloatBits(static_cast<float>(mant) * 5.9604644775390625e-08f) | sign);
+      return detail::BitsToFloat(
+          detail::FloatBits(static_cast<float>(mant) * 5.9604644775390625e-08f) | sign);
     }
     return detail::BitsToFloat(u);
 #endif
@@ -98,7 +99,9 @@ struct BFloat16 {
 
   BFloat16() = default;
   TC_HOST_DEVICE explicit BFloat16(float f) : bits(FromFloat(f)) {}
-  TC_HOST_DEVICE operator float() const { return detail::BitsToFloat(static_cast<uint32_t>(bits) << 16); }
+  TC_HOST_DEVICE operator float() const {
+    return detail::BitsToFloat(static_cast<uint32_t>(bits) << 16);
+  }
 
   static TC_HOST_DEVICE uint16_t FromFloat(float f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -108,7 +111,8 @@ struct BFloat16 {
     return h;
 #else
     const uint32_t u = detail::FloatBits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+      return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
     return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 #endif
   }
@@ -144,7 +148,8 @@ TC_HOST_DEVICE To Convert(From x) {
     if (!(x == x)) return To(0);
     // Bounds as From: the max of a 64-bit integer is not a float, so compare against 2^bits.
     constexpr From kLo = static_cast<From>(std::numeric_limits<To>::min());
-    constexpr From kHiExclusive = static_cast<From>(std::numeric_limits<To>::max() / 2 + 1) * From(2);
+    constexpr From kHiExclusive =
+        static_cast<From>(std::numeric_limits<To>::max() / 2 + 1) * From(2);
     if (x <= kLo) return std::numeric_limits<To>::min();
     if (x >= kHiExclusive) return std::numeric_limits<To>::max();
     return static_cast<To>(x);

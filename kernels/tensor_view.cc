@@ -44,17 +44,17 @@ DimVector ContiguousStrides(absl::Span<const int64_t> shape) {
 
 absl::Status ValidateView(const TensorView& v, absl::string_view what) {
   auto numel = CheckedNumel(v.shape);
-  if (!numel.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", numel.status().message()));
+  if (!numel.ok())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", numel.status().message()));
   if (v.strides.size() != v.shape.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", v.strides.size(),
-                                                   " strides given for rank ", v.shape.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", v.strides.size(), " strides given for rank ", v.shape.size()));
   }
   const int64_t item = ItemSize(v.dtype);
   if (v.storage_bytes < 0 || v.storage_bytes % item != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": storage of ", v.storage_bytes,
-                                                   " bytes is not a whole number of ",
-                                                   DTypeName(v.dtype), " elements (", item,
-                                                   " bytes each)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": storage of ", v.storage_bytes, " bytes is not a whole number of ",
+                     DTypeName(v.dtype), " elements (", item, " bytes each)"));
   }
   if (v.offset < 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": offset ", v.offset, " is negative"));
@@ -68,9 +68,9 @@ absl::Status ValidateView(const TensorView& v, absl::string_view what) {
     int64_t span;
     if (__builtin_mul_overflow(v.shape[i] - 1, v.strides[i], &span) ||
         __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": strides [", absl::StrJoin(v.strides, ","), "] with shape ",
-          ShapeToString(v.shape), " overflow 64-bit offsets"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": strides [", absl::StrJoin(v.strides, ","), "] with shape ",
+                       ShapeToString(v.shape), " overflow 64-bit offsets"));
     }
   }
   const int64_t storage_elems = v.storage_bytes / item;

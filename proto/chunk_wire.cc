@@ -280,7 +280,8 @@ bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, Spli
         if (has_data) return false;
         has_data = true;
         uint64_t n = 0;
-        if (!r.Varint(&n, 5) || n > INT32_MAX || n > end - std::min(end, r.position())) return false;
+        if (!r.Varint(&n, 5) || n > INT32_MAX || n > end - std::min(end, r.position()))
+          return false;
         if (n >= static_cast<uint64_t>(min_bytes) && n > 0) {
           out->taken_.push_back({input, r.position(), static_cast<int64_t>(n)});
           if (!r.Skip(n)) return false;

@@ -28,10 +28,10 @@ DeviceInfo CpuInfo(int threads, int index) {
   // (kernels/cpu/isa.h, store_path.h): said here so that a device listing tells which paths a
   // server's figures came from.
   const cpu::StorePath& stores = cpu::LargeOutputStores();
-  info.name = absl::StrCat("host CPU, ", threads > 0 ? threads : static_cast<int>(hw),
-                           " compute threads, ", cpu::IsaName(cpu::ProcessIsa()),
-                           " loops, large outputs in ", stores.streaming ? "streaming" : "plain",
-                           " stores (", stores.decided_by, ")");
+  info.name =
+      absl::StrCat("host CPU, ", threads > 0 ? threads : static_cast<int>(hw), " compute threads, ",
+                   cpu::IsaName(cpu::ProcessIsa()), " loops, large outputs in ",
+                   stores.streaming ? "streaming" : "plain", " stores (", stores.decided_by, ")");
   info.total_memory = PhysicalMemoryBytes();
   info.multiprocessors = static_cast<int>(hw);
   return info;
@@ -46,10 +46,10 @@ CpuDevice::CpuDevice(int threads, const DeviceOptions& options, int index)
       pool_(ThreadPool::WorkersFor(threads)) {}
 
 absl::StatusOr<std::byte*> CpuDevice::RawAllocate(int64_t bytes, bool zero, Lane* /*lane*/,
-                                                   void** /*tag*/) {
+                                                  void** /*tag*/) {
   // calloc takes fresh zero pages from the kernel for large sizes, without touching them.
-  void* p = zero ? std::calloc(static_cast<size_t>(bytes), 1)
-                 : std::malloc(static_cast<size_t>(bytes));
+  void* p =
+      zero ? std::calloc(static_cast<size_t>(bytes), 1) : std::malloc(static_cast<size_t>(bytes));
   if (p == nullptr) return absl::ResourceExhaustedError("malloc failed");
   return static_cast<std::byte*>(p);
 }

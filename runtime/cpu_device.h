@@ -25,8 +25,7 @@ class CpuDevice final : public Device {
                        int64_t n) override;
   absl::Status DoRead(Lane& lane, const Storage& src, int64_t offset, void* dst,
                       int64_t n) override;
-  absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane,
-                                         void** tag) override;
+  absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) override;
   void RawFree(std::byte* p, int64_t bytes, void* tag) override;
 
  private:

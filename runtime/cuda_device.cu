@@ -149,7 +149,8 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
   for (unsigned char byte : prop.uuid.bytes) {
     absl::StrAppend(&info.uuid, absl::Hex(byte, absl::kZeroPad2));
   }
-  return std::unique_ptr<CudaDevice>(new CudaDevice(std::move(info), budget, options, std::move(impl)));
+  return std::unique_ptr<CudaDevice>(
+      new CudaDevice(std::move(info), budget, options, std::move(impl)));
 }
 
 CudaDevice::CudaDevice(DeviceInfo info, int64_t budget, const DeviceOptions& options,
@@ -213,8 +214,8 @@ std::unique_ptr<Lane> CudaDevice::AcquireLane() {
 absl::StatusOr<SharedDeviceMemory> CudaDevice::OpenIpc(absl::string_view handle) {
   cudaIpcMemHandle_t h;
   if (handle.size() != sizeof(h.reserved)) {
-    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC handle has ", sizeof(h.reserved),
-                                                   " bytes, not ", handle.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a CUDA IPC handle has ", sizeof(h.reserved), " bytes, not ", handle.size()));
   }
   std::memcpy(h.reserved, handle.data(), sizeof(h.reserved));
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
@@ -222,9 +223,9 @@ absl::StatusOr<SharedDeviceMemory> CudaDevice::OpenIpc(absl::string_view handle)
   if (cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
       e != cudaSuccess) {
     (void)cudaGetLastError();  // A bad handle is the caller's error, not the device's.
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot open the CUDA IPC handle on device ", impl_->index, ": ",
-                     cudaGetErrorString(e), " (is the memory still allocated?)"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot open the CUDA IPC handle on device ",
+                                                   impl_->index, ": ", cudaGetErrorString(e),
+                                                   " (is the memory still allocated?)"));
   }
   const int index = impl_->index;
   std::shared_ptr<void> closer(p, [index](void* q) {
@@ -306,8 +307,7 @@ void CudaDevice::Issue(Stream& s, const Launch& launch, int* error,
 }
 
 void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
-                     std::byte* out, std::function<void(absl::Status)> done,
-                     ReadBack read_back) {
+                     std::byte* out, std::function<void(absl::Status)> done, ReadBack read_back) {
   if ((read_back.bytes > kReadBackBytes && !read_back.pinned) || read_back.bytes < 0) {
     done(absl::InternalError("read-back larger than the device's read-back buffer"));
     return;
@@ -329,21 +329,19 @@ void CudaDevice::Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> i
   for (size_t k = 0; k < inputs.size(); ++k) data[k] = inputs[k].data;
   // An op is ready at once; a new expression once its kernel is compiled, on the compiling
   // thread (this one returns at once).
-  cuda::Prepare(op, out, absl::MakeConstSpan(data, inputs.size()), impl_->multiprocessors,
-                impl_->arch,
-                [this, &s, out, done = std::move(done),
-                 read_back](absl::StatusOr<cuda::ReadyLaunch> ready) mutable {
-                  if (!ready.ok()) {
-                    done(ready.status());
-                    return;
-                  }
-                  // What the launch holds stays until the run completes.
-                  auto held = std::make_shared<const cuda::ReadyLaunch>(*std::move(ready));
-                  auto finish = [done = std::move(done), held](absl::Status st) {
-                    done(std::move(st));
-                  };
-                  RunOn(s, held->enqueue, out, std::move(finish), read_back, held->label);
-                });
+  cuda::Prepare(
+      op, out, absl::MakeConstSpan(data, inputs.size()), impl_->multiprocessors, impl_->arch,
+      [this, &s, out, done = std::move(done),
+       read_back](absl::StatusOr<cuda::ReadyLaunch> ready) mutable {
+        if (!ready.ok()) {
+          done(ready.status());
+          return;
+        }
+        // What the launch holds stays until the run completes.
+        auto held = std::make_shared<const cuda::ReadyLaunch>(*std::move(ready));
+        auto finish = [done = std::move(done), held](absl::Status st) { done(std::move(st)); };
+        RunOn(s, held->enqueue, out, std::move(finish), read_back, held->label);
+      });
 }
 
 bool CudaDevice::TryRun(Lane& lane, const PreparedOp& op, const std::vector<TensorView>& inputs,
@@ -357,9 +355,8 @@ bool CudaDevice::TryRun(Lane& lane, const PreparedOp& op, const std::vector<Tens
   if (slot_index < 0) return false;
   const std::byte* data[kMaxIterOperands - 1] = {};
   for (size_t k = 0; k < inputs.size(); ++k) data[k] = inputs[k].data;
-  std::shared_ptr<const cuda::ReadyLaunch> ready =
-      ReadyAtOnce(op, out, absl::MakeConstSpan(data, inputs.size()), impl_->multiprocessors,
-                  impl_->arch);
+  std::shared_ptr<const cuda::ReadyLaunch> ready = ReadyAtOnce(
+      op, out, absl::MakeConstSpan(data, inputs.size()), impl_->multiprocessors, impl_->arch);
   if (ready == nullptr) {
     ReleaseSlot(s, slot_index);
     return false;
@@ -383,8 +380,8 @@ void CudaDevice::RunOn(Stream& s, const Launch& launch, std::byte* out,
     return absl::OkStatus();
   };
   const auto after = [&]() -> absl::Status {
-    TC_CUDA_CHECK(cudaMemcpyAsync(slot.host_error, s.dev_error, sizeof(int),
-                                  cudaMemcpyDeviceToHost, s.stream),
+    TC_CUDA_CHECK(cudaMemcpyAsync(slot.host_error, s.dev_error, sizeof(int), cudaMemcpyDeviceToHost,
+                                  s.stream),
                   "cudaMemcpyAsync to host");
     if (read_back.bytes > 0) {
       // Pinned host memory takes the copy directly; other memory through the slot's buffer.
@@ -396,8 +393,8 @@ void CudaDevice::RunOn(Stream& s, const Launch& launch, std::byte* out,
     return absl::OkStatus();
   };
   Issue(s, launch, s.dev_error, before, after,
-        std::make_unique<Completion>(Completion{slot_index, std::move(done), label, read_back, 0,
-                                                slot.host_error}));
+        std::make_unique<Completion>(
+            Completion{slot_index, std::move(done), label, read_back, 0, slot.host_error}));
 }
 
 int64_t CudaDevice::max_small_bytes() const { return kReadBackBytes; }
@@ -450,26 +447,25 @@ bool CudaDevice::TryRunSmall(Lane& lane, const PreparedOp& op,
                   "cudaMemcpyAsync to device");
     if (plan.out_has_gaps) {
       // What lies between the output's elements reads as zeros.
-      TC_CUDA_CHECK(cudaMemsetAsync(dev + out_at, 0, static_cast<size_t>(plan.out_storage_bytes),
-                                    s.stream),
-                    "cudaMemsetAsync");
+      TC_CUDA_CHECK(
+          cudaMemsetAsync(dev + out_at, 0, static_cast<size_t>(plan.out_storage_bytes), s.stream),
+          "cudaMemsetAsync");
     }
     return absl::OkStatus();
   };
   const auto after = [&]() -> absl::Status {
-    TC_CUDA_CHECK(cudaMemcpyAsync(slot.read_back + flag_at, dev + flag_at,
-                                  static_cast<size_t>(total - flag_at), cudaMemcpyDeviceToHost,
-                                  s.stream),
-                  "cudaMemcpyAsync to host");
+    TC_CUDA_CHECK(
+        cudaMemcpyAsync(slot.read_back + flag_at, dev + flag_at,
+                        static_cast<size_t>(total - flag_at), cudaMemcpyDeviceToHost, s.stream),
+        "cudaMemcpyAsync to host");
     return absl::OkStatus();
   };
   // What the launch holds stays until the run completes.
   auto finish = [done = std::move(done), ready](absl::Status st) { done(std::move(st)); };
   Issue(s, ready->enqueue, reinterpret_cast<int*>(dev + flag_at), before, after,
         std::make_unique<Completion>(Completion{
-            slot_index, std::move(finish), ready->label,
-            ReadBack{host_out, plan.out_storage_bytes}, out_at,
-            reinterpret_cast<const int*>(slot.read_back + flag_at)}));
+            slot_index, std::move(finish), ready->label, ReadBack{host_out, plan.out_storage_bytes},
+            out_at, reinterpret_cast<const int*>(slot.read_back + flag_at)}));
   return true;
 }
 

@@ -75,8 +75,7 @@ class CudaDevice final : public Device {
                              const std::vector<HostPiece>& pieces) override;
   absl::Status DoWritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src,
                              int64_t n) override;
-  absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane,
-                                         void** tag) override;
+  absl::StatusOr<std::byte*> RawAllocate(int64_t bytes, bool zero, Lane* lane, void** tag) override;
   void RawFree(std::byte* p, int64_t bytes, void* tag) override;
 
  private:

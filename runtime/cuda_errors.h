@@ -16,15 +16,14 @@ bool IsSticky(cudaError_t e);
 
 }  // namespace tc::runtime::gpu
 
-#define TC_CUDA_RETURN_IF_ERROR(expr, what)         \
-  do {                                              \
-    if (cudaError_t e_ = (expr); e_ != cudaSuccess) \
+#define TC_CUDA_RETURN_IF_ERROR(expr, what)           \
+  do {                                                \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess)   \
       return ::tc::runtime::gpu::CudaError(e_, what); \
   } while (0)
 
 // In CudaDevice's methods: an error that leaves the context unusable also fails the device.
-#define TC_CUDA_CHECK(expr, what)                   \
-  do {                                              \
-    if (cudaError_t e_ = (expr); e_ != cudaSuccess) \
-      return CudaFailure(e_, what);                 \
+#define TC_CUDA_CHECK(expr, what)                                                 \
+  do {                                                                            \
+    if (cudaError_t e_ = (expr); e_ != cudaSuccess) return CudaFailure(e_, what); \
   } while (0)

@@ -45,7 +45,7 @@ absl::Status CreateMemoryPool(CudaDevice::Impl& impl, int64_t budget, bool share
 }
 
 absl::StatusOr<std::byte*> CudaDevice::RawAllocate(int64_t bytes, bool zero, Lane* lane,
-                                                    void** tag) {
+                                                   void** tag) {
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
   // Whole 16-byte blocks: kernels that read a misaligned run as the aligned blocks around it
   // (LoadUnaligned) may read the rest of the block that holds a storage's last byte.
@@ -64,8 +64,8 @@ absl::StatusOr<std::byte*> CudaDevice::RawAllocate(int64_t bytes, bool zero, Lan
     // Stream operations are thread-safe; this one may land between another request's, which
     // is harmless.
     Stream& s = *static_cast<CudaLane*>(lane)->stream;
-    if (absl::Status st = allocated(cudaMallocFromPoolAsync(
-            &p, static_cast<size_t>(bytes), impl_->pool, s.stream));
+    if (absl::Status st = allocated(
+            cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes), impl_->pool, s.stream));
         !st.ok()) {
       return st;
     }
@@ -75,8 +75,8 @@ absl::StatusOr<std::byte*> CudaDevice::RawAllocate(int64_t bytes, bool zero, Lan
     return static_cast<std::byte*>(p);
   }
   std::lock_guard<std::mutex> lock(impl_->alloc_mu);
-  if (absl::Status st = allocated(cudaMallocFromPoolAsync(
-          &p, static_cast<size_t>(bytes), impl_->pool, impl_->alloc_stream));
+  if (absl::Status st = allocated(cudaMallocFromPoolAsync(&p, static_cast<size_t>(bytes),
+                                                          impl_->pool, impl_->alloc_stream));
       !st.ok()) {
     return st;
   }
@@ -110,8 +110,8 @@ absl::StatusOr<int> CudaDevice::ExportMemoryPool() {
     return absl::FailedPreconditionError("this device's memory pool cannot be shared");
   }
   int fd = -1;
-  if (cudaError_t e = cudaMemPoolExportToShareableHandle(
-          &fd, impl_->pool, cudaMemHandleTypePosixFileDescriptor, 0);
+  if (cudaError_t e = cudaMemPoolExportToShareableHandle(&fd, impl_->pool,
+                                                         cudaMemHandleTypePosixFileDescriptor, 0);
       e != cudaSuccess) {
     (void)cudaGetLastError();
     return absl::FailedPreconditionError(
@@ -214,9 +214,9 @@ absl::Status CudaDevice::DoCopyFromExported(Lane& lane, Storage& dst, int64_t of
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   std::lock_guard<std::mutex> lock(s.mu);
   if (n > 0) {
-    cudaError_t e = gpu::CopyMapped(dst.data() + offset,
-                                    static_cast<std::byte*>(mapped.get()) + src_offset, n,
-                                    impl_->multiprocessors, s.stream);
+    cudaError_t e =
+        gpu::CopyMapped(dst.data() + offset, static_cast<std::byte*>(mapped.get()) + src_offset, n,
+                        impl_->multiprocessors, s.stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s.stream);
     if (e != cudaSuccess) return CudaFailure(e, "copying from another worker's device");
   }

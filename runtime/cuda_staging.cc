@@ -40,10 +40,9 @@ absl::Status CudaDevice::DoWrite(Lane& lane, Storage& dst, int64_t offset, const
     // The buffer's previous copy must have left it before it is filled again.
     TC_CUDA_CHECK(cudaEventSynchronize(s.done[b]), "cudaEventSynchronize");
     impl_->HostCopy(s.pinned[b], from + done, len);
-    TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset + done, s.pinned[b],
-                                            static_cast<size_t>(len), cudaMemcpyHostToDevice,
-                                            s.stream),
-                            "cudaMemcpyAsync to device");
+    TC_CUDA_CHECK(cudaMemcpyAsync(dst.data() + offset + done, s.pinned[b], static_cast<size_t>(len),
+                                  cudaMemcpyHostToDevice, s.stream),
+                  "cudaMemcpyAsync to device");
     TC_CUDA_CHECK(cudaEventRecord(s.done[b], s.stream), "cudaEventRecord");
   }
   // `src` has been copied into pinned memory: the caller may reuse it. The copies themselves
@@ -154,9 +153,8 @@ absl::Status CudaDevice::DoRead(Lane& lane, const Storage& src, int64_t offset, 
     const int64_t at = c * chunk;
     const int64_t len = std::min(chunk, n - at);
     TC_CUDA_CHECK(cudaMemcpyAsync(s.pinned[c & 1], src.data() + offset + at,
-                                            static_cast<size_t>(len), cudaMemcpyDeviceToHost,
-                                            s.stream),
-                            "cudaMemcpyAsync to host");
+                                  static_cast<size_t>(len), cudaMemcpyDeviceToHost, s.stream),
+                  "cudaMemcpyAsync to host");
     TC_CUDA_CHECK(cudaEventRecord(s.done[c & 1], s.stream), "cudaEventRecord");
     return absl::OkStatus();
   };

@@ -33,8 +33,7 @@ absl::Status Device::Charge(int64_t n, absl::Time deadline) {
   return memory_.Charge(n, deadline, [&] {
     return absl::ResourceExhaustedError(absl::StrCat(
         "device ", info_.index, " (", info_.kind, ") has no room for ", FormatBytes(n), ": ",
-        FormatBytes(memory_in_use()), " of its ", FormatBytes(memory_budget()),
-        " budget in use"));
+        FormatBytes(memory_in_use()), " of its ", FormatBytes(memory_budget()), " budget in use"));
   });
 }
 
@@ -103,8 +102,7 @@ absl::Status CheckRange(const Storage& storage, int64_t offset, int64_t n, const
 
 }  // namespace
 
-absl::Status Device::Write(Lane& lane, Storage& dst, int64_t offset, const void* src,
-                           int64_t n) {
+absl::Status Device::Write(Lane& lane, Storage& dst, int64_t offset, const void* src, int64_t n) {
   if (absl::Status s = CheckRange(dst, offset, n, "write"); !s.ok()) return s;
   return DoWrite(lane, dst, offset, src, n);
 }
@@ -120,14 +118,13 @@ absl::Status Device::WritePieces(Lane& lane, Storage& dst, int64_t offset,
   return DoWritePieces(lane, dst, offset, pieces);
 }
 
-absl::Status Device::CopyFromDevice(Lane& lane, Storage& dst, int64_t offset,
-                                    const Device& from, const std::byte* src, int64_t n) {
+absl::Status Device::CopyFromDevice(Lane& lane, Storage& dst, int64_t offset, const Device& from,
+                                    const std::byte* src, int64_t n) {
   if (absl::Status s = CheckRange(dst, offset, n, "copy"); !s.ok()) return s;
   return DoCopyFromDevice(lane, dst, offset, from, src, n);
 }
 
-absl::Status Device::Read(Lane& lane, const Storage& src, int64_t offset, void* dst,
-                          int64_t n) {
+absl::Status Device::Read(Lane& lane, const Storage& src, int64_t offset, void* dst, int64_t n) {
   if (absl::Status s = CheckRange(src, offset, n, "read"); !s.ok()) return s;
   return DoRead(lane, src, offset, dst, n);
 }

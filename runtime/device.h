@@ -235,8 +235,7 @@ class Device {
   // ordinary path. Otherwise `done` is taken as with Run.
   // Its memory is set aside when the device starts, outside the budget.
   virtual bool TryRunSmall(Lane& /*lane*/, const PreparedOp& /*op*/,
-                           const std::vector<TensorView>& /*host_inputs*/,
-                           std::byte* /*host_out*/,
+                           const std::vector<TensorView>& /*host_inputs*/, std::byte* /*host_out*/,
                            std::function<void(absl::Status)>& /*done*/) {
     return false;
   }
@@ -256,9 +255,8 @@ class Device {
   // (laid out as op.plan.out_strides, op.plan.out_storage_bytes long), then copies `read_back`
   // (at most max_read_back() bytes of `out`) to the host. `done` is called once, perhaps
   // before Run returns, perhaps on another thread; it may block and call the device.
-  virtual void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs,
-                   std::byte* out, std::function<void(absl::Status)> done,
-                   ReadBack read_back = {}) = 0;
+  virtual void Run(Lane& lane, const PreparedOp& op, std::vector<TensorView> inputs, std::byte* out,
+                   std::function<void(absl::Status)> done, ReadBack read_back = {}) = 0;
 
   // --- What the server keeps for the device, whatever its backend.
 
@@ -322,8 +320,8 @@ class Device {
   }
   virtual absl::Status DoCopyFromExported(Lane& /*lane*/, Storage& /*dst*/, int64_t /*offset*/,
                                           const std::string& /*pool_key*/, int /*pool_fd*/,
-                                          const std::string& /*allocation*/,
-                                          int64_t /*src_offset*/, int64_t /*n*/) {
+                                          const std::string& /*allocation*/, int64_t /*src_offset*/,
+                                          int64_t /*n*/) {
     return absl::UnimplementedError("this device does not import shared memory");
   }
 
@@ -357,8 +355,7 @@ class Device {
 // them.
 class DeviceSet {
  public:
-  explicit DeviceSet(std::vector<std::unique_ptr<Device>> devices)
-      : devices_(std::move(devices)) {}
+  explicit DeviceSet(std::vector<std::unique_ptr<Device>> devices) : devices_(std::move(devices)) {}
   int size() const { return static_cast<int>(devices_.size()); }
   Device& at(int i) const { return *devices_[i]; }
   // The device with the fewest requests in flight (then one not nearly out of budget); ties

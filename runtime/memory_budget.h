@@ -19,8 +19,7 @@ class MemoryBudget {
 
   // Counts `n` bytes in use, waiting until `deadline` (at most the budget's wait) for room;
   // past it, the error `refusal` makes.
-  absl::Status Charge(int64_t n, absl::Time deadline,
-                      const std::function<absl::Status()>& refusal);
+  absl::Status Charge(int64_t n, absl::Time deadline, const std::function<absl::Status()>& refusal);
   void Uncharge(int64_t n);
 
   int64_t limit() const { return limit_; }

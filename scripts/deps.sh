@@ -3,7 +3,7 @@
 # missing ones; apt-get runs only if something is missing).
 set -euo pipefail
 pkgs=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config clang-format-14
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto libabsl-dev
   libgtest-dev libgmock-dev libcivetweb-dev libgoogle-perftools-dev
   python3-grpcio python3-protobuf python3-numpy python3-numexpr python3-torch

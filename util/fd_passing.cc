@@ -32,8 +32,8 @@ ssize_t SendWithFds(int socket, const void* bytes, size_t size, const int* fds, 
   }
 }
 
-ssize_t ReceiveWithFds(int socket, void* buf, size_t size, std::vector<int>* fds,
-                       int* msg_flags, int flags) {
+ssize_t ReceiveWithFds(int socket, void* buf, size_t size, std::vector<int>* fds, int* msg_flags,
+                       int flags) {
   iovec iov{buf, size};
   msghdr msg{};
   msg.msg_iov = &iov;

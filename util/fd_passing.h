@@ -25,7 +25,7 @@ ssize_t SendWithFds(int socket, const void* bytes, size_t size, const int* fds, 
 // message's (MSG_TRUNC, MSG_CTRUNC: more bytes or descriptors were sent than taken; those
 // descriptors are closed by the kernel). recvmsg's result: the bytes read, 0 where the peer
 // closed, -1 with errno (EINTR is the caller's to retry).
-ssize_t ReceiveWithFds(int socket, void* buf, size_t size, std::vector<int>* fds,
-                       int* msg_flags, int flags = 0);
+ssize_t ReceiveWithFds(int socket, void* buf, size_t size, std::vector<int>* fds, int* msg_flags,
+                       int flags = 0);
 
 }  // namespace tc

@@ -10,9 +10,9 @@
 namespace tc::cpu {
 
 // Defined in launch.h, instantiated in ops_*.cc once per vector extension level (isa.h).
-#define TC_DECLARE_LAUNCH(ns)                                                    \
-  namespace ns {                                                                 \
-  template <typename F>                                                          \
+#define TC_DECLARE_LAUNCH(ns)                                                         \
+  namespace ns {                                                                      \
+  template <typename F>                                                               \
   absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env); \
   }
 TC_DECLARE_LAUNCH(isa_baseline)
@@ -26,10 +26,8 @@ namespace {
 
 using Launcher = absl::Status (*)(const PreparedOp&, char* const*, const LaunchEnv&);
 
-#define TC_LAUNCHER_TABLE(ns)                           \
-  {                                                     \
-    TC_FOR_EACH_OP(TC_LAUNCHER_##ns)                    \
-  }
+#define TC_LAUNCHER_TABLE(ns) \
+  { TC_FOR_EACH_OP(TC_LAUNCHER_##ns) }
 #define TC_LAUNCHER_isa_baseline(F) &isa_baseline::Launch<F>,
 #define TC_LAUNCHER_isa_avx2(F) &isa_avx2::Launch<F>,
 #define TC_LAUNCHER_isa_avx512(F) &isa_avx512::Launch<F>,

@@ -36,10 +36,9 @@ std::vector<BlockStep> BlockSteps(const expr::Steps& steps) {
     b.step = &step;
     DType args[kMaxOperands - 1];
     for (int k = 0; k < step.arity; ++k) args[k] = step.args[k].dtype;
-    b.op = PreparedOp::Of(
-        step.op, step.attrs, step.result_type,
-        PlanDenseRun(step.compute, step.out_dtype,
-                     absl::MakeConstSpan(args, static_cast<size_t>(step.arity))));
+    b.op = PreparedOp::Of(step.op, step.attrs, step.result_type,
+                          PlanDenseRun(step.compute, step.out_dtype,
+                                       absl::MakeConstSpan(args, static_cast<size_t>(step.arity))));
   }
   return out;
 }
@@ -79,7 +78,8 @@ absl::Status RunExpression(const Program& program, std::byte* out,
   }
   int64_t item[kMaxIterOperands];
   item[0] = ItemSize(program.out_dtype);
-  for (int k = 1; k < nops; ++k) item[k] = ItemSize(program.input_dtypes[static_cast<size_t>(k - 1)]);
+  for (int k = 1; k < nops; ++k)
+    item[k] = ItemSize(program.input_dtypes[static_cast<size_t>(k - 1)]);
   // An input repeated over the whole space (every stride 0) is read in place, never gathered.
   bool scalar[kMaxIterOperands] = {};
   for (int k = 1; k < nops; ++k) {
@@ -107,104 +107,105 @@ absl::Status RunExpression(const Program& program, std::byte* out,
   root_env.stream_output = !short_rows && it.numel * ItemSize(program.out_dtype) >= kStreamBytes &&
                            LargeOutputStores().streaming;
 
-  env.pool->ParallelFor(items, std::max<int64_t>(1, kGrain / kExprBlock), [&](int64_t begin,
-                                                                             int64_t end) {
-    if (failed.load(std::memory_order_relaxed)) return;
-    std::vector<BlockStep> steps = block_steps;  // each thread resizes its own plans
-    // Buffers for values, then one per gathered input, then the output's.
-    const int64_t slots = schedule.buffers + nops;
-    std::unique_ptr<char[]> storage(new char[static_cast<size_t>(slots * kSlot + 64)]);
-    char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(storage.get()) + 63) & ~uintptr_t{63});
-    auto slot = [&](int64_t i) { return aligned + i * kSlot; };
-    char* gathered = slot(schedule.buffers);  // operand k's at gathered + k * kSlot
+  env.pool->ParallelFor(
+      items, std::max<int64_t>(1, kGrain / kExprBlock), [&](int64_t begin, int64_t end) {
+        if (failed.load(std::memory_order_relaxed)) return;
+        std::vector<BlockStep> steps = block_steps;  // each thread resizes its own plans
+        // Buffers for values, then one per gathered input, then the output's.
+        const int64_t slots = schedule.buffers + nops;
+        std::unique_ptr<char[]> storage(new char[static_cast<size_t>(slots * kSlot + 64)]);
+        char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(storage.get()) + 63) &
+                                                ~uintptr_t{63});
+        auto slot = [&](int64_t i) { return aligned + i * kSlot; };
+        char* gathered = slot(schedule.buffers);  // operand k's at gathered + k * kSlot
 
-    char* ptr[kMaxIterOperands];
-    int64_t stride[kMaxIterOperands];
-    for (int64_t t = begin; t < end; ++t) {
-      // The block's first row and element, and its length.
-      const int64_t first_row = short_rows ? t * rows_per_block : t / per_row;
-      const int64_t start = short_rows ? 0 : t % per_row * block_len;
-      const int64_t nrows = short_rows ? std::min(rows_per_block, rows - first_row) : 1;
-      const int64_t n = short_rows ? nrows * row : std::min(block_len, row - start);
-      auto row_pointers = [&](int64_t r, char** p) {
-        int64_t rest = r;
-        for (int k = 0; k < nops; ++k) p[k] = base[k];
-        for (int d = 1; d < it.ndim; ++d) {
-          const int64_t idx = rest % it.sizes[d];
-          rest /= it.sizes[d];
-          for (int k = 0; k < nops; ++k) p[k] += idx * it.strides[k][d];
-        }
-      };
-      row_pointers(first_row, ptr);
-      for (int k = 0; k < nops; ++k) {
-        if (k > 0 && scalar[k]) {
-          stride[k] = 0;
-        } else if (!short_rows) {
-          ptr[k] += start * it.strides[k][0];
-          stride[k] = it.strides[k][0];
-        } else {
-          stride[k] = item[k];
-        }
-      }
-      if (short_rows) {
-        ptr[0] = gathered + 0 * kSlot;  // the output is written here, then scattered
-        for (int k = 1; k < nops; ++k) {
-          if (scalar[k] || !schedule.input_used[static_cast<size_t>(k - 1)]) continue;
-          char* dst = gathered + k * kSlot;
-          char* p[kMaxIterOperands];
-          for (int64_t r = 0; r < nrows; ++r) {
-            row_pointers(first_row + r, p);
-            CopyRow(p[k], it.strides[k][0], item[k], row, dst + r * row * item[k]);
+        char* ptr[kMaxIterOperands];
+        int64_t stride[kMaxIterOperands];
+        for (int64_t t = begin; t < end; ++t) {
+          // The block's first row and element, and its length.
+          const int64_t first_row = short_rows ? t * rows_per_block : t / per_row;
+          const int64_t start = short_rows ? 0 : t % per_row * block_len;
+          const int64_t nrows = short_rows ? std::min(rows_per_block, rows - first_row) : 1;
+          const int64_t n = short_rows ? nrows * row : std::min(block_len, row - start);
+          auto row_pointers = [&](int64_t r, char** p) {
+            int64_t rest = r;
+            for (int k = 0; k < nops; ++k) p[k] = base[k];
+            for (int d = 1; d < it.ndim; ++d) {
+              const int64_t idx = rest % it.sizes[d];
+              rest /= it.sizes[d];
+              for (int k = 0; k < nops; ++k) p[k] += idx * it.strides[k][d];
+            }
+          };
+          row_pointers(first_row, ptr);
+          for (int k = 0; k < nops; ++k) {
+            if (k > 0 && scalar[k]) {
+              stride[k] = 0;
+            } else if (!short_rows) {
+              ptr[k] += start * it.strides[k][0];
+              stride[k] = it.strides[k][0];
+            } else {
+              stride[k] = item[k];
+            }
           }
-          ptr[k] = dst;
-        }
-      }
-      for (BlockStep& b : steps) {
-        const expr::Step& step = *b.step;
-        Plan& plan = b.op.plan;
-        plan.sizes[0] = plan.numel = n;
-        char* operand[kMaxOperands];
-        if (step.buffer < 0) {
-          operand[0] = ptr[0];
-          plan.strides[0][0] = stride[0];
-        } else {
-          operand[0] = slot(step.buffer);
-          plan.strides[0][0] = ItemSize(plan.dtypes[0]);
-        }
-        for (int k = 0; k < step.arity; ++k) {
-          const expr::StepArg& a = step.args[k];
-          switch (a.kind) {
-            case expr::StepArg::kValue:
-              operand[k + 1] = slot(a.index);
-              plan.strides[k + 1][0] = ItemSize(plan.dtypes[k + 1]);
-              break;
-            case expr::StepArg::kInput:
-              operand[k + 1] = ptr[a.index + 1];
-              plan.strides[k + 1][0] = stride[a.index + 1];
-              break;
-            case expr::StepArg::kConstant:
-              operand[k + 1] = const_cast<char*>(
-                  reinterpret_cast<const char*>(&schedule.constants[static_cast<size_t>(a.index)]));
-              plan.strides[k + 1][0] = 0;
-              break;
+          if (short_rows) {
+            ptr[0] = gathered + 0 * kSlot;  // the output is written here, then scattered
+            for (int k = 1; k < nops; ++k) {
+              if (scalar[k] || !schedule.input_used[static_cast<size_t>(k - 1)]) continue;
+              char* dst = gathered + k * kSlot;
+              char* p[kMaxIterOperands];
+              for (int64_t r = 0; r < nrows; ++r) {
+                row_pointers(first_row + r, p);
+                CopyRow(p[k], it.strides[k][0], item[k], row, dst + r * row * item[k]);
+              }
+              ptr[k] = dst;
+            }
+          }
+          for (BlockStep& b : steps) {
+            const expr::Step& step = *b.step;
+            Plan& plan = b.op.plan;
+            plan.sizes[0] = plan.numel = n;
+            char* operand[kMaxOperands];
+            if (step.buffer < 0) {
+              operand[0] = ptr[0];
+              plan.strides[0][0] = stride[0];
+            } else {
+              operand[0] = slot(step.buffer);
+              plan.strides[0][0] = ItemSize(plan.dtypes[0]);
+            }
+            for (int k = 0; k < step.arity; ++k) {
+              const expr::StepArg& a = step.args[k];
+              switch (a.kind) {
+                case expr::StepArg::kValue:
+                  operand[k + 1] = slot(a.index);
+                  plan.strides[k + 1][0] = ItemSize(plan.dtypes[k + 1]);
+                  break;
+                case expr::StepArg::kInput:
+                  operand[k + 1] = ptr[a.index + 1];
+                  plan.strides[k + 1][0] = stride[a.index + 1];
+                  break;
+                case expr::StepArg::kConstant:
+                  operand[k + 1] = const_cast<char*>(reinterpret_cast<const char*>(
+                      &schedule.constants[static_cast<size_t>(a.index)]));
+                  plan.strides[k + 1][0] = 0;
+                  break;
+              }
+            }
+            if (auto s = LaunchOp(b.op, operand, step.buffer < 0 ? root_env : inner); !s.ok()) {
+              std::lock_guard<std::mutex> lock(mu);
+              if (status.ok()) status = s;
+              failed.store(true, std::memory_order_relaxed);
+              return;
+            }
+          }
+          if (short_rows) {
+            char* p[kMaxIterOperands];
+            for (int64_t r = 0; r < nrows; ++r) {
+              row_pointers(first_row + r, p);
+              ScatterRow(ptr[0] + r * row * item[0], item[0], row, p[0], it.strides[0][0]);
+            }
           }
         }
-        if (auto s = LaunchOp(b.op, operand, step.buffer < 0 ? root_env : inner); !s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (status.ok()) status = s;
-          failed.store(true, std::memory_order_relaxed);
-          return;
-        }
-      }
-      if (short_rows) {
-        char* p[kMaxIterOperands];
-        for (int64_t r = 0; r < nrows; ++r) {
-          row_pointers(first_row + r, p);
-          ScatterRow(ptr[0] + r * row * item[0], item[0], row, p[0], it.strides[0][0]);
-        }
-      }
-    }
-  });
+      });
   return status;
 }
 

@@ -20,19 +20,23 @@ void FloatToHalfPortable(const float* src, uint16_t* dst, int64_t n) {
 }
 
 #if TC_HAVE_X86
-__attribute__((target("avx,f16c"))) void HalfToFloatF16C(const uint16_t* src, float* dst, int64_t n) {
+__attribute__((target("avx,f16c"))) void HalfToFloatF16C(const uint16_t* src, float* dst,
+                                                         int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    _mm256_storeu_ps(dst + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   }
   HalfToFloatPortable(src + i, dst + i, n - i);
 }
 
-__attribute__((target("avx,f16c"))) void FloatToHalfF16C(const float* src, uint16_t* dst, int64_t n) {
+__attribute__((target("avx,f16c"))) void FloatToHalfF16C(const float* src, uint16_t* dst,
+                                                         int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(dst + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   FloatToHalfPortable(src + i, dst + i, n - i);
 }

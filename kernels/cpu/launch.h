@@ -25,7 +25,8 @@ absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& en
   VisitDType(op.plan.compute_dtype, [&](auto tag) {
     using S = typename decltype(tag)::type;
     if constexpr ((F::kComputeTypes & DTypeBit(DTypeOf<S>())) != 0) {
-      const Kernel kernel = Elementwise<S, F::kArity>(op.plan, base, f, *env.pool, env.stream_output);
+      const Kernel kernel =
+          Elementwise<S, F::kArity>(op.plan, base, f, *env.pool, env.stream_output);
       if (env.ran != nullptr) *env.ran = kernel;
       ran = true;
     }
@@ -46,6 +47,6 @@ absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& en
 
 #include "kernels/cpu/isa_end.inc"
 
-#define TC_CPU_INSTANTIATE(F)                                                          \
+#define TC_CPU_INSTANTIATE(F)                                                                  \
   template absl::Status tc::cpu::TC_CPU_ISA_NS::Launch<tc::F>(const PreparedOp&, char* const*, \
-                                                             const LaunchEnv&);
+                                                              const LaunchEnv&);

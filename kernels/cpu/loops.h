@@ -95,7 +95,8 @@ void LoadRow(DType src, const char* p, int64_t stride, int64_t n, C* __restrict 
       const X* __restrict s = reinterpret_cast<const X*>(p);
       for (int64_t i = 0; i < n; ++i) dst[i] = LoadAs<S, C>(s[i]);
     } else {
-      for (int64_t i = 0; i < n; ++i) dst[i] = LoadAs<S, C>(*reinterpret_cast<const X*>(p + i * stride));
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = LoadAs<S, C>(*reinterpret_cast<const X*>(p + i * stride));
     }
   });
 }
@@ -127,7 +128,8 @@ template <typename F, typename C, int N>
 using Result = decltype(ResultOf<F, C>(std::make_index_sequence<N>{}));
 
 template <typename F, typename R, typename C>
-void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 1>) {
+void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m,
+           std::integral_constant<int, 1>) {
   if constexpr (kHasHostFloatRow<F> && std::is_same_v<C, float> && std::is_same_v<R, float>) {
     F::HostFloatRow(in[0], out, m);
     return;
@@ -136,7 +138,8 @@ void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::in
   for (int64_t i = 0; i < m; ++i) out[i] = f(a[i]);
 }
 template <typename F, typename R, typename C>
-void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 2>) {
+void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m,
+           std::integral_constant<int, 2>) {
   if constexpr (kHasHostFloatRow<F> && std::is_same_v<C, float> && std::is_same_v<R, float>) {
     F::HostFloatRow(in[0], in[1], out, m);
     return;
@@ -146,7 +149,8 @@ void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::in
   for (int64_t i = 0; i < m; ++i) out[i] = f(a[i], b[i]);
 }
 template <typename F, typename R, typename C>
-void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m, std::integral_constant<int, 3>) {
+void Apply(const F& f, R* __restrict out, const C* const* in, int64_t m,
+           std::integral_constant<int, 3>) {
   const C* __restrict a = in[0];
   const C* __restrict b = in[1];
   const C* __restrict c = in[2];
@@ -209,13 +213,17 @@ void StageTileTyped(const char* src, int64_t s0, int64_t s1, int64_t n0, int64_t
   }
 }
 
-inline void StageTile(const char* src, int64_t s0, int64_t s1, int64_t item, int64_t n0,
-                      int64_t n1, char* dst) {
+inline void StageTile(const char* src, int64_t s0, int64_t s1, int64_t item, int64_t n0, int64_t n1,
+                      char* dst) {
   switch (item) {
-    case 1: return StageTileTyped<uint8_t>(src, s0, s1, n0, n1, dst);
-    case 2: return StageTileTyped<uint16_t>(src, s0, s1, n0, n1, dst);
-    case 4: return StageTileTyped<uint32_t>(src, s0, s1, n0, n1, dst);
-    default: return StageTileTyped<uint64_t>(src, s0, s1, n0, n1, dst);
+    case 1:
+      return StageTileTyped<uint8_t>(src, s0, s1, n0, n1, dst);
+    case 2:
+      return StageTileTyped<uint16_t>(src, s0, s1, n0, n1, dst);
+    case 4:
+      return StageTileTyped<uint32_t>(src, s0, s1, n0, n1, dst);
+    default:
+      return StageTileTyped<uint64_t>(src, s0, s1, n0, n1, dst);
   }
 }
 
@@ -265,8 +273,8 @@ void Row(const F& f, char* const* ptrs, const int64_t* strides, const DType* dty
     bool repeated[N];
     for (int k = 0; k < N && direct; ++k) {
       repeated[k] = strides[k + 1] == 0;
-      direct = dtypes[k + 1] == kS &&
-               (repeated[k] || strides[k + 1] == static_cast<int64_t>(sizeof(C)));
+      direct =
+          dtypes[k + 1] == kS && (repeated[k] || strides[k + 1] == static_cast<int64_t>(sizeof(C)));
     }
     if (direct && DirectRow<F, R, C>(f, reinterpret_cast<R*>(ptrs[0]), ptrs + 1, repeated, n,
                                      std::integral_constant<int, N>{})) {
@@ -288,7 +296,8 @@ void Row(const F& f, char* const* ptrs, const int64_t* strides, const DType* dty
       }
     }
     char* op = ptrs[0] + start * strides[0];
-    const bool dense_out = kOutInPlace && dtypes[0] == kR && strides[0] == static_cast<int64_t>(sizeof(R));
+    const bool dense_out =
+        kOutInPlace && dtypes[0] == kR && strides[0] == static_cast<int64_t>(sizeof(R));
     const bool direct = dense_out && !stream;
     R* out = direct ? reinterpret_cast<R*>(op) : obuf;
     Apply(f, out, in, m, std::integral_constant<int, N>{});
@@ -333,43 +342,47 @@ Kernel Elementwise(const Plan& plan, char* const* base, const F& f, ThreadPool& 
     const int64_t t0 = (s0 + kTile0 - 1) / kTile0, t1 = (s1 + kTile1 - 1) / kTile1;
     const int64_t outer = plan.numel / (s0 * s1);
     const int64_t tiles = t0 * t1 * outer;
-    pool.ParallelFor(tiles, std::max<int64_t>(1, kGrain / (kTile0 * kTile1)), [&](int64_t begin, int64_t end) {
-      // Staging buffers, one per operand (64 KiB each at most): on the heap, not the stack.
-      constexpr int64_t kStageBytes = kTile0 * kTile1 * 8;
-      std::unique_ptr<char[]> stage_storage(new char[kMaxOperands * kStageBytes]);
-      char* stage[kMaxOperands];
-      for (int k = 0; k < kMaxOperands; ++k) stage[k] = stage_storage.get() + k * kStageBytes;
-      int64_t strides[kMaxOperands];
-      for (int k = 0; k < nops; ++k) strides[k] = staged[k] ? ItemSize(plan.dtypes[k]) : row_strides[k];
-      for (int64_t t = begin; t < end; ++t) {
-        int64_t idx[kMaxRank] = {};
-        int64_t rest = t;
-        const int64_t j0 = rest % t0 * kTile0;
-        rest /= t0;
-        const int64_t j1 = rest % t1 * kTile1;
-        rest /= t1;
-        for (int d = 2; d < plan.ndim; ++d) {
-          idx[d] = rest % plan.sizes[d];
-          rest /= plan.sizes[d];
-        }
-        const int64_t n0 = std::min(kTile0, s0 - j0), n1 = std::min(kTile1, s1 - j1);
-        idx[0] = j0;
-        idx[1] = j1;
-        char* corner[kMaxOperands];
-        pointers(idx, corner);
-        for (int k = 1; k < nops; ++k) {
-          if (staged[k]) StageTile(corner[k], plan.strides[k][0], plan.strides[k][1],
-                                   ItemSize(plan.dtypes[k]), n0, n1, stage[k]);
-        }
-        for (int64_t i1 = 0; i1 < n1; ++i1) {
-          char* ptrs[kMaxOperands];
-          for (int k = 0; k < nops; ++k) {
-            ptrs[k] = staged[k] ? stage[k] + i1 * n0 * strides[k] : corner[k] + i1 * plan.strides[k][1];
+    pool.ParallelFor(
+        tiles, std::max<int64_t>(1, kGrain / (kTile0 * kTile1)), [&](int64_t begin, int64_t end) {
+          // Staging buffers, one per operand (64 KiB each at most): on the heap, not the stack.
+          constexpr int64_t kStageBytes = kTile0 * kTile1 * 8;
+          std::unique_ptr<char[]> stage_storage(new char[kMaxOperands * kStageBytes]);
+          char* stage[kMaxOperands];
+          for (int k = 0; k < kMaxOperands; ++k) stage[k] = stage_storage.get() + k * kStageBytes;
+          int64_t strides[kMaxOperands];
+          for (int k = 0; k < nops; ++k)
+            strides[k] = staged[k] ? ItemSize(plan.dtypes[k]) : row_strides[k];
+          for (int64_t t = begin; t < end; ++t) {
+            int64_t idx[kMaxRank] = {};
+            int64_t rest = t;
+            const int64_t j0 = rest % t0 * kTile0;
+            rest /= t0;
+            const int64_t j1 = rest % t1 * kTile1;
+            rest /= t1;
+            for (int d = 2; d < plan.ndim; ++d) {
+              idx[d] = rest % plan.sizes[d];
+              rest /= plan.sizes[d];
+            }
+            const int64_t n0 = std::min(kTile0, s0 - j0), n1 = std::min(kTile1, s1 - j1);
+            idx[0] = j0;
+            idx[1] = j1;
+            char* corner[kMaxOperands];
+            pointers(idx, corner);
+            for (int k = 1; k < nops; ++k) {
+              if (staged[k])
+                StageTile(corner[k], plan.strides[k][0], plan.strides[k][1],
+                          ItemSize(plan.dtypes[k]), n0, n1, stage[k]);
+            }
+            for (int64_t i1 = 0; i1 < n1; ++i1) {
+              char* ptrs[kMaxOperands];
+              for (int k = 0; k < nops; ++k) {
+                ptrs[k] = staged[k] ? stage[k] + i1 * n0 * strides[k]
+                                    : corner[k] + i1 * plan.strides[k][1];
+              }
+              Row<S, N>(f, ptrs, strides, plan.dtypes, n0, false);
+            }
           }
-          Row<S, N>(f, ptrs, strides, plan.dtypes, n0, false);
-        }
-      }
-    });
+        });
     return Kernel::kTiles;
   }
 

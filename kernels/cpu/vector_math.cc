@@ -18,9 +18,9 @@
 // libmvec's 4 or 8 lanes without AVX-512.
 extern "C" __m128 _ZGVbN4vv_powf(__m128, __m128);
 extern "C" __m256 _ZGVdN8vv_powf(__m256, __m256);
-#define TC_MVEC_UNARY(fn)                       \
-  extern "C" __m128 _ZGVbN4v_##fn(__m128);      \
-  extern "C" __m256 _ZGVdN8v_##fn(__m256);      \
+#define TC_MVEC_UNARY(fn)                  \
+  extern "C" __m128 _ZGVbN4v_##fn(__m128); \
+  extern "C" __m256 _ZGVdN8v_##fn(__m256); \
   extern "C" __m512 _ZGVeN16v_##fn(__m512);
 TC_MVEC_UNARY(expf)
 TC_MVEC_UNARY(logf)
@@ -40,14 +40,22 @@ namespace {
 #if !TC_HAVE_LIBMVEC
 float ScalarOf(VectorFn fn, float x) {
   switch (fn) {
-    case VectorFn::kExp: return std::exp(x);
-    case VectorFn::kLog: return std::log(x);
-    case VectorFn::kLog1p: return std::log1p(x);
-    case VectorFn::kExpm1: return std::expm1(x);
-    case VectorFn::kSin: return std::sin(x);
-    case VectorFn::kCos: return std::cos(x);
-    case VectorFn::kTanh: return std::tanh(x);
-    case VectorFn::kErf: return std::erf(x);
+    case VectorFn::kExp:
+      return std::exp(x);
+    case VectorFn::kLog:
+      return std::log(x);
+    case VectorFn::kLog1p:
+      return std::log1p(x);
+    case VectorFn::kExpm1:
+      return std::expm1(x);
+    case VectorFn::kSin:
+      return std::sin(x);
+    case VectorFn::kCos:
+      return std::cos(x);
+    case VectorFn::kTanh:
+      return std::tanh(x);
+    case VectorFn::kErf:
+      return std::erf(x);
   }
   return x;
 }
@@ -60,17 +68,26 @@ struct Lanes {
   __m512 (*v16)(__m512);
 };
 
-#define TC_LANES(fn) Lanes{&_ZGVbN4v_##fn, &_ZGVdN8v_##fn, &_ZGVeN16v_##fn}
+#define TC_LANES(fn) \
+  Lanes { &_ZGVbN4v_##fn, &_ZGVdN8v_##fn, &_ZGVeN16v_##fn }
 Lanes LanesOf(VectorFn fn) {
   switch (fn) {
-    case VectorFn::kExp: return TC_LANES(expf);
-    case VectorFn::kLog: return TC_LANES(logf);
-    case VectorFn::kLog1p: return TC_LANES(log1pf);
-    case VectorFn::kExpm1: return TC_LANES(expm1f);
-    case VectorFn::kSin: return TC_LANES(sinf);
-    case VectorFn::kCos: return TC_LANES(cosf);
-    case VectorFn::kTanh: return TC_LANES(tanhf);
-    case VectorFn::kErf: return TC_LANES(erff);
+    case VectorFn::kExp:
+      return TC_LANES(expf);
+    case VectorFn::kLog:
+      return TC_LANES(logf);
+    case VectorFn::kLog1p:
+      return TC_LANES(log1pf);
+    case VectorFn::kExpm1:
+      return TC_LANES(expm1f);
+    case VectorFn::kSin:
+      return TC_LANES(sinf);
+    case VectorFn::kCos:
+      return TC_LANES(cosf);
+    case VectorFn::kTanh:
+      return TC_LANES(tanhf);
+    case VectorFn::kErf:
+      return TC_LANES(erff);
   }
   return TC_LANES(expf);
 }
@@ -84,7 +101,6 @@ __attribute__((target("avx2,fma"))) int64_t PowRowAvx2(const float* a, const flo
   }
   return i;
 }
-
 
 __attribute__((target("avx2"))) int64_t UnaryRowAvx2(__m256 (*f)(__m256), const float* a,
                                                      float* out, int64_t n) {
@@ -157,8 +173,10 @@ __attribute__((target("avx512f,avx512dq"))) inline __m512d Pow8(__m512d x, __m51
   const __m512i j = _mm512_srli_epi64(d, 48);  // the permutes read its low 4 bits
   const __m512i exp_bits = _mm512_set1_epi64(static_cast<int64_t>(0xFFF0000000000000ULL));
   const __m512d z = _mm512_castsi512_pd(_mm512_sub_epi64(ix, _mm512_and_si512(d, exp_bits)));
-  const __m512d invc = _mm512_permutex2var_pd(_mm512_load_pd(tab.invc), j, _mm512_load_pd(tab.invc + 8));
-  const __m512d nlogc = _mm512_permutex2var_pd(_mm512_load_pd(tab.nlogc), j, _mm512_load_pd(tab.nlogc + 8));
+  const __m512d invc =
+      _mm512_permutex2var_pd(_mm512_load_pd(tab.invc), j, _mm512_load_pd(tab.invc + 8));
+  const __m512d nlogc =
+      _mm512_permutex2var_pd(_mm512_load_pd(tab.nlogc), j, _mm512_load_pd(tab.nlogc + 8));
   const __m512d r = _mm512_fmsub_pd(z, invc, one);
   // log2(1 + r) = (r - r^2/2 + r^3/3 - ...) / ln 2
   constexpr double kInvLn2 = 1.4426950408889634;
@@ -190,7 +208,7 @@ __attribute__((target("avx512f,avx512dq"))) inline __m512d Pow8(__m512d x, __m51
 }
 
 __attribute__((target("avx512f,avx512dq"))) int64_t PowRowAvx512(const float* a, const float* b,
-                                                                   float* out, int64_t n) {
+                                                                 float* out, int64_t n) {
   const __m512 inf = _mm512_set1_ps(INFINITY), ymax = _mm512_set1_ps(0x1p20f);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -201,11 +219,12 @@ __attribute__((target("avx512f,avx512dq"))) int64_t PowRowAvx512(const float* a,
     const __m512d xh = _mm512_castps_pd(x), yh = _mm512_castps_pd(y);
     const __m256 lo = _mm512_cvtpd_ps(Pow8(_mm512_cvtps_pd(_mm512_castps512_ps256(x)),
                                            _mm512_cvtps_pd(_mm512_castps512_ps256(y))));
-    const __m256 hi = _mm512_cvtpd_ps(
-        Pow8(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(xh, 1))),
-             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(yh, 1)))));
-    _mm512_storeu_ps(out + i, _mm512_castpd_ps(_mm512_insertf64x4(
-                                  _mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1)));
+    const __m256 hi =
+        _mm512_cvtpd_ps(Pow8(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(xh, 1))),
+                             _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(yh, 1)))));
+    _mm512_storeu_ps(
+        out + i, _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+                                                     _mm256_castps_pd(hi), 1)));
     if (fast != 0xFFFF) {
       for (int l = 0; l < 16; ++l) {
         if (!((fast >> l) & 1)) out[i + l] = std::pow(a[i + l], b[i + l]);
@@ -290,9 +309,7 @@ void UnaryRowVector(VectorFn fn, const float* a, float* out, int64_t n) {
 
 void PowRow(const float* a, const float* b, float* out, int64_t n) { PowRowVector(a, b, out, n); }
 
-void UnaryRow(VectorFn fn, const float* a, float* out, int64_t n) {
-  UnaryRowVector(fn, a, out, n);
-}
+void UnaryRow(VectorFn fn, const float* a, float* out, int64_t n) { UnaryRowVector(fn, a, out, n); }
 
 }  // namespace tc::cpu
 
@@ -302,9 +319,9 @@ void PowOp::HostFloatRow(const float* a, const float* b, float* out, int64_t n) 
   cpu::PowRow(a, b, out, n);
 }
 
-#define TC_FLOAT_ROW(Op, fn)                                            \
-  void Op::HostFloatRow(const float* a, float* out, int64_t n) {        \
-    cpu::UnaryRow(cpu::VectorFn::fn, a, out, n);                        \
+#define TC_FLOAT_ROW(Op, fn)                                     \
+  void Op::HostFloatRow(const float* a, float* out, int64_t n) { \
+    cpu::UnaryRow(cpu::VectorFn::fn, a, out, n);                 \
   }
 TC_FLOAT_ROW(ExpOp, kExp)
 TC_FLOAT_ROW(LogOp, kLog)

@@ -89,9 +89,10 @@ __global__ void __launch_bounds__(256) CastRowKernel(F f, RowArgs<N + 1> a) {
             } else {
 #pragma unroll
               for (int j = 0; j < E; ++j) {
-                x[u][k][j] = j < valid[u]
-                                 ? ToCompute<S>(*reinterpret_cast<const T*>(in + (c * E + j) * step))
-                                 : C{};
+                x[u][k][j] =
+                    j < valid[u]
+                        ? ToCompute<S>(*reinterpret_cast<const T*>(in + (c * E + j) * step))
+                        : C{};
               }
             }
           }
@@ -158,9 +159,10 @@ __global__ void __launch_bounds__(256) SpreadRowKernel(F f, RowArgs<N + 1> a) {
       const int64_t e0 = first + threadIdx.x;
       // Slots inside the row: all, or the first `valid` (the row ends in this step).
       const int64_t left = a.cols - e0;
-      const int valid = left <= 0                        ? 0
-                        : left > (kSlots - 1) * width ? kSlots
-                                                      : static_cast<int>((left + width - 1) / width);
+      const int valid = left <= 0 ? 0
+                        : left > (kSlots - 1) * width
+                            ? kSlots
+                            : static_cast<int>((left + width - 1) / width);
       C x[N][kSlots];
 #pragma unroll
       for (int k = 0; k < N; ++k) {

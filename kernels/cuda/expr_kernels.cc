@@ -18,8 +18,8 @@ namespace tc::cuda {
 
 ExprKernel::~ExprKernel() { (void)cudaLibraryUnload(library_); }
 
-ExprLaunch PrepareExprLaunch(const expr::Program& program, char* const* base,
-                             int multiprocessors, int arch) {
+ExprLaunch PrepareExprLaunch(const expr::Program& program, char* const* base, int multiprocessors,
+                             int arch) {
   ExprLaunch l;
   const int vector = expr::VectorFor(program, base);
   l.source = rtc::GenerateSource(program, vector);
@@ -37,8 +37,9 @@ absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel,
   void* args[2];
   int n = 0;
   for (const std::string* p : {&launch.walk_args, &evaluator}) {
-    copies[n].reset(new std::max_align_t[(p->size() + sizeof(std::max_align_t) - 1) /
-                                             sizeof(std::max_align_t) + 1]);
+    copies[n].reset(
+        new std::max_align_t[(p->size() + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t) +
+                             1]);
     std::memcpy(copies[n].get(), p->data(), p->size());
     args[n] = copies[n].get();
     ++n;
@@ -49,7 +50,8 @@ absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel,
       dim3(g.block[0], g.block[1], g.block[2]), args, 0, env.stream);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return absl::InternalError(absl::StrCat("expression kernel launch failed: ", cudaGetErrorString(e)));
+    return absl::InternalError(
+        absl::StrCat("expression kernel launch failed: ", cudaGetErrorString(e)));
   }
   return absl::OkStatus();
 }
@@ -65,7 +67,7 @@ struct ExprKernelCache::State {
   };
   // Key: arch, then the source.
   std::unordered_map<std::string, Entry> entries;
-  std::list<std::string> lru;  // compiled entries, most recently used first
+  std::list<std::string> lru;                     // compiled entries, most recently used first
   std::deque<std::pair<std::string, int>> queue;  // keys to compile, with their arch
   std::vector<std::thread> threads;
   bool stop = false;
@@ -97,8 +99,8 @@ namespace {
 absl::StatusOr<std::shared_ptr<const ExprKernel>> LoadKernel(const std::string& cubin) {
   cudaLibrary_t library;
   cudaKernel_t kernel;
-  cudaError_t e = cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr,
-                                      nullptr, 0);
+  cudaError_t e =
+      cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (e == cudaSuccess) {
     e = cudaLibraryGetKernel(&kernel, library, "tc_expr");
     if (e != cudaSuccess) (void)cudaLibraryUnload(library);
@@ -156,9 +158,9 @@ void ExprKernelCache::Get(const std::string& source, int arch, Ready ready) {
   if (static_cast<int>(s.queue.size()) >= s.options.max_waiting) {
     ++s.stats.refused;
     lock.unlock();
-    ready(absl::ResourceExhaustedError(absl::StrCat(
-        "too many new expressions are waiting to be compiled (", s.options.max_waiting,
-        "); retry shortly")));
+    ready(absl::ResourceExhaustedError(
+        absl::StrCat("too many new expressions are waiting to be compiled (", s.options.max_waiting,
+                     "); retry shortly")));
     return;
   }
   ++s.stats.misses;
@@ -167,8 +169,7 @@ void ExprKernelCache::Get(const std::string& source, int arch, Ready ready) {
   s.work.notify_one();
 }
 
-std::shared_ptr<const ExprKernel> ExprKernelCache::GetOrStart(const std::string& source,
-                                                             int arch) {
+std::shared_ptr<const ExprKernel> ExprKernelCache::GetOrStart(const std::string& source, int arch) {
   State& s = *state_;
   std::string key = absl::StrCat(arch, "\n", source);
   std::unique_lock<std::mutex> lock(s.mu);
@@ -224,7 +225,8 @@ void ExprKernelCache::Work() {
       if (key.empty()) {
         lock.unlock();
         (void)rtc::CompileToCubin(
-            "#include \"kernels/rtc/prelude.cuh\"\nextern \"C\" __global__ void tc_expr() {}\n", arch);
+            "#include \"kernels/rtc/prelude.cuh\"\nextern \"C\" __global__ void tc_expr() {}\n",
+            arch);
         continue;
       }
       ++s.stats.compiling;

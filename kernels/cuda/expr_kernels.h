@@ -49,8 +49,8 @@ struct ExprLaunch {
 };
 
 // `base`: operand k's element (0, ..., 0), operand 0 the output.
-ExprLaunch PrepareExprLaunch(const expr::Program& program, char* const* base,
-                             int multiprocessors, int arch);
+ExprLaunch PrepareExprLaunch(const expr::Program& program, char* const* base, int multiprocessors,
+                             int arch);
 
 // Enqueues the launch on env.stream; integer division by zero sets env.error.
 absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel,

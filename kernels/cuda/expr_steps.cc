@@ -28,7 +28,8 @@ absl::StatusOr<std::vector<PreparedOp>> PlanSlab(const expr::Program& program,
   }
   auto strides_of = [&](int operand, DType dtype) {
     DimVector s(static_cast<size_t>(nd));
-    for (int j = 0; j < nd; ++j) s[static_cast<size_t>(nd - 1 - j)] = it.strides[operand][j] / ItemSize(dtype);
+    for (int j = 0; j < nd; ++j)
+      s[static_cast<size_t>(nd - 1 - j)] = it.strides[operand][j] / ItemSize(dtype);
     return s;
   };
   std::vector<PreparedOp> ops;
@@ -52,9 +53,9 @@ absl::StatusOr<std::vector<PreparedOp>> PlanSlab(const expr::Program& program,
       }
     }
     const DimVector out_strides = st.buffer < 0 ? strides_of(0, st.out_dtype) : dense;
-    auto plan = PlanElementwise(absl::MakeConstSpan(views, static_cast<size_t>(st.arity)),
-                                st.compute, st.out_dtype, out_strides,
-                                st.op->spec.rule == TypeRule::kToBool);
+    auto plan =
+        PlanElementwise(absl::MakeConstSpan(views, static_cast<size_t>(st.arity)), st.compute,
+                        st.out_dtype, out_strides, st.op->spec.rule == TypeRule::kToBool);
     if (!plan.ok()) return plan.status();
     ops.push_back(PreparedOp::Of(st.op, st.attrs, st.result_type, *std::move(plan)));
   }
@@ -112,9 +113,9 @@ absl::Status LaunchSteps(const StepRun& run, const LaunchEnv& env) {
         e != cudaSuccess) {
       (void)cudaGetLastError();
       if (e == cudaErrorMemoryAllocation) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "out of device memory for an expression's intermediate values (", run.scratch_bytes,
-            " bytes)"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("out of device memory for an expression's intermediate values (",
+                         run.scratch_bytes, " bytes)"));
       }
       return absl::InternalError(absl::StrCat("cudaMallocAsync: ", cudaGetErrorString(e)));
     }

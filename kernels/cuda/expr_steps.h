@@ -29,8 +29,8 @@ struct StepRun {
   std::vector<char*> base;
   // Byte stride of each operand along the space's outermost dim (the one slabs cut).
   std::vector<int64_t> outer_stride;
-  int64_t slab = 0;       // elements of the outermost dim per slab
-  int64_t outer = 0;      // the outermost dim's size
+  int64_t slab = 0;        // elements of the outermost dim per slab
+  int64_t outer = 0;       // the outermost dim's size
   int64_t slab_numel = 0;  // elements of a whole slab
   // The plan of each step for a whole slab, and for the last, shorter one where there is one.
   std::vector<PreparedOp> whole;

@@ -2,7 +2,8 @@
 // Instantiated per op group in ops_*.cu so that the groups compile in parallel.
 //
 // Four kernel families per op and compute type (and `where`'s own rows kernel); the planner
-// chooses one for each plan (Plan::kernel) and the launcher runs it, checking only the alignment of the pointers it is given:
+// chooses one for each plan (Plan::kernel) and the launcher runs it, checking only the alignment of
+// the pointers it is given:
 // - tiles: two dims (and a batch dim) where an input is dense along the dim the output is
 //   not (transposed input or output, channels-first against channels-last), every operand
 //   of the op's own types, or for a cast any two (converted as they are read and written);
@@ -80,8 +81,7 @@ dim3 TileGrid(const TileArgs<kOps>& ta, int T0, int T1) {
 template <typename S, int N, int T0, int T1, bool kSame, bool kFused = false, typename F>
 absl::Status LaunchTileShape(const F& f, const TileArgs<N + 1>& ta, int num_staged,
                              cudaStream_t stream) {
-  const size_t shared =
-      static_cast<size_t>(num_staged) * T0 * (T1 + TilePad<S, T0>()) * sizeof(S);
+  const size_t shared = static_cast<size_t>(num_staged) * T0 * (T1 + TilePad<S, T0>()) * sizeof(S);
   TileKernel<S, N, T0, T1, kSame, kFused><<<TileGrid(ta, T0, T1), 256, shared, stream>>>(f, ta);
   return CheckLaunch();
 }
@@ -178,8 +178,7 @@ absl::Status LaunchWordTileShape(const F& f, const TileArgs<N + 1>& ta, int num_
                                  cudaStream_t stream) {
   constexpr int P = 4 / sizeof(S), T0 = 32 * P;
   const size_t shared = static_cast<size_t>(num_staged) * (T0 / P) * (kW1 * T0 + 1) * 4;
-  WordTileKernel<S, N, kW1, kMinBlocks>
-      <<<TileGrid(ta, T0, kW1 * T0), 256, shared, stream>>>(f, ta);
+  WordTileKernel<S, N, kW1, kMinBlocks><<<TileGrid(ta, T0, kW1 * T0), 256, shared, stream>>>(f, ta);
   return CheckLaunch();
 }
 
@@ -277,7 +276,7 @@ absl::Status LaunchTiles(const F& f, const Plan& plan, char* const* base, const 
     constexpr int kConvertSide = sizeof(S) == 8 && N > 1 ? 32 : 64;
     if constexpr ((kConvertingTiles<F> & DTypeBit(DTypeOf<S>())) != 0) {
       return LaunchTileShape<S, N, kConvertSide, kConvertSide, false>(f, ta, plan.num_staged,
-                                                                     env.stream);
+                                                                      env.stream);
     } else {
       return absl::InternalError("the plan chose tiles that convert for an op that has none");
     }
@@ -349,15 +348,16 @@ DeepRowArgs<kOps> MakeDeepRowArgs(const Plan& plan, const RowArgs<kOps>& rows) {
 // each, rounded up to a power of two, at most `threads`, at least `min_width`, a power of
 // two), ty = threads / tx rows side by side;
 // as many blocks as the data needs (rows past 65535 blocks are strided over).
-inline void RowGrid(int64_t rows, int64_t chunks_per_row, int per_thread, dim3* grid,
-                    dim3* block, int threads = 256, int min_width = 1) {
+inline void RowGrid(int64_t rows, int64_t chunks_per_row, int per_thread, dim3* grid, dim3* block,
+                    int threads = 256, int min_width = 1) {
   const int64_t threads_per_row = (chunks_per_row + per_thread - 1) / per_thread;
   int tx = min_width;
   while (tx < threads && tx < threads_per_row) tx *= 2;
   const int ty = threads / tx;
   const int64_t bx =
       std::max<int64_t>(1, std::min<int64_t>((threads_per_row + tx - 1) / tx, INT32_MAX));
-  const int64_t by = std::max<int64_t>(1, std::min<int64_t>({(rows + ty - 1) / ty, int64_t{65535}}));
+  const int64_t by =
+      std::max<int64_t>(1, std::min<int64_t>({(rows + ty - 1) / ty, int64_t{65535}}));
   *grid = dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by));
   *block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
 }
@@ -461,7 +461,7 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   // float16/bfloat16 math gains with two since packs are held as words: kRowPacks says so).
   constexpr bool kHalfUnary = N == 1 && sizeof(S) == 2 && IsFloating(DTypeOf<S>());
   constexpr int kStated = kRowPacks<F>.For(sizeof(S), IsFloating(DTypeOf<S>()));
-  constexpr int kU = kStated > 0                       ? kStated
+  constexpr int kU = kStated > 0                      ? kStated
                      : sizeof(S) == 4 && kLongMath<F> ? 4
                      : sizeof(S) >= 4 || kHalfUnary   ? 2
                                                       : 1;
@@ -485,8 +485,8 @@ bool LaunchRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv
   }
   if constexpr (N == 2) {
     if (deep) {
-      RowKernel<S, N, kV, kU, F, kDeepRows><<<grid, block, 0, env.stream>>>(
-          f, MakeDeepRowArgs(plan, ra));
+      RowKernel<S, N, kV, kU, F, kDeepRows>
+          <<<grid, block, 0, env.stream>>>(f, MakeDeepRowArgs(plan, ra));
       return true;
     }
   }
@@ -597,8 +597,8 @@ absl::Status LaunchWhereRows(const Plan& plan, char* const* base, const LaunchEn
 }
 
 template <typename S, int N, typename F>
-absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
-                            const LaunchEnv& env, bool same_types) {
+absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env,
+                            bool same_types) {
   if constexpr (std::is_same_v<F, WhereOp>) {
     if (plan.dtypes[1] == DType::kBool && plan.dtypes[0] == DTypeOf<S>() &&
         plan.dtypes[2] == DTypeOf<S>() && plan.dtypes[3] == DTypeOf<S>()) {
@@ -629,8 +629,8 @@ absl::Status LaunchCastRows(const F& f, const Plan& plan, char* const* base,
     bool stepping = false;
     for (int k = 1; k <= N; ++k) {
       const int64_t item = ItemSize(plan.dtypes[k]);
-      stepping = stepping || (ra.access[k] == Access::kStrided && ra.step[k] != item &&
-                              ra.step[k] != -item);
+      stepping = stepping ||
+                 (ra.access[k] == Access::kStrided && ra.step[k] != item && ra.step[k] != -item);
     }
     if (stepping && ra.access[0] != Access::kStrided) {
       SpreadRowKernel<S, N, kE, kU, false><<<grid, block, 0, env.stream>>>(f, ra);
@@ -782,8 +782,7 @@ absl::Status LaunchFunctor(const F& f, const PreparedOp& op, char* const* base,
 
 // A functor of several forms (kForms) runs in kernels built for the form it holds.
 template <typename F, int K = 0>
-absl::Status LaunchForm(const F& f, const PreparedOp& op, char* const* base,
-                        const LaunchEnv& env) {
+absl::Status LaunchForm(const F& f, const PreparedOp& op, char* const* base, const LaunchEnv& env) {
   if constexpr (K + 1 < kForms<F>) {
     if (f.Form() != K) return LaunchForm<F, K + 1>(f, op, base, env);
   }
@@ -794,7 +793,7 @@ template <typename F>
 absl::Status Launch(const PreparedOp& op, char* const* base, const LaunchEnv& env) {
   F f = F::Make(MakeArgs{op.attrs, op.result_type});
   if constexpr (kHasErrorFlag<F>) f.error = env.error;
-  if constexpr (kForms<F> > 1) {
+  if constexpr (kForms < F >> 1) {
     return LaunchForm(f, op, base, env);
   } else {
     return LaunchFunctor(f, op, base, env);

@@ -41,8 +41,7 @@ __device__ __forceinline__ void StoreAs(DType t, char* p, R r) {
 // The B bytes (B = 8 or 16) that start `off` bytes into block x and run on into block y,
 // the next B bytes of memory (0 <= off < B), by selects and funnel shifts: no branch.
 template <int B, typename Block>
-__device__ __forceinline__ void ShiftDown(Block x, Block y, int off,
-                                          uint32_t (&out)[B / 4]) {
+__device__ __forceinline__ void ShiftDown(Block x, Block y, int off, uint32_t (&out)[B / 4]) {
   static_assert(B == 8 || B == 16);
   static_assert(sizeof(Block) == B);
   constexpr int M = B / 4;

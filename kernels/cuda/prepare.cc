@@ -18,8 +18,8 @@ ReadyLaunch Fused(std::shared_ptr<const ExprLaunch> launch,
                   std::shared_ptr<const expr::Program> program,
                   std::shared_ptr<const ExprKernel> kernel, std::string label) {
   const ExprKernel* raw = kernel.get();
-  return ReadyLaunch{[launch = std::move(launch), program = std::move(program),
-                      raw](const LaunchEnv& env) { return LaunchExpr(*launch, *raw, *program, env); },
+  return ReadyLaunch{[launch = std::move(launch), program = std::move(program), raw](
+                         const LaunchEnv& env) { return LaunchExpr(*launch, *raw, *program, env); },
                      std::move(label), std::move(kernel)};
 }
 
@@ -31,8 +31,9 @@ void Prepare(const PreparedOp& op, std::byte* out, absl::Span<const std::byte* c
     std::array<char*, kMaxOperands> base{};
     OperandBases(op.plan, out, inputs, base.data());
     const PreparedOp* held = &op;
-    ready(ReadyLaunch{[held, base](const LaunchEnv& env) { return LaunchOp(*held, base.data(), env); },
-                      op.op->spec.name, nullptr});
+    ready(ReadyLaunch{
+        [held, base](const LaunchEnv& env) { return LaunchOp(*held, base.data(), env); },
+        op.op->spec.name, nullptr});
     return;
   }
   const expr::Program& program = *op.expression;
@@ -43,11 +44,11 @@ void Prepare(const PreparedOp& op, std::byte* out, absl::Span<const std::byte* c
   char* base[kMaxIterOperands] = {};
   base[0] = reinterpret_cast<char*>(out) + program.space.offsets[0];
   for (size_t k = 0; k < inputs.size(); ++k) {
-    base[k + 1] = const_cast<char*>(reinterpret_cast<const char*>(inputs[k])) +
-                  program.space.offsets[k + 1];
+    base[k + 1] =
+        const_cast<char*>(reinterpret_cast<const char*>(inputs[k])) + program.space.offsets[k + 1];
   }
-  auto launch = std::make_shared<const ExprLaunch>(
-      PrepareExprLaunch(program, base, multiprocessors, arch));
+  auto launch =
+      std::make_shared<const ExprLaunch>(PrepareExprLaunch(program, base, multiprocessors, arch));
   // Which op divided by zero, for the error: the flag does not say which node raised it.
   std::string label = rtc::RaisingOps(program);
   if (label.empty()) label = "expression";
@@ -68,16 +69,15 @@ void Prepare(const PreparedOp& op, std::byte* out, absl::Span<const std::byte* c
       return;
     }
   }
-  cache.Get(
-      launch->source, arch,
-      [launch, program_held, label = std::move(label),
-       ready = std::move(ready)](absl::StatusOr<std::shared_ptr<const ExprKernel>> kernel) {
-        if (!kernel.ok()) {
-          ready(kernel.status());
-          return;
-        }
-        ready(Fused(launch, program_held, *std::move(kernel), label));
-      });
+  cache.Get(launch->source, arch,
+            [launch, program_held, label = std::move(label),
+             ready = std::move(ready)](absl::StatusOr<std::shared_ptr<const ExprKernel>> kernel) {
+              if (!kernel.ok()) {
+                ready(kernel.status());
+                return;
+              }
+              ready(Fused(launch, program_held, *std::move(kernel), label));
+            });
 }
 
 }  // namespace tc::cuda

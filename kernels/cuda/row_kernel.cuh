@@ -73,9 +73,9 @@ struct RowPacks {
                      Word::template Word<S>(f, a.z), Word::template Word<S>(f, a.w));
     } else if constexpr (kWords) {
       const uint4 a = x[0], b = x[1];
-      reinterpret_cast<uint4*>(out)[p] = make_uint4(
-          Word::template Word<S>(f, a.x, b.x), Word::template Word<S>(f, a.y, b.y),
-          Word::template Word<S>(f, a.z, b.z), Word::template Word<S>(f, a.w, b.w));
+      reinterpret_cast<uint4*>(out)[p] =
+          make_uint4(Word::template Word<S>(f, a.x, b.x), Word::template Word<S>(f, a.y, b.y),
+                     Word::template Word<S>(f, a.z, b.z), Word::template Word<S>(f, a.w, b.w));
     } else {
       // Taken out of the units first: computing straight from them held 38 registers instead
       // of 32 for a float16 multiply (six blocks per SM instead of eight, 1.3% slower).

@@ -31,7 +31,7 @@ struct TileArgs {
   char* base[kOps];
   int64_t stride[kOps][2];
   int32_t stride32[kOps][2];  // stride[k][0..1], which a tile's offsets keep within 32 bits
-  int8_t staged[kOps];  // index into the shared tiles, -1 for an input read in place
+  int8_t staged[kOps];        // index into the shared tiles, -1 for an input read in place
   // The batch dims (plan dims 2 and up), fastest first, and the number of batches in all.
   int batch_dims;
   int64_t batches;
@@ -97,8 +97,8 @@ __device__ __forceinline__ void ForEachTile(const TileArgs<kOps>& a, const Body&
 
 // Operand k's element at (t0, t1) of a tile in the batch at batch_offset.
 template <int kOps>
-__device__ __forceinline__ char* TileStart(const TileArgs<kOps>& a, int k, int64_t t0,
-                                           int64_t t1, const int64_t (&batch_offset)[kOps]) {
+__device__ __forceinline__ char* TileStart(const TileArgs<kOps>& a, int k, int64_t t0, int64_t t1,
+                                           const int64_t (&batch_offset)[kOps]) {
   return a.base[k] + t0 * a.stride[k][0] + t1 * a.stride[k][1] + batch_offset[k];
 }
 
@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
   auto* tiles = reinterpret_cast<S(*)[T0][kRow]>(shared);
   const int lane1 = threadIdx.x % T1, band1 = threadIdx.x / T1;
   const int lane0 = threadIdx.x % T0, band0 = threadIdx.x / T0;
-  ForEachTile<T0, T1>(a, [&](int64_t t0, int64_t t1, const int64_t (&batch_offset)[N + 1],
-                          int n0, int n1, bool full) {
+  ForEachTile<T0, T1>(a, [&](int64_t t0, int64_t t1, const int64_t(&batch_offset)[N + 1], int n0,
+                             int n1, bool full) {
     char* at[N + 1];
 #pragma unroll
     for (int k = 0; k <= N; ++k) {
@@ -197,9 +197,9 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
           for (int i = 0; i < kGroup; ++i) {
             if (full || (lane1 < n1 && band1 + (g + i) * kBand1 < n0)) {
               if constexpr (kFused) {
-                q[i] = *reinterpret_cast<const S*>(
-                    at[k] + FusedOffset32(a, k, 1, lane1) +
-                    FusedOffset32(a, k, 0, band1 + (g + i) * kBand1));
+                q[i] =
+                    *reinterpret_cast<const S*>(at[k] + FusedOffset32(a, k, 1, lane1) +
+                                                FusedOffset32(a, k, 0, band1 + (g + i) * kBand1));
               } else {
                 q[i] = *reinterpret_cast<const S*>(p + (g + i) * step);
               }
@@ -288,8 +288,7 @@ __global__ void __launch_bounds__(256, 4) TileKernel(F f, TileArgs<N + 1> a) {
           for (int k = 0; k < N; ++k) v[k] = x[k][i];
           char* to = out + i * out_step;
           if constexpr (kFused) {
-            to = at[0] + FusedOffset32(a, 0, 0, lane0) +
-                 FusedOffset32(a, 0, 1, band0 + i * kBand0);
+            to = at[0] + FusedOffset32(a, 0, 0, lane0) + FusedOffset32(a, 0, 1, band0 + i * kBand0);
           }
           *reinterpret_cast<Out*>(to) = Convert<Out>(Call(f, v, std::make_index_sequence<N>{}));
         }
@@ -328,8 +327,8 @@ __global__ void __launch_bounds__(256, kMinBlocks) WordTileKernel(F f, TileArgs<
   uint32_t* words = reinterpret_cast<uint32_t*>(shared);
   // Staging, a warp reads a line's 32 words; computing, a warp takes a column's.
   const int lane = threadIdx.x % 32, band = threadIdx.x / 32;
-  ForEachTile<T0, T1>(a, [&](int64_t t0, int64_t t1, const int64_t (&batch_offset)[N + 1],
-                          int n0, int n1, bool full) {
+  ForEachTile<T0, T1>(a, [&](int64_t t0, int64_t t1, const int64_t(&batch_offset)[N + 1], int n0,
+                             int n1, bool full) {
     char* at[N + 1];
 #pragma unroll
     for (int k = 0; k <= N; ++k) {
@@ -450,8 +449,8 @@ __global__ void __launch_bounds__(256, 4) PairedTileKernel(F f, TileArgs<N + 1> 
   // column pair, 4 pairs at a time.
   const int pair = tid % kPairs, pair_band = tid / kPairs;
   const int lane = tid % T, band = tid / T;
-  ForEachTile<T, T>(a, [&](int64_t t0, int64_t t1, const int64_t (&batch_offset)[N + 1],
-                          int n0, int n1, bool full) {
+  ForEachTile<T, T>(a, [&](int64_t t0, int64_t t1, const int64_t(&batch_offset)[N + 1], int n0,
+                           int n1, bool full) {
     const char* in = TileStart(a, kStaged, t0, t1, batch_offset);
     char* out = TileStart(a, 0, t0, t1, batch_offset);
     // The strides held in registers (as in CastTileKernel).
@@ -536,57 +535,57 @@ __global__ void __launch_bounds__(256, 4) CastTileKernel(TileArgs<2> a) {
   // 32 threads a column, a pair each, 8 columns at a time.
   const int lane = tid % T, band = tid / T;
   const int pair = tid % kPairs, pair_band = tid / kPairs;
-  ForEachTile<T, T>(a, [&](int64_t t0, int64_t t1, const int64_t (&batch_offset)[2],
-                          int n0, int n1, bool full) {
-    const char* in = TileStart(a, 1, t0, t1, batch_offset);
-    char* out = TileStart(a, 0, t0, t1, batch_offset);
-    // The strides held in registers: read from the arguments inside the loops, they made
-    // these kernels 6-7% slower.
-    const int32_t in_line = a.stride32[1][0], in_step = a.stride32[1][1];
-    const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
-    // Line r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i.
-    TI q[16];
+  ForEachTile<T, T>(
+      a, [&](int64_t t0, int64_t t1, const int64_t(&batch_offset)[2], int n0, int n1, bool full) {
+        const char* in = TileStart(a, 1, t0, t1, batch_offset);
+        char* out = TileStart(a, 0, t0, t1, batch_offset);
+        // The strides held in registers: read from the arguments inside the loops, they made
+        // these kernels 6-7% slower.
+        const int32_t in_line = a.stride32[1][0], in_step = a.stride32[1][1];
+        const int32_t out_step = a.stride32[0][0], out_line = a.stride32[0][1];
+        // Line r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i.
+        TI q[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i;
-      q[i] = full || (r < n0 && lane < n1)
-                 ? *reinterpret_cast<const TI*>(in + r * in_line + lane * in_step)
-                 : TI{};
-    }
-    if constexpr (kPairOut) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        tile[band + 4 * i][lane] =
-            make_float2(Convert<float>(q[2 * i]), Convert<float>(q[2 * i + 1]));
-      }
-      __syncthreads();
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int c = pair_band + 8 * i;
-        const float2 v = tile[pair][c];
-        const TO lo = Convert<TO>(v.x), hi = Convert<TO>(v.y);
-        char* p = out + 4 * pair + c * out_line;
-        if (full || (c < n1 && 2 * pair + 1 < n0)) {
-          *reinterpret_cast<uint32_t*>(p) =
-              static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
-        } else if (c < n1 && 2 * pair < n0) {
-          *reinterpret_cast<TO*>(p) = lo;
+        for (int i = 0; i < 16; ++i) {
+          const int r = kPairOut ? 2 * (band + 4 * (i / 2)) + i % 2 : band + 4 * i;
+          q[i] = full || (r < n0 && lane < n1)
+                     ? *reinterpret_cast<const TI*>(in + r * in_line + lane * in_step)
+                     : TI{};
         }
-      }
-    } else {
+        if constexpr (kPairOut) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) tile[band + 4 * i][lane] = Convert<TO>(q[i]);
-      __syncthreads();
+          for (int i = 0; i < 8; ++i) {
+            tile[band + 4 * i][lane] =
+                make_float2(Convert<float>(q[2 * i]), Convert<float>(q[2 * i + 1]));
+          }
+          __syncthreads();
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int c = band + 4 * i;
-        if (full || (lane < n0 && c < n1)) {
-          *reinterpret_cast<TO*>(out + lane * out_step + c * out_line) = tile[lane][c];
+          for (int i = 0; i < 8; ++i) {
+            const int c = pair_band + 8 * i;
+            const float2 v = tile[pair][c];
+            const TO lo = Convert<TO>(v.x), hi = Convert<TO>(v.y);
+            char* p = out + 4 * pair + c * out_line;
+            if (full || (c < n1 && 2 * pair + 1 < n0)) {
+              *reinterpret_cast<uint32_t*>(p) =
+                  static_cast<uint32_t>(lo.bits) | (static_cast<uint32_t>(hi.bits) << 16);
+            } else if (c < n1 && 2 * pair < n0) {
+              *reinterpret_cast<TO*>(p) = lo;
+            }
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) tile[band + 4 * i][lane] = Convert<TO>(q[i]);
+          __syncthreads();
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            const int c = band + 4 * i;
+            if (full || (lane < n0 && c < n1)) {
+              *reinterpret_cast<TO*>(out + lane * out_step + c * out_line) = tile[lane][c];
+            }
+          }
         }
-      }
-    }
-    __syncthreads();
-  });
+        __syncthreads();
+      });
 }
 
 }  // namespace tc::cuda

@@ -59,7 +59,7 @@ __device__ __forceinline__ void LoadWords(const char* row, int64_t step, Access 
     } else {
       uint32_t one = 0;
       memcpy(&one, row, sizeof(T));
-      const uint32_t word = sizeof(T) == 1 ? one * 0x01010101u
+      const uint32_t word = sizeof(T) == 1   ? one * 0x01010101u
                             : sizeof(T) == 2 ? one * 0x00010001u
                                              : one;
 #pragma unroll
@@ -138,8 +138,9 @@ __device__ __forceinline__ void WhereChunk(const RowArgs<4>& a, char* const (&ro
 // per step, every load issued before the first use; kMode (WhereLoads) what else the
 // operands need, so that the common case holds no registers for the rest (45-48; a version
 // choosing element by element held 96, a third of the SM's threads, and ran a float16 where
-// at 56% of copy on the H200, the casting row kernel that took it before at 61%). Where a thread's U chunks are not all whole (short rows, a
-// row's end), it takes them one at a time, the partial one element by element.
+// at 56% of copy on the H200, the casting row kernel that took it before at 61%). Where a thread's
+// U chunks are not all whole (short rows, a row's end), it takes them one at a time, the partial
+// one element by element.
 template <typename S, int V, int U, int kMode>
 __global__ void __launch_bounds__(128) WhereRowKernel(RowArgs<4> a) {
   static_assert(sizeof(S) * V == 16);

@@ -109,15 +109,14 @@ bool PastInt64(const Node& call, const Attrs& attrs, const std::vector<Node>& ar
     }
   } else if (Named(call, {"left_shift"})) {
     const int64_t c = args[1].int_value;
-    over = args[0].int_value != 0 &&
-           (c >= 63 || (args[0].int_value << c) >> c != args[0].int_value);
+    over =
+        args[0].int_value != 0 && (c >= 63 || (args[0].int_value << c) >> c != args[0].int_value);
   }
   return over || r > INT64_MAX || r < INT64_MIN;
 }
 
 // Runs `call` over its literal arguments, typed `t`, into a literal.
-absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args,
-                              const NodeType& t) {
+absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args, const NodeType& t) {
   // Numbers compute as Python does, in float64 where the value is a float, each taken at its
   // Python value (a cast of one converts that value to the dtype once, as torch.tensor(0.1,
   // dtype=...) does); a value involving a zero-dimensional tensor (a folded cast) as the op
@@ -175,8 +174,8 @@ absl::StatusOr<Node> Evaluate(const Node& call, const std::vector<Node>& args,
   });
   if (python && out.literal == LiteralKind::kInt) {
     if (PastInt64(call, t.attrs, args)) {
-      return At(call, absl::StrCat("'", call.op->spec.name,
-                                   "' of these numbers does not fit 64 bits"));
+      return At(call,
+                absl::StrCat("'", call.op->spec.name, "' of these numbers does not fit 64 bits"));
     }
   }
   return out;
@@ -191,7 +190,8 @@ absl::Status FoldConstants(Expression* e) {
     Node n = std::move(e->nodes[i]);
     for (int& a : n.args) a = moved[static_cast<size_t>(a)];
     bool constant = n.kind == NodeKind::kCall;
-    for (int a : n.args) constant = constant && out[static_cast<size_t>(a)].kind == NodeKind::kLiteral;
+    for (int a : n.args)
+      constant = constant && out[static_cast<size_t>(a)].kind == NodeKind::kLiteral;
     if (!constant) {
       out.push_back(std::move(n));
       moved[i] = static_cast<int>(out.size()) - 1;

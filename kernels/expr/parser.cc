@@ -32,9 +32,8 @@ class Parser {
 
   absl::StatusOr<Expression> Run() {
     if (static_cast<int64_t>(text_.size()) > limits_.max_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("expression: ", text_.size(),
-                                                     " bytes, more than the limit of ",
-                                                     limits_.max_bytes));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expression: ", text_.size(), " bytes, more than the limit of ", limits_.max_bytes));
     }
     for (size_t i = 0; i < inputs_.size(); ++i) {
       if (FindOp(inputs_[i]) != nullptr || inputs_[i] == "True" || inputs_[i] == "False" ||
@@ -67,7 +66,8 @@ class Parser {
   static bool IsKeyword(absl::string_view s) { return s == "and" || s == "or" || s == "not"; }
   static bool IsIdentifier(absl::string_view s) {
     if (s.empty() || !(absl::ascii_isalpha(s[0]) || s[0] == '_')) return false;
-    return std::all_of(s.begin(), s.end(), [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
+    return std::all_of(s.begin(), s.end(),
+                       [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
   }
 
   // Records the first error; every rule then returns false up to Run.
@@ -89,12 +89,15 @@ class Parser {
     }
     const char c = text_[i];
     size_t j = i + 1;
-    if (absl::ascii_isdigit(c) || (c == '.' && i + 1 < text_.size() && absl::ascii_isdigit(text_[i + 1]))) {
+    if (absl::ascii_isdigit(c) ||
+        (c == '.' && i + 1 < text_.size() && absl::ascii_isdigit(text_[i + 1]))) {
       // An exponent's sign belongs to a decimal number, not to 0x1e+5 (0x1e plus 5).
-      const bool hex = c == '0' && i + 1 < text_.size() && (text_[i + 1] == 'x' || text_[i + 1] == 'X');
-      while (j < text_.size() && (absl::ascii_isalnum(text_[j]) || text_[j] == '.' || text_[j] == '_' ||
-                                  (!hex && (text_[j] == '+' || text_[j] == '-') &&
-                                   (text_[j - 1] == 'e' || text_[j - 1] == 'E')))) {
+      const bool hex =
+          c == '0' && i + 1 < text_.size() && (text_[i + 1] == 'x' || text_[i + 1] == 'X');
+      while (j < text_.size() &&
+             (absl::ascii_isalnum(text_[j]) || text_[j] == '.' || text_[j] == '_' ||
+              (!hex && (text_[j] == '+' || text_[j] == '-') &&
+               (text_[j - 1] == 'e' || text_[j - 1] == 'E')))) {
         ++j;
       }
       tok_.kind = Tok::kNumber;
@@ -123,9 +126,10 @@ class Parser {
       if (two) {
         j = i + 2;
       } else if (absl::string_view("+-*/%<>&|^~(),=").find(c) == absl::string_view::npos) {
-        Fail(static_cast<int>(i), absl::ascii_isprint(c)
-                                      ? absl::StrCat("unexpected character '", std::string(1, c), "'")
-                                      : absl::StrFormat("unexpected byte 0x%02x", static_cast<uint8_t>(c)));
+        Fail(static_cast<int>(i),
+             absl::ascii_isprint(c)
+                 ? absl::StrCat("unexpected character '", std::string(1, c), "'")
+                 : absl::StrFormat("unexpected byte 0x%02x", static_cast<uint8_t>(c)));
         return false;
       }
       tok_.kind = Tok::kSymbol;
@@ -177,8 +181,8 @@ class Parser {
     if (count != n.op->spec.arity) {
       const CatalogEntry* form = FindOp(n.op->spec.name, count);
       if (form == nullptr) {
-        Fail(n.position, absl::StrCat(n.op->spec.name, " takes ", AritiesOf(n.op->spec.name),
-                                      ", not ", count));
+        Fail(n.position,
+             absl::StrCat(n.op->spec.name, " takes ", AritiesOf(n.op->spec.name), ", not ", count));
         return false;
       }
       n.op = form;
@@ -218,7 +222,8 @@ class Parser {
   }
 
   // A left-associative level: next(), then (op next())* for the symbols in `ops`.
-  bool LeftAssoc(bool (Parser::*next)(), std::initializer_list<std::pair<const char*, const char*>> ops) {
+  bool LeftAssoc(bool (Parser::*next)(),
+                 std::initializer_list<std::pair<const char*, const char*>> ops) {
     const int position = tok_.position;
     if (!(this->*next)()) return false;
     for (;;) {
@@ -286,7 +291,8 @@ class Parser {
     if (!Next() || !Unary()) return false;
     if (symbol == "+") return true;
     Node& operand = e_.nodes.back();
-    if (symbol == "-" && operand.kind == NodeKind::kLiteral && operand.literal != LiteralKind::kBool) {
+    if (symbol == "-" && operand.kind == NodeKind::kLiteral &&
+        operand.literal != LiteralKind::kBool) {
       // A negative literal stays a literal, as Python folds it.
       if (operand.literal == LiteralKind::kFloat) {
         operand.float_value = -operand.float_value;
@@ -323,8 +329,10 @@ class Parser {
     };
     const bool prefixed = written.size() > 1 && written[0] == '0' &&
                           absl::string_view("xXoObB").find(written[1]) != absl::string_view::npos;
-    const int base = !prefixed ? 10 : (written[1] == 'x' || written[1] == 'X') ? 16
-                                    : (written[1] == 'o' || written[1] == 'O') ? 8 : 2;
+    const int base = !prefixed                                  ? 10
+                     : (written[1] == 'x' || written[1] == 'X') ? 16
+                     : (written[1] == 'o' || written[1] == 'O') ? 8
+                                                                : 2;
     auto digit = [&](char c) {
       if (base == 16) return absl::ascii_isxdigit(c);
       return absl::ascii_isdigit(c) && c - '0' < base;
@@ -366,8 +374,9 @@ class Parser {
       if (errno == ERANGE && std::isinf(n.float_value)) return fail("overflows float64");
     } else {
       if (s.size() > 1 && s[0] == '0' && s.find_first_not_of('0') != std::string::npos) {
-        return fail("has a leading zero, which Python does not allow in a decimal integer "
-                    "(write 0o... for octal)");
+        return fail(
+            "has a leading zero, which Python does not allow in a decimal integer "
+            "(write 0o... for octal)");
       }
       n.literal = LiteralKind::kInt;
       n.int_value = std::strtoll(s.c_str(), &end, 10);
@@ -390,7 +399,8 @@ class Parser {
       return Expect(")", "to close the '(' at " + std::to_string(position));
     }
     if (tok_.kind != Tok::kName || IsKeyword(tok_.text)) {
-      Fail(position, absl::StrCat("expected a number, an input, a call or '(', found ", Describe()));
+      Fail(position,
+           absl::StrCat("expected a number, an input, a call or '(', found ", Describe()));
       return false;
     }
     const std::string name(tok_.text);
@@ -486,8 +496,8 @@ class Parser {
       if (tok_.kind == Tok::kName && pos_ < text_.size()) {
         size_t k = pos_;
         while (k < text_.size() && absl::ascii_isspace(text_[k])) ++k;
-        const bool keyword = k < text_.size() && text_[k] == '=' &&
-                             (k + 1 == text_.size() || text_[k + 1] != '=');
+        const bool keyword =
+            k < text_.size() && text_[k] == '=' && (k + 1 == text_.size() || text_[k + 1] != '=');
         if (keyword) {
           const std::string attr(tok_.text);
           const int at = tok_.position;
@@ -496,9 +506,11 @@ class Parser {
           if (it == spec.attrs.end()) {
             std::vector<std::string> names;
             for (const AttrSpec& a : spec.attrs) names.push_back(a.name);
-            Fail(at, absl::StrCat(name, " has no attribute '", attr, "'",
-                                  names.empty() ? std::string(" (it has none)")
-                                                : absl::StrCat(" (it has: ", absl::StrJoin(names, ", "), ")")));
+            Fail(at,
+                 absl::StrCat(name, " has no attribute '", attr, "'",
+                              names.empty()
+                                  ? std::string(" (it has none)")
+                                  : absl::StrCat(" (it has: ", absl::StrJoin(names, ", "), ")")));
             return false;
           }
           if (n.attrs.count(attr)) {
@@ -557,7 +569,7 @@ void Write(const Expression& e, int i, std::string* out) {
         // A folded cast: written as the cast it was, so that it reads back the same.
         Node number = n;
         number.zero_dim.reset();
-        number.literal = IsFloating(*n.zero_dim) ? LiteralKind::kFloat
+        number.literal = IsFloating(*n.zero_dim)       ? LiteralKind::kFloat
                          : *n.zero_dim == DType::kBool ? LiteralKind::kBool
                                                        : LiteralKind::kInt;
         Expression one;
@@ -604,7 +616,8 @@ void Write(const Expression& e, int i, std::string* out) {
 
 std::vector<std::string> DefaultInputNames(int count) {
   std::vector<std::string> names;
-  for (int i = 0; i < count && i < 26; ++i) names.push_back(std::string(1, static_cast<char>('a' + i)));
+  for (int i = 0; i < count && i < 26; ++i)
+    names.push_back(std::string(1, static_cast<char>('a' + i)));
   return names;
 }
 

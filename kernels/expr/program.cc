@@ -41,12 +41,12 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
                                              const OutputOptions& output, const Limits& limits) {
   const int n = static_cast<int>(inputs.size());
   if (n == 0 || n > kMaxExprInputs) {
-    return absl::InvalidArgumentError(absl::StrCat("an expression takes 1 to ", kMaxExprInputs,
-                                                   " inputs, got ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an expression takes 1 to ", kMaxExprInputs, " inputs, got ", n));
   }
   if (!names_in.empty() && static_cast<int>(names_in.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat(names_in.size(), " input names given for ",
-                                                   n, " inputs"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(names_in.size(), " input names given for ", n, " inputs"));
   }
   const std::vector<std::string> names = names_in.empty() ? DefaultInputNames(n) : names_in;
   auto parsed = Parse(text, names, limits);
@@ -62,15 +62,14 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   }
   for (int i = 0; i < n; ++i) {
     if (!used[static_cast<size_t>(i)]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "expression: input ", i, " ('", names[static_cast<size_t>(i)],
-          "') is not used; send only the inputs the expression names"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("expression: input ", i, " ('", names[static_cast<size_t>(i)],
+                       "') is not used; send only the inputs the expression names"));
     }
   }
   std::vector<TypeOperand> operands;
   for (const TensorView& v : inputs) {
-    operands.push_back(
-        {v.dtype, v.shape.empty() ? TypeTier::kZeroDim : TypeTier::kDimensioned});
+    operands.push_back({v.dtype, v.shape.empty() ? TypeTier::kZeroDim : TypeTier::kDimensioned});
     program->input_dtypes.push_back(v.dtype);
   }
   auto cast_root = [&](DType dtype) {
@@ -91,10 +90,10 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   DType out = types->back().dtype;
   if (output.dtype && *output.dtype != out) {
     if (!CanCast(out, *output.dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the expression gives ", DTypeName(out), "; storing it as ", DTypeName(*output.dtype),
-          " would be an unsafe cast: write cast(..., ", DTypeName(*output.dtype),
-          ") in the expression to ask for it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the expression gives ", DTypeName(out), "; storing it as ",
+                       DTypeName(*output.dtype), " would be an unsafe cast: write cast(..., ",
+                       DTypeName(*output.dtype), ") in the expression to ask for it"));
     }
     // The root's value as its op gives it, then converted, as one op with an output dtype.
     out = *output.dtype;
@@ -117,9 +116,11 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
   Iteration& space = program->space;
   int64_t item[kMaxIterOperands];
   item[0] = ItemSize(out);
-  for (int k = 1; k < space.num_operands; ++k) item[k] = ItemSize(inputs[static_cast<size_t>(k - 1)].dtype);
+  for (int k = 1; k < space.num_operands; ++k)
+    item[k] = ItemSize(inputs[static_cast<size_t>(k - 1)].dtype);
   bool long_math = false;
-  for (const Node& n : e.nodes) long_math = long_math || (n.kind == NodeKind::kCall && n.op->long_math);
+  for (const Node& n : e.nodes)
+    long_math = long_math || (n.kind == NodeKind::kCall && n.op->long_math);
   program->walk = PlanExpression(&space, item, long_math, kMaxExprStaged);
 
   Plan plan = PlanExpressionOutput(program->space, program->walk.kernel, out, root.compute);
@@ -129,7 +130,8 @@ absl::StatusOr<PreparedOp> PrepareExpression(absl::string_view text,
 int VectorFor(const Program& program, char* const* base) {
   int64_t item[kMaxIterOperands];
   item[0] = ItemSize(program.out_dtype);
-  for (size_t k = 0; k < program.input_dtypes.size(); ++k) item[k + 1] = ItemSize(program.input_dtypes[k]);
+  for (size_t k = 0; k < program.input_dtypes.size(); ++k)
+    item[k + 1] = ItemSize(program.input_dtypes[k]);
   return FitVector(program.walk, program.space, item, base);
 }
 

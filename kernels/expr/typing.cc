@@ -121,8 +121,8 @@ absl::StatusOr<std::vector<NodeType>> TypeCheck(const Expression& e,
                                   "exponent, or cast the base to a float"));
       }
       if (IsIntegral(target) && !IntFits(a.int_value, target)) {
-        return At(a, absl::StrCat(a.int_value, " does not fit ", DTypeName(target),
-                                  ", the type '", spec.name, "' computes in here"));
+        return At(a, absl::StrCat(a.int_value, " does not fit ", DTypeName(target), ", the type '",
+                                  spec.name, "' computes in here"));
       }
     }
   }

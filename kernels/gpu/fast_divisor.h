@@ -20,8 +20,8 @@ inline FastDivisor MakeFastDivisor(uint32_t d) {
   FastDivisor f;
   f.d = d;
   while ((uint64_t{1} << f.s) < d) ++f.s;
-  f.m = static_cast<uint32_t>(((static_cast<unsigned __int128>(1) << 32) *
-                               ((uint64_t{1} << f.s) - d)) / d + 1);
+  f.m = static_cast<uint32_t>(
+      ((static_cast<unsigned __int128>(1) << 32) * ((uint64_t{1} << f.s) - d)) / d + 1);
   return f;
 }
 #endif

@@ -67,23 +67,22 @@ absl::StatusOr<Attrs> Attrs::Resolve(absl::string_view op, const std::vector<Att
     if (spec == nullptr) {
       std::vector<std::string> known;
       for (const AttrSpec& s : specs) known.push_back(s.name);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "op '", op, "' has no attribute '", name, "' (it takes: ",
-          known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("op '", op, "' has no attribute '", name,
+                       "' (it takes: ", known.empty() ? "none" : absl::StrJoin(known, ", "), ")"));
     }
     AttrValue v = value;
     if (!Coerce(spec->type, v)) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' of op '", op,
-                                                     "' must be of type ",
-                                                     AttrTypeName(spec->type)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attribute '", name, "' of op '", op, "' must be of type ", AttrTypeName(spec->type)));
     }
     out.values_[name] = std::move(v);
   }
   for (const AttrSpec& s : specs) {
     if (out.values_.contains(s.name)) continue;
     if (s.required) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("op '", op, "' needs attribute '", s.name, "' (", AttrTypeName(s.type), ")"));
+      return absl::InvalidArgumentError(absl::StrCat("op '", op, "' needs attribute '", s.name,
+                                                     "' (", AttrTypeName(s.type), ")"));
     }
     out.values_[s.name] = s.default_value;
   }

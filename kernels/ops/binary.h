@@ -111,9 +111,7 @@ struct MulOp {
   static constexpr uint32_t kComputeTypes = kAllTypes;
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
-  static OpSpec Spec() {
-    return MakeSpec("mul", kAllTypes, "a * b");
-  }
+  static OpSpec Spec() { return MakeSpec("mul", kAllTypes, "a * b"); }
   static MulOp Make(const MakeArgs&) { return {}; }
 #endif
   template <typename T>
@@ -188,8 +186,9 @@ struct FloorDivideOp {
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
-    return MakeSpec("floor_divide", kNumericTypes,
-                    "floor(a / b); integer division by zero is INVALID_ARGUMENT, min / -1 wraps to min");
+    return MakeSpec(
+        "floor_divide", kNumericTypes,
+        "floor(a / b); integer division by zero is INVALID_ARGUMENT, min / -1 wraps to min");
   }
   static FloorDivideOp Make(const MakeArgs&) { return {}; }
 #endif
@@ -210,8 +209,9 @@ struct RemainderOp {
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
-    return MakeSpec("remainder", kNumericTypes,
-                    "a - floor(a / b) * b, sign of b (Python %); integer division by zero is INVALID_ARGUMENT");
+    return MakeSpec(
+        "remainder", kNumericTypes,
+        "a - floor(a / b) * b, sign of b (Python %); integer division by zero is INVALID_ARGUMENT");
   }
   static RemainderOp Make(const MakeArgs&) { return {}; }
 #endif
@@ -258,8 +258,9 @@ struct PowOp {
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
-    return MakeSpec("pow", kNumericTypes,
-                    "a ** b; integers: wrap on overflow, negative exponents give 0 except for bases 1 and -1");
+    return MakeSpec(
+        "pow", kNumericTypes,
+        "a ** b; integers: wrap on overflow, negative exponents give 0 except for bases 1 and -1");
   }
   static PowOp Make(const MakeArgs&) { return {}; }
 #endif
@@ -352,7 +353,8 @@ struct PreluOp {
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
-    return MakeSpec("prelu", kFloatTypes, "a if a > 0 else weight * a (weight broadcast like any input)");
+    return MakeSpec("prelu", kFloatTypes,
+                    "a if a > 0 else weight * a (weight broadcast like any input)");
   }
   static PreluOp Make(const MakeArgs&) { return {}; }
 #endif
@@ -367,7 +369,8 @@ struct Atan2Op {
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
-    return MakeSpec("atan2", kAllTypes, "atan2(a, b); integers compute in float32", TypeRule::kPromoteToFloat);
+    return MakeSpec("atan2", kAllTypes, "atan2(a, b); integers compute in float32",
+                    TypeRule::kPromoteToFloat);
   }
   static Atan2Op Make(const MakeArgs&) { return {}; }
 #endif
@@ -398,9 +401,7 @@ struct BitwiseAndOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
-  static OpSpec Spec() {
-    return MakeSpec("bitwise_and", kIntegralBoolTypes, "a & b");
-  }
+  static OpSpec Spec() { return MakeSpec("bitwise_and", kIntegralBoolTypes, "a & b"); }
   static BitwiseAndOp Make(const MakeArgs&) { return {}; }
 #endif
   template <typename T>
@@ -421,9 +422,7 @@ struct BitwiseOrOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
-  static OpSpec Spec() {
-    return MakeSpec("bitwise_or", kIntegralBoolTypes, "a | b");
-  }
+  static OpSpec Spec() { return MakeSpec("bitwise_or", kIntegralBoolTypes, "a | b"); }
   static BitwiseOrOp Make(const MakeArgs&) { return {}; }
 #endif
   template <typename T>
@@ -444,9 +443,7 @@ struct BitwiseXorOp {
   static constexpr uint32_t kComputeTypes = kIntegralBoolTypes;
   static constexpr int kArity = 2;
 #ifndef __CUDACC_RTC__
-  static OpSpec Spec() {
-    return MakeSpec("bitwise_xor", kIntegralBoolTypes, "a ^ b");
-  }
+  static OpSpec Spec() { return MakeSpec("bitwise_xor", kIntegralBoolTypes, "a ^ b"); }
   static BitwiseXorOp Make(const MakeArgs&) { return {}; }
 #endif
   template <typename T>

@@ -7,16 +7,17 @@ namespace tc {
 
 // Name, its catalog name and description, and the expression over a and b.
 #define TC_COMPARE_OP(Name, op_name, description, expr)                        \
-  struct Name {                                                              \
-    static constexpr uint32_t kComputeTypes = kAllTypes;                     \
-    static constexpr int kArity = 2;                                         \
-    TC_CATALOG_ONLY(static OpSpec Spec() {                                   \
-      return MakeSpec(op_name, kAllTypes, description, TypeRule::kToBool);   \
-    } static Name Make(const MakeArgs&) { return {}; })                      \
-    template <typename T>                              \
-    TC_HOST_DEVICE bool operator()(T a, T b) const {   \
-      return expr;                                     \
-    }                                                  \
+  struct Name {                                                                \
+    static constexpr uint32_t kComputeTypes = kAllTypes;                       \
+    static constexpr int kArity = 2;                                           \
+    TC_CATALOG_ONLY(                                                           \
+        static OpSpec Spec() {                                                 \
+          return MakeSpec(op_name, kAllTypes, description, TypeRule::kToBool); \
+        } static Name Make(const MakeArgs&) { return {}; })                    \
+    template <typename T>                                                      \
+    TC_HOST_DEVICE bool operator()(T a, T b) const {                           \
+      return expr;                                                             \
+    }                                                                          \
   };
 
 TC_COMPARE_OP(EqOp, "eq", "a == b", a == b)

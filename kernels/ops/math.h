@@ -13,7 +13,7 @@
 namespace tc::math {
 
 template <typename T>
-inline constexpr bool kIsSignedInt = std::is_integral_v<T> && std::is_signed_v<T>;
+inline constexpr bool kIsSignedInt = std::is_integral_v<T>&& std::is_signed_v<T>;
 
 template <typename T>
 TC_HOST_DEVICE T WrapAdd(T a, T b) {
@@ -42,7 +42,8 @@ TC_HOST_DEVICE T WrapMul(T a, T b) {
     // Unsigned types narrower than int promote to int, where the product can overflow: go
     // through unsigned int (or wider) explicitly.
     using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
-    return static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
+    return static_cast<T>(
+        static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
   } else {
     return a * b;
   }
@@ -555,8 +556,7 @@ __device__ __forceinline__ float PowNarrow(float a, float b) {
   const bool integer = ab >= 0x1p23f || __fsub_rn(sum, 12582912.0f) == ab;
   const bool odd = integer && ab < 0x1p22f && (__float_as_int(sum) & 1) != 0;
   r = __float_as_int(a) < 0 && odd ? -r : r;
-  return a < 0.0f && a > -__int_as_float(0x7f800000) && !integer ? __int_as_float(0x7fffffff)
-                                                                   : r;
+  return a < 0.0f && a > -__int_as_float(0x7f800000) && !integer ? __int_as_float(0x7fffffff) : r;
 }
 #endif  // __CUDACC__
 

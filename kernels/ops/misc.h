@@ -19,8 +19,9 @@ struct ClampOp {
   static constexpr int kArity = 1;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
-    OpSpec s = MakeSpec("clamp", kNumericTypes,
-                        "min(max(a, min), max); bounds are converted to the input dtype; NaN stays NaN");
+    OpSpec s =
+        MakeSpec("clamp", kNumericTypes,
+                 "min(max(a, min), max); bounds are converted to the input dtype; NaN stays NaN");
     s.attrs = {{"min", AttrType::kFloat, false, {}, "lower bound (absent: none)"},
                {"max", AttrType::kFloat, false, {}, "upper bound (absent: none)"}};
     s.check = [](const Attrs& a, DType) {
@@ -61,8 +62,9 @@ struct ClampTensorOp {
   static constexpr int kArity = 3;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
-    return MakeSpec("clamp", kNumericTypes,
-                    "tensor bounds: inputs (a, min, max), min(max(a, min), max), NaN if any is NaN");
+    return MakeSpec(
+        "clamp", kNumericTypes,
+        "tensor bounds: inputs (a, min, max), min(max(a, min), max), NaN if any is NaN");
   }
   static ClampTensorOp Make(const MakeArgs&) { return {}; }
 #endif
@@ -105,7 +107,8 @@ struct FillOp {
   static constexpr int kArity = 1;
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
-    OpSpec s = MakeSpec("fill", kAllTypes, "a tensor like the input with every element `value` (converted like cast)");
+    OpSpec s = MakeSpec("fill", kAllTypes,
+                        "a tensor like the input with every element `value` (converted like cast)");
     s.attrs = {{"value", AttrType::kFloat, true, {}, "the value"}};
     return s;
   }
@@ -195,12 +198,13 @@ struct QuantizedOp {
     s.description = absl::StrCat("requantize((a - a_zero_point) * a_scale ", kWhat[kKind],
                                  " (b - b_zero_point) * b_scale) to scale and zero_point, rounding "
                                  "half to even, saturating; int8 or uint8, both inputs one dtype");
-    s.attrs = {{"a_scale", AttrType::kFloat, true, {}, "scale of the first input"},
-               {"a_zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the first input"},
-               {"b_scale", AttrType::kFloat, true, {}, "scale of the second input"},
-               {"b_zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the second input"},
-               {"scale", AttrType::kFloat, true, {}, "scale of the output"},
-               {"zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the output"}};
+    s.attrs = {
+        {"a_scale", AttrType::kFloat, true, {}, "scale of the first input"},
+        {"a_zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the first input"},
+        {"b_scale", AttrType::kFloat, true, {}, "scale of the second input"},
+        {"b_zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the second input"},
+        {"scale", AttrType::kFloat, true, {}, "scale of the output"},
+        {"zero_point", AttrType::kInt, false, int64_t{0}, "zero point of the output"}};
     s.check = Check;
     return s;
   }
@@ -227,10 +231,14 @@ struct QuantizedOp {
   static QuantizedOp Make(const MakeArgs& m) {
     const Attrs& a = m.attrs;
     const bool u8 = m.result == DType::kUInt8;
-    return {static_cast<float>(a.Float("a_scale")),     static_cast<float>(a.Int("a_zero_point")),
-            static_cast<float>(a.Float("b_scale")),     static_cast<float>(a.Int("b_zero_point")),
-            static_cast<float>(1.0 / a.Float("scale")), static_cast<float>(a.Int("zero_point")),
-            u8 ? 0.0f : -128.0f,                        u8 ? 255.0f : 127.0f};
+    return {static_cast<float>(a.Float("a_scale")),
+            static_cast<float>(a.Int("a_zero_point")),
+            static_cast<float>(a.Float("b_scale")),
+            static_cast<float>(a.Int("b_zero_point")),
+            static_cast<float>(1.0 / a.Float("scale")),
+            static_cast<float>(a.Int("zero_point")),
+            u8 ? 0.0f : -128.0f,
+            u8 ? 255.0f : 127.0f};
   }
 #endif
   float a_scale, a_zero, b_scale, b_zero, inv_out_scale, out_zero, qmin, qmax;

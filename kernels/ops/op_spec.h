@@ -186,19 +186,19 @@ struct BitwiseWords {
 // 1-byte types (bool among the unsigned ones) on the GPU's byte-wise SIMD instructions:
 // Wordwise<F> of an op whose bytes `Signed(a, b)` or `Unsigned(a, b)` compute.
 #if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
-#define TC_BYTE_WORDS(F, Signed, Unsigned)                                               \
-  template <>                                                                            \
-  struct Wordwise<F> {                                                                   \
-    static constexpr uint32_t kTypes =                                                   \
-        DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool);       \
-    template <typename S>                                                                \
-    static __device__ uint32_t Word(const F&, uint32_t a, uint32_t b) {                  \
-      if constexpr (std::is_signed_v<S>) {                                               \
-        return Signed(a, b);                                                             \
-      } else {                                                                           \
-        return Unsigned(a, b);                                                           \
-      }                                                                                  \
-    }                                                                                    \
+#define TC_BYTE_WORDS(F, Signed, Unsigned)                                         \
+  template <>                                                                      \
+  struct Wordwise<F> {                                                             \
+    static constexpr uint32_t kTypes =                                             \
+        DTypeBit(DType::kInt8) | DTypeBit(DType::kUInt8) | DTypeBit(DType::kBool); \
+    template <typename S>                                                          \
+    static __device__ uint32_t Word(const F&, uint32_t a, uint32_t b) {            \
+      if constexpr (std::is_signed_v<S>) {                                         \
+        return Signed(a, b);                                                       \
+      } else {                                                                     \
+        return Unsigned(a, b);                                                     \
+      }                                                                            \
+    }                                                                              \
   };
 #else
 #define TC_BYTE_WORDS(F, Signed, Unsigned)
@@ -239,16 +239,16 @@ TC_HOST_DEVICE auto GpuMath(const F& f) {
 }
 // A functor that wraps op F (the wrapper's type, ..., over template parameters F and P)
 // takes F's launch traits.
-#define TC_WRAPPER_TRAITS(P, ...)                                                         \
-  template <typename F, P>                                                                \
-  inline constexpr bool kLongMath<__VA_ARGS__> = kLongMath<F>;                             \
-  template <typename F, P>                                                                \
-  inline constexpr ByWidth kRowPacks<__VA_ARGS__> = kRowPacks<F>;                          \
-  template <typename F, P>                                                                \
-  inline constexpr ByWidth kRowWaves<__VA_ARGS__> = kRowWaves<F>;                          \
-  template <typename F, P>                                                                \
-  inline constexpr ByWidth kRowOnePass<__VA_ARGS__> = kRowOnePass<F>;                      \
-  template <typename F, P>                                                                \
+#define TC_WRAPPER_TRAITS(P, ...)                                     \
+  template <typename F, P>                                            \
+  inline constexpr bool kLongMath<__VA_ARGS__> = kLongMath<F>;        \
+  template <typename F, P>                                            \
+  inline constexpr ByWidth kRowPacks<__VA_ARGS__> = kRowPacks<F>;     \
+  template <typename F, P>                                            \
+  inline constexpr ByWidth kRowWaves<__VA_ARGS__> = kRowWaves<F>;     \
+  template <typename F, P>                                            \
+  inline constexpr ByWidth kRowOnePass<__VA_ARGS__> = kRowOnePass<F>; \
+  template <typename F, P>                                            \
   inline constexpr uint32_t kConvertingTiles<__VA_ARGS__> = kConvertingTiles<F>;
 TC_WRAPPER_TRAITS(bool R, NarrowMath<F, R>)
 

@@ -13,50 +13,52 @@ namespace tc {
   TC_UNARY_OP_WITH(Name, spec_args, Mask, Result, , __VA_ARGS__)
 // The same, for a float function with a vectorized float32 row on the CPU (HostFloatRow, in
 // kernels/cpu/vector_math.cc: glibc's vector math library), which the CPU calls instead.
-#define TC_UNARY_FLOAT_ROW_OP(Name, spec_args, Mask, Result, ...)                             \
-  TC_UNARY_OP_WITH(Name, spec_args, Mask, Result,                                            \
-                   static void HostFloatRow(const float* a, float* out, int64_t n);, __VA_ARGS__)
-// The same, with float16 and bfloat16 math of its own on the GPU (kNarrowMath): narrow<kFullRange>(a).
-#define TC_UNARY_FLOAT_ROW_NARROW_OP(Name, spec_args, Mask, Result, narrow, ...)               \
-  TC_UNARY_OP_WITH(Name, spec_args, Mask, Result,                                            \
-                   static void HostFloatRow(const float* a, float* out, int64_t n);          \
-                   TC_NARROW_UNARY(narrow), __VA_ARGS__)                                     \
-  template <>                                                                                \
+#define TC_UNARY_FLOAT_ROW_OP(Name, spec_args, Mask, Result, ...)                   \
+  TC_UNARY_OP_WITH(Name, spec_args, Mask, Result,                                   \
+                   static void HostFloatRow(const float* a, float* out, int64_t n); \
+                   , __VA_ARGS__)
+// The same, with float16 and bfloat16 math of its own on the GPU (kNarrowMath):
+// narrow<kFullRange>(a).
+#define TC_UNARY_FLOAT_ROW_NARROW_OP(Name, spec_args, Mask, Result, narrow, ...)    \
+  TC_UNARY_OP_WITH(Name, spec_args, Mask, Result,                                   \
+                   static void HostFloatRow(const float* a, float* out, int64_t n); \
+                   TC_NARROW_UNARY(narrow), __VA_ARGS__)                            \
+  template <>                                                                       \
   inline constexpr bool kNarrowMath<Name> = true;
 #if defined(__CUDACC__)
-#define TC_NARROW_UNARY(narrow)                        \
-  template <bool kFullRange>                           \
-  __device__ float Narrow(float a) const {             \
-    return narrow<kFullRange>(a);                      \
+#define TC_NARROW_UNARY(narrow)            \
+  template <bool kFullRange>               \
+  __device__ float Narrow(float a) const { \
+    return narrow<kFullRange>(a);          \
   }
 #else
 #define TC_NARROW_UNARY(narrow)
 #endif
-#define TC_UNARY_OP_WITH(Name, spec_args, Mask, Result, members, ...) \
-  struct Name {                                                      \
-    static constexpr uint32_t kComputeTypes = Mask;                  \
-    static constexpr int kArity = 1;                                 \
-    TC_CATALOG_ONLY(static OpSpec Spec() { return MakeSpec spec_args; } \
-                    static Name Make(const MakeArgs&) { return {}; })  \
-    members                                                          \
-    template <typename T>                                            \
-    TC_HOST_DEVICE Result operator()(T a) const __VA_ARGS__          \
+#define TC_UNARY_OP_WITH(Name, spec_args, Mask, Result, members, ...)                           \
+  struct Name {                                                                                 \
+    static constexpr uint32_t kComputeTypes = Mask;                                             \
+    static constexpr int kArity = 1;                                                            \
+    TC_CATALOG_ONLY(                                                                            \
+        static OpSpec Spec() { return MakeSpec spec_args; } static Name Make(const MakeArgs&) { \
+          return {};                                                                            \
+        })                                                                                      \
+    members template <typename T>                                                               \
+    TC_HOST_DEVICE Result operator()(T a) const __VA_ARGS__                                     \
   };
 
-TC_UNARY_OP(NegOp,
-            ("neg", kNumericTypes, "-a (integers wrap)"),
-            kNumericTypes, T, { return math::WrapNeg(a); })
+TC_UNARY_OP(NegOp, ("neg", kNumericTypes, "-a (integers wrap)"), kNumericTypes, T,
+            { return math::WrapNeg(a); })
 TC_UNARY_OP(AbsOp,
             ("abs", kAllTypes, "|a| (abs of the most negative integer wraps; bool unchanged)"),
             kAllTypes, T, {
-  if constexpr (std::is_unsigned_v<T> || kIsBool<T>) {
-    return a;
-  } else if constexpr (kIsInt<T>) {
-    return a < 0 ? math::WrapNeg(a) : a;
-  } else {
-    return std::fabs(a);
-  }
-})
+              if constexpr (std::is_unsigned_v<T> || kIsBool<T>) {
+                return a;
+              } else if constexpr (kIsInt<T>) {
+                return a < 0 ? math::WrapNeg(a) : a;
+              } else {
+                return std::fabs(a);
+              }
+            })
 #if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
 // 1-byte neg and abs four at a time (op_spec.h): both wrap (-(-128) and |-128| are -128), as
 // the functors do; abs leaves unsigned bytes and bools as they are.
@@ -84,9 +86,7 @@ struct Wordwise<AbsOp> {
 #endif
 
 // NaN gives 0, as PyTorch's sign does; bool is unchanged.
-TC_UNARY_OP(SignOp,
-            ("sign", kAllTypes, "-1, 0 or 1; NaN gives 0; bool unchanged"),
-            kAllTypes, T, {
+TC_UNARY_OP(SignOp, ("sign", kAllTypes, "-1, 0 or 1; NaN gives 0; bool unchanged"), kAllTypes, T, {
   if constexpr (kIsBool<T>) {
     return a;
   } else {
@@ -94,35 +94,27 @@ TC_UNARY_OP(SignOp,
   }
 })
 // NaN stays NaN.
-TC_UNARY_OP(ReluOp,
-            ("relu", kNumericTypes, "max(a, 0); NaN stays NaN"),
-            kNumericTypes, T, { return math::IsNegative(a) ? T(0) : a; })
+TC_UNARY_OP(ReluOp, ("relu", kNumericTypes, "max(a, 0); NaN stays NaN"), kNumericTypes, T,
+            { return math::IsNegative(a) ? T(0) : a; })
 TC_UNARY_FLOAT_ROW_NARROW_OP(SigmoidOp,
-            ("sigmoid", kAllTypes, "1 / (1 + exp(-a))", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, math::SigmoidNarrow, { return T(1) / (T(1) + std::exp(-a)); })
-TC_UNARY_FLOAT_ROW_OP(TanhOp,
-            ("tanh", kAllTypes, "tanh(a)", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::tanh(a); })
-TC_UNARY_FLOAT_ROW_OP(ExpOp,
-            ("exp", kAllTypes, "e ** a", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::exp(a); })
-TC_UNARY_FLOAT_ROW_OP(LogOp,
-            ("log", kAllTypes, "natural logarithm", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::log(a); })
-TC_UNARY_FLOAT_ROW_OP(Log1pOp,
-            ("log1p", kAllTypes, "log(1 + a)", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::log1p(a); })
-TC_UNARY_FLOAT_ROW_OP(Expm1Op,
-            ("expm1", kAllTypes, "exp(a) - 1", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::expm1(a); })
-TC_UNARY_OP(SqrtOp,
-            ("sqrt", kAllTypes, "square root", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::sqrt(a); })
-TC_UNARY_OP(RsqrtOp,
-            ("rsqrt", kAllTypes, "1 / sqrt(a)", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return T(1) / std::sqrt(a); })
-TC_UNARY_OP(ReciprocalOp,
-            ("reciprocal", kAllTypes, "1 / a", TypeRule::kPromoteToFloat),
+                             ("sigmoid", kAllTypes, "1 / (1 + exp(-a))", TypeRule::kPromoteToFloat),
+                             kFloatTypes, T, math::SigmoidNarrow,
+                             { return T(1) / (T(1) + std::exp(-a)); })
+TC_UNARY_FLOAT_ROW_OP(TanhOp, ("tanh", kAllTypes, "tanh(a)", TypeRule::kPromoteToFloat),
+                      kFloatTypes, T, { return std::tanh(a); })
+TC_UNARY_FLOAT_ROW_OP(ExpOp, ("exp", kAllTypes, "e ** a", TypeRule::kPromoteToFloat), kFloatTypes,
+                      T, { return std::exp(a); })
+TC_UNARY_FLOAT_ROW_OP(LogOp, ("log", kAllTypes, "natural logarithm", TypeRule::kPromoteToFloat),
+                      kFloatTypes, T, { return std::log(a); })
+TC_UNARY_FLOAT_ROW_OP(Log1pOp, ("log1p", kAllTypes, "log(1 + a)", TypeRule::kPromoteToFloat),
+                      kFloatTypes, T, { return std::log1p(a); })
+TC_UNARY_FLOAT_ROW_OP(Expm1Op, ("expm1", kAllTypes, "exp(a) - 1", TypeRule::kPromoteToFloat),
+                      kFloatTypes, T, { return std::expm1(a); })
+TC_UNARY_OP(SqrtOp, ("sqrt", kAllTypes, "square root", TypeRule::kPromoteToFloat), kFloatTypes, T,
+            { return std::sqrt(a); })
+TC_UNARY_OP(RsqrtOp, ("rsqrt", kAllTypes, "1 / sqrt(a)", TypeRule::kPromoteToFloat), kFloatTypes, T,
+            { return T(1) / std::sqrt(a); })
+TC_UNARY_OP(ReciprocalOp, ("reciprocal", kAllTypes, "1 / a", TypeRule::kPromoteToFloat),
             kFloatTypes, T, { return T(1) / a; })
 // Four packs a thread for float32 and for float64 sqrt: the IEEE refinement behind each load;
 // measured faster than the default on the row kernel
@@ -132,17 +124,15 @@ inline constexpr ByWidth kRowPacks<ReciprocalOp>{0, 4, 0};
 template <>
 inline constexpr ByWidth kRowPacks<SqrtOp>{0, 4, 4};
 TC_UNARY_OP(SquareOp,
-            ("square", kAllTypes, "a * a (integers wrap; bool gives int64)", TypeRule::kBoolToInt64),
+            ("square", kAllTypes, "a * a (integers wrap; bool gives int64)",
+             TypeRule::kBoolToInt64),
             kNumericTypes, T, { return math::WrapMul(a, a); })
-TC_UNARY_FLOAT_ROW_NARROW_OP(SinOp,
-            ("sin", kAllTypes, "sine", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, math::SinNarrow, { return std::sin(a); })
-TC_UNARY_FLOAT_ROW_NARROW_OP(CosOp,
-            ("cos", kAllTypes, "cosine", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, math::CosNarrow, { return std::cos(a); })
-TC_UNARY_FLOAT_ROW_OP(ErfOp,
-            ("erf", kAllTypes, "error function", TypeRule::kPromoteToFloat),
-            kFloatTypes, T, { return std::erf(a); })
+TC_UNARY_FLOAT_ROW_NARROW_OP(SinOp, ("sin", kAllTypes, "sine", TypeRule::kPromoteToFloat),
+                             kFloatTypes, T, math::SinNarrow, { return std::sin(a); })
+TC_UNARY_FLOAT_ROW_NARROW_OP(CosOp, ("cos", kAllTypes, "cosine", TypeRule::kPromoteToFloat),
+                             kFloatTypes, T, math::CosNarrow, { return std::cos(a); })
+TC_UNARY_FLOAT_ROW_OP(ErfOp, ("erf", kAllTypes, "error function", TypeRule::kPromoteToFloat),
+                      kFloatTypes, T, { return std::erf(a); })
 // Long math (op_spec.h), with packs a thread for the CUDA row kernel where measured better
 // than the default: four for 16-bit erf, sigmoid, tanh and float64 sigmoid, sin; eight for
 // float64 exp; one in 16 rounds of resident blocks (kRowWaves) for float64 erf, tanh, log,
@@ -211,39 +201,36 @@ inline constexpr ByWidth kRowPacks<SinOp>{0, 0, 4};
 template <>
 inline constexpr ByWidth kRowPacks<CosOp>{0, 0, 4};
 // Integers are already whole: floor, ceil, round and trunc return them unchanged.
-TC_UNARY_OP(FloorOp,
-            ("floor", kNumericTypes, "round down; integers unchanged"),
-            kNumericTypes, T, {
-  if constexpr (kIsFloatType<T>) return std::floor(a); else return a;
+TC_UNARY_OP(FloorOp, ("floor", kNumericTypes, "round down; integers unchanged"), kNumericTypes, T, {
+  if constexpr (kIsFloatType<T>) return std::floor(a);
+  else return a;
 })
-TC_UNARY_OP(CeilOp,
-            ("ceil", kNumericTypes, "round up; integers unchanged"),
-            kNumericTypes, T, {
-  if constexpr (kIsFloatType<T>) return std::ceil(a); else return a;
+TC_UNARY_OP(CeilOp, ("ceil", kNumericTypes, "round up; integers unchanged"), kNumericTypes, T, {
+  if constexpr (kIsFloatType<T>) return std::ceil(a);
+  else return a;
 })
-TC_UNARY_OP(RoundOp,
-            ("round", kNumericTypes, "round half to even; integers unchanged"),
+TC_UNARY_OP(RoundOp, ("round", kNumericTypes, "round half to even; integers unchanged"),
             kNumericTypes, T, {
-  if constexpr (kIsFloatType<T>) return math::RoundHalfEven(a); else return a;
-})
-TC_UNARY_OP(TruncOp,
-            ("trunc", kNumericTypes, "round toward zero; integers unchanged"),
+              if constexpr (kIsFloatType<T>) return math::RoundHalfEven(a);
+              else return a;
+            })
+TC_UNARY_OP(TruncOp, ("trunc", kNumericTypes, "round toward zero; integers unchanged"),
             kNumericTypes, T, {
-  if constexpr (kIsFloatType<T>) return std::trunc(a); else return a;
-})
-TC_UNARY_OP_WITH(SiluOp,
-            ("silu", kFloatTypes, "a * sigmoid(a)"),
-            kFloatTypes, T, TC_NARROW_UNARY(math::SiluNarrow), { return math::TimesSigmoid(a, a); })
+              if constexpr (kIsFloatType<T>) return std::trunc(a);
+              else return a;
+            })
+TC_UNARY_OP_WITH(SiluOp, ("silu", kFloatTypes, "a * sigmoid(a)"), kFloatTypes, T,
+                 TC_NARROW_UNARY(math::SiluNarrow), { return math::TimesSigmoid(a, a); })
 template <>
 inline constexpr bool kNarrowMath<SiluOp> = true;
-TC_UNARY_OP(BitwiseNotOp,
-            ("bitwise_not", kIntegralBoolTypes, "~a (not, for bool)"),
+TC_UNARY_OP(BitwiseNotOp, ("bitwise_not", kIntegralBoolTypes, "~a (not, for bool)"),
             kIntegralBoolTypes, T, {
-  if constexpr (kIsBool<T>) return !a; else if constexpr (kIsInt<T>) return static_cast<T>(~a); else return a;
-})
-TC_UNARY_OP(LogicalNotOp,
-            ("logical_not", kAllTypes, "a == 0", TypeRule::kToBool),
-            kAllTypes, bool, { return a == T(0); })
+              if constexpr (kIsBool<T>) return !a;
+              else if constexpr (kIsInt<T>) return static_cast<T>(~a);
+              else return a;
+            })
+TC_UNARY_OP(LogicalNotOp, ("logical_not", kAllTypes, "a == 0", TypeRule::kToBool), kAllTypes, bool,
+            { return a == T(0); })
 #if defined(__CUDA_ARCH__) && !defined(__CUDACC_RTC__)
 // Four bytes at a time (op_spec.h): logical_not of 1-byte types is a byte-wise == 0 (bools'
 // bytes are 0 or 1), bitwise_not a complement (of bools: of the low bit).
@@ -270,23 +257,21 @@ struct Wordwise<BitwiseNotOp> {
   }
 };
 #endif
-TC_UNARY_OP(IsnanOp,
-            ("isnan", kAllTypes, "a is NaN", TypeRule::kToBool),
-            kAllTypes, bool, { return math::IsNan(a); })
+TC_UNARY_OP(IsnanOp, ("isnan", kAllTypes, "a is NaN", TypeRule::kToBool), kAllTypes, bool,
+            { return math::IsNan(a); })
 // float32 four packs a thread: measured faster than two
 // (figures: bench/results/op-traits-tuning-h200.md, isnan).
 template <>
 inline constexpr ByWidth kRowPacks<IsnanOp>{0, 4, 0};
-TC_UNARY_OP(IsinfOp,
-            ("isinf", kAllTypes, "a is +-infinity", TypeRule::kToBool),
-            kAllTypes, bool, {
-  if constexpr (kIsFloatType<T>) return std::isinf(a); else return false;
+TC_UNARY_OP(IsinfOp, ("isinf", kAllTypes, "a is +-infinity", TypeRule::kToBool), kAllTypes, bool, {
+  if constexpr (kIsFloatType<T>) return std::isinf(a);
+  else return false;
 })
-TC_UNARY_OP(IsfiniteOp,
-            ("isfinite", kAllTypes, "a is neither infinite nor NaN", TypeRule::kToBool),
+TC_UNARY_OP(IsfiniteOp, ("isfinite", kAllTypes, "a is neither infinite nor NaN", TypeRule::kToBool),
             kAllTypes, bool, {
-  if constexpr (kIsFloatType<T>) return std::isfinite(a); else return true;
-})
+              if constexpr (kIsFloatType<T>) return std::isfinite(a);
+              else return true;
+            })
 #undef TC_UNARY_OP
 
 struct LeakyReluOp {
@@ -314,13 +299,15 @@ struct GeluOp {
 #ifndef __CUDACC_RTC__
   static OpSpec Spec() {
     OpSpec s = MakeSpec("gelu", kFloatTypes, "a * Phi(a); approximate=\"tanh\" for the tanh form");
-    s.attrs = {{"approximate", AttrType::kString, false, std::string("none"), "\"none\" or \"tanh\""}};
+    s.attrs = {
+        {"approximate", AttrType::kString, false, std::string("none"), "\"none\" or \"tanh\""}};
     s.check = [](const Attrs& attrs, DType) {
       const std::string& a = attrs.String("approximate");
       return a == "none" || a == "tanh"
                  ? absl::OkStatus()
                  : absl::InvalidArgumentError(absl::StrCat(
-                       "gelu's attribute 'approximate' must be \"none\" or \"tanh\", not \"", a, "\""));
+                       "gelu's attribute 'approximate' must be \"none\" or \"tanh\", not \"", a,
+                       "\""));
     };
     return s;
   }

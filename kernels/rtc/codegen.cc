@@ -20,16 +20,26 @@ constexpr int kThreads = 256;
 
 const char* TypeName(DType t) {
   switch (t) {
-    case DType::kBool: return "bool";
-    case DType::kUInt8: return "uint8_t";
-    case DType::kInt8: return "int8_t";
-    case DType::kInt16: return "int16_t";
-    case DType::kInt32: return "int32_t";
-    case DType::kInt64: return "int64_t";
-    case DType::kFloat16: return "tc::Half";
-    case DType::kBFloat16: return "tc::BFloat16";
-    case DType::kFloat32: return "float";
-    case DType::kFloat64: return "double";
+    case DType::kBool:
+      return "bool";
+    case DType::kUInt8:
+      return "uint8_t";
+    case DType::kInt8:
+      return "int8_t";
+    case DType::kInt16:
+      return "int16_t";
+    case DType::kInt32:
+      return "int32_t";
+    case DType::kInt64:
+      return "int64_t";
+    case DType::kFloat16:
+      return "tc::Half";
+    case DType::kBFloat16:
+      return "tc::BFloat16";
+    case DType::kFloat32:
+      return "float";
+    case DType::kFloat64:
+      return "double";
   }
   return "void";
 }
@@ -50,7 +60,6 @@ DType ValueType(const Program& p, int i) {
 DType LiteralType(const Node& call, const expr::NodeType& t, int arg, const Node& literal) {
   return literal.zero_dim ? *literal.zero_dim : expr::LiteralTarget(call, t, arg);
 }
-
 
 std::string Inputs(int inputs, const std::string& prefix, const std::string& suffix) {
   std::string s;
@@ -77,8 +86,8 @@ void AppendEvaluator(const Program& p, std::string* s) {
           absl::StrAppend(&call, ", x", a.input + 1);
           break;
         case NodeKind::kLiteral:
-          absl::StrAppend(&members, "  ", TypeName(LiteralType(n, t, static_cast<int>(k), a)),
-                          " l", literals, ";\n");
+          absl::StrAppend(&members, "  ", TypeName(LiteralType(n, t, static_cast<int>(k), a)), " l",
+                          literals, ";\n");
           absl::StrAppend(&call, ", l", literals++);
           break;
         case NodeKind::kCall:
@@ -91,10 +100,11 @@ void AppendEvaluator(const Program& p, std::string* s) {
   }
   for (size_t i = 0; i < e.nodes.size(); ++i) {
     const Node& n = e.nodes[i];
-    if (n.kind == NodeKind::kCall) absl::StrAppend(&members, "  ", Functor(n.op->index).type, " f", i, ";\n");
+    if (n.kind == NodeKind::kCall)
+      absl::StrAppend(&members, "  ", Functor(n.op->index).type, " f", i, ";\n");
   }
-  absl::StrAppend(s, "struct Evaluator {\n  unsigned z;\n", members, "  __device__ __forceinline__ ",
-                  TypeName(p.out_dtype), " operator()(");
+  absl::StrAppend(s, "struct Evaluator {\n  unsigned z;\n", members,
+                  "  __device__ __forceinline__ ", TypeName(p.out_dtype), " operator()(");
   for (int k = 1; k <= NumInputs(p); ++k) {
     absl::StrAppend(s, k > 1 ? ", " : "", TypeName(OperandType(p, k)), " x", k);
   }
@@ -107,24 +117,25 @@ std::string Parameters(const std::string& walk_args) {
   return absl::StrCat(walk_args, " a, const Evaluator e");
 }
 
-
 void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
   const int nops = NumInputs(p) + 1;
   const std::string params = Parameters(absl::StrCat("tc::rtc::RowArgs<", nops, ">"));
   const int V = w.vector, U = w.unroll;
   absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(", kThreads, ") tc_expr(",
                   params, ") {\n");
-  absl::StrAppend(s, "  constexpr int V = ", V, ", U = ", U, ";\n",
-                  "  const long long packs = (a.cols + V - 1) / V, full = a.cols / V;\n",
-                  "  const long long tile = static_cast<long long>(blockDim.x) * U;\n",
-                  "  for (long long r = blockIdx.y * static_cast<long long>(blockDim.y) + threadIdx.y;"
-                  " r < a.rows; r += static_cast<long long>(gridDim.y) * blockDim.y) {\n");
+  absl::StrAppend(
+      s, "  constexpr int V = ", V, ", U = ", U, ";\n",
+      "  const long long packs = (a.cols + V - 1) / V, full = a.cols / V;\n",
+      "  const long long tile = static_cast<long long>(blockDim.x) * U;\n",
+      "  for (long long r = blockIdx.y * static_cast<long long>(blockDim.y) + threadIdx.y;"
+      " r < a.rows; r += static_cast<long long>(gridDim.y) * blockDim.y) {\n");
   for (int k = 0; k < nops; ++k) {
     absl::StrAppend(s, "    ", k == 0 ? "" : "const ", "char* row", k, " = a.base[", k,
                     "] + r * a.row_stride[", k, "];\n");
   }
-  absl::StrAppend(s, "    for (long long p0 = blockIdx.x * tile + threadIdx.x; p0 < packs;"
-                     " p0 += gridDim.x * tile) {\n");
+  absl::StrAppend(s,
+                  "    for (long long p0 = blockIdx.x * tile + threadIdx.x; p0 < packs;"
+                  " p0 += gridDim.x * tile) {\n");
   if (V == 1) {
     // Every load of the step first, then the evaluations.
     for (int k = 1; k < nops; ++k) {
@@ -134,8 +145,8 @@ void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
                     "        const long long c = p0 + u * static_cast<long long>(blockDim.x);\n",
                     "        if (c < a.cols) {\n");
     for (int k = 1; k < nops; ++k) {
-      absl::StrAppend(s, "          x", k, "[u] = *reinterpret_cast<const ", TypeName(OperandType(p, k)),
-                      "*>(row", k, " + c * a.step[", k, "]);\n");
+      absl::StrAppend(s, "          x", k, "[u] = *reinterpret_cast<const ",
+                      TypeName(OperandType(p, k)), "*>(row", k, " + c * a.step[", k, "]);\n");
     }
     absl::StrAppend(s, "        }\n      }\n#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
                     "        const long long c = p0 + u * static_cast<long long>(blockDim.x);\n",
@@ -148,7 +159,8 @@ void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
     for (int k = 1; k < nops; ++k) {
       const char* t = TypeName(OperandType(p, k));
       if (p.space.strides[k][0] == 0) {
-        absl::StrAppend(&ones, "    const ", t, " one", k, " = *reinterpret_cast<const ", t, "*>(row", k, ");\n");
+        absl::StrAppend(&ones, "    const ", t, " one", k, " = *reinterpret_cast<const ", t,
+                        "*>(row", k, ");\n");
         absl::StrAppend(&args, k > 1 ? ", " : "", "one", k);
       } else {
         absl::StrAppend(s, "      tc::cuda::Pack<", t, ", V> x", k, "[U];\n");
@@ -178,10 +190,9 @@ void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
     const char* out = TypeName(p.out_dtype);
     absl::StrAppend(s, "#pragma unroll\n      for (int u = 0; u < U; ++u) {\n",
                     "        const long long q = p0 + u * static_cast<long long>(blockDim.x);\n",
-                    "        if (q < packs) {\n",
-                    "          tc::cuda::Pack<", out, ", V> y;\n",
-                    "#pragma unroll\n          for (int j = 0; j < V; ++j) y.v[j] = e(", args, ");\n",
-                    "          if (q < full) {\n",
+                    "        if (q < packs) {\n", "          tc::cuda::Pack<", out, ", V> y;\n",
+                    "#pragma unroll\n          for (int j = 0; j < V; ++j) y.v[j] = e(", args,
+                    ");\n", "          if (q < full) {\n",
                     "            reinterpret_cast<tc::cuda::Pack<", out, ", V>*>(row0)[q] = y;\n",
                     "          } else {\n#pragma unroll\n",
                     "            for (int j = 0; j < V; ++j) {\n",
@@ -198,25 +209,28 @@ void AppendStridedKernel(const Program& p, const ExprWalk& w, std::string* s) {
   absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(", kThreads, ") tc_expr(",
                   params, ") {\n");
   const char* idx = w.wide ? "long long" : "int";
-  absl::StrAppend(s, "  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;\n",
-                  "  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;"
-                  " i < a.numel; i += step) {\n");
+  absl::StrAppend(
+      s, "  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;\n",
+      "  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;"
+      " i < a.numel; i += step) {\n");
   absl::StrAppend(s, "    ", w.wide ? "long long" : "unsigned", " rest = i;\n");
   for (int k = 0; k < nops; ++k) absl::StrAppend(s, "    ", idx, " o", k, " = 0;\n");
   for (int d = 0; d < nd; ++d) {
     if (d + 1 < nd) {
       if (w.wide) {
-        absl::StrAppend(s, "    { const long long q = rest / a.size[", d, "]; const long long j = rest - q * a.size[", d,
-                        "]; rest = q;\n");
+        absl::StrAppend(s, "    { const long long q = rest / a.size[", d,
+                        "]; const long long j = rest - q * a.size[", d, "]; rest = q;\n");
       } else {
         absl::StrAppend(s, "    { const unsigned q = tc::cuda::FastDiv(rest, a.div[", d,
-                        "]); const int j = static_cast<int>(rest - q * a.div[", d, "].d); rest = q;\n");
+                        "]); const int j = static_cast<int>(rest - q * a.div[", d,
+                        "].d); rest = q;\n");
       }
     } else {
       absl::StrAppend(s, "    { const ", idx, " j = static_cast<", idx, ">(rest);\n");
     }
     for (int k = 0; k < nops; ++k) {
-      absl::StrAppend(s, "      o", k, " += j * static_cast<", idx, ">(a.stride[", k, "][", d, "]);\n");
+      absl::StrAppend(s, "      o", k, " += j * static_cast<", idx, ">(a.stride[", k, "][", d,
+                      "]);\n");
     }
     absl::StrAppend(s, "    }\n");
   }
@@ -239,7 +253,8 @@ void AppendTilesKernel(const Program& p, const ExprWalk& w, std::string* s) {
   // column on distinct banks.
   for (int k = 1; k < nops; ++k) {
     if (p.walk.staged[k] < 0) continue;
-    absl::StrAppend(s, "  __shared__ ", TypeName(OperandType(p, k)), " t", k, "[32][", T1 + 1, "];\n");
+    absl::StrAppend(s, "  __shared__ ", TypeName(OperandType(p, k)), " t", k, "[32][", T1 + 1,
+                    "];\n");
   }
   absl::StrAppend(
       s, "  constexpr int U = ", U, ", T1 = ", T1, ", H = T1 / 32;\n",
@@ -277,26 +292,25 @@ void AppendTilesKernel(const Program& p, const ExprWalk& w, std::string* s) {
   absl::StrAppend(s, "#pragma unroll\n    for (int v = 0; v < 4; ++v) {\n",
                   "#pragma unroll\n      for (int h = 0; h < H; ++h) {\n",
                   "        const long long i0 = c0 + y + 8 * v, i1 = c1 + x + 32 * h;\n",
-                  "        if (i0 < n0 && i1 < n1) {\n", staged_loads, "        }\n      }\n    }\n");
+                  "        if (i0 < n0 && i1 < n1) {\n", staged_loads,
+                  "        }\n      }\n    }\n");
   absl::StrAppend(s, "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n",
                   "      const long long i0 = c0 + x, i1 = c1 + y + 8 * u;\n",
                   "      if (i0 < n0 && i1 < n1) {\n", direct_loads, "      }\n    }\n");
   if (!stores.empty()) {
     absl::StrAppend(s, "#pragma unroll\n    for (int v = 0; v < 4; ++v) {\n",
-                    "#pragma unroll\n      for (int h = 0; h < H; ++h) {\n", stores, "      }\n    }\n");
+                    "#pragma unroll\n      for (int h = 0; h < H; ++h) {\n", stores,
+                    "      }\n    }\n");
   }
   absl::StrAppend(s, "    __syncthreads();\n",
                   "#pragma unroll\n    for (int u = 0; u < U; ++u) {\n",
                   "      const long long i0 = c0 + x, i1 = c1 + y + 8 * u;\n",
-                  "      if (i0 < n0 && i1 < n1) {\n",
-                  "        *reinterpret_cast<", TypeName(p.out_dtype),
-                  "*>(p0 + i0 * a.stride[0][0] + i1 * a.stride[0][1]) = e(", args,
-                  ");\n      }\n    }\n    __syncthreads();\n  }\n}\n");
+                  "      if (i0 < n0 && i1 < n1) {\n", "        *reinterpret_cast<",
+                  TypeName(p.out_dtype), "*>(p0 + i0 * a.stride[0][0] + i1 * a.stride[0][1]) = e(",
+                  args, ");\n      }\n    }\n    __syncthreads();\n  }\n}\n");
 }
 
-void Put(std::string* s, const void* p, size_t n) {
-  s->append(static_cast<const char*>(p), n);
-}
+void Put(std::string* s, const void* p, size_t n) { s->append(static_cast<const char*>(p), n); }
 void Put64(std::string* s, int64_t v) { Put(s, &v, sizeof(v)); }
 
 }  // namespace
@@ -393,8 +407,8 @@ std::string WalkArgs(const Program& p, int vector, char* const* base, int multip
     g->block[1] = static_cast<unsigned>(ty);
     g->grid[0] = static_cast<unsigned>(
         std::max<int64_t>(1, std::min<int64_t>((threads_per_row + tx - 1) / tx, INT32_MAX)));
-    g->grid[1] = static_cast<unsigned>(
-        std::max<int64_t>(1, std::min<int64_t>((rows + ty - 1) / ty, 65535)));
+    g->grid[1] =
+        static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((rows + ty - 1) / ty, 65535)));
     return s;
   }
   const int nd = std::max(1, it.ndim);
@@ -413,8 +427,8 @@ std::string WalkArgs(const Program& p, int vector, char* const* base, int multip
   if (w.kernel == Kernel::kTiles) {
     // 32 x 8 threads a block, blocks looping over the tiles.
     const int64_t t1 = 8 * w.unroll;
-    const int64_t tiles = (it.sizes[0] + 31) / 32 * ((it.sizes[1] + t1 - 1) / t1) *
-                          (nd == 3 ? it.sizes[2] : 1);
+    const int64_t tiles =
+        (it.sizes[0] + 31) / 32 * ((it.sizes[1] + t1 - 1) / t1) * (nd == 3 ? it.sizes[2] : 1);
     g->block[0] = 32;
     g->block[1] = kThreads / 32;
     g->grid[0] = static_cast<unsigned>(

@@ -39,8 +39,8 @@ const Nvrtc& Lib() {
     std::string why = handle == nullptr ? dlerror() : "";
 #ifdef TC_NVRTC_TOOLKIT_DIR
     if (handle == nullptr) {
-      handle = dlopen((std::string(TC_NVRTC_TOOLKIT_DIR "/") + soname).c_str(),
-                      RTLD_NOW | RTLD_LOCAL);
+      handle =
+          dlopen((std::string(TC_NVRTC_TOOLKIT_DIR "/") + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
     }
 #endif
     if (handle == nullptr) {
@@ -70,8 +70,7 @@ const Nvrtc& Lib() {
 
 absl::Status Failed(const char* what, nvrtcResult r, const std::string& log = "") {
   return absl::InternalError(absl::StrCat("expression kernel: ", what, ": ",
-                                          Lib().GetErrorString(r), log.empty() ? "" : "\n",
-                                          log));
+                                          Lib().GetErrorString(r), log.empty() ? "" : "\n", log));
 }
 
 // Unannotated functions (the headers' constexpr helpers) are device functions here.
@@ -118,9 +117,9 @@ absl::StatusOr<Compiled> CompileToCubin(const std::string& source, int arch) {
     texts.push_back(h.text);
   }
   nvrtcProgram program;
-  if (nvrtcResult r = nvrtc.CreateProgram(&program, source.c_str(), "expression.cu",
-                                         static_cast<int>(headers.size()), texts.data(),
-                                         names.data());
+  if (nvrtcResult r =
+          nvrtc.CreateProgram(&program, source.c_str(), "expression.cu",
+                              static_cast<int>(headers.size()), texts.data(), names.data());
       r != NVRTC_SUCCESS) {
     return Failed("nvrtcCreateProgram", r);
   }

@@ -91,11 +91,13 @@ std::string DiskCache::Sha256Hex(const std::string& data) {
 }
 
 absl::StatusOr<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& dir,
-                                                          int64_t max_bytes) {
+                                                           int64_t max_bytes) {
   if (dir.empty() || dir[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat("kernel cache: '", dir, "' is not an absolute path"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kernel cache: '", dir, "' is not an absolute path"));
   }
-  if (max_bytes <= 0) return absl::InvalidArgumentError("kernel cache: the size bound must be positive");
+  if (max_bytes <= 0)
+    return absl::InvalidArgumentError("kernel cache: the size bound must be positive");
   // Missing components are made 0700; existing ones are left as they are.
   for (size_t at = dir.find('/', 1);; at = dir.find('/', at + 1)) {
     const std::string part = dir.substr(0, at);
@@ -111,12 +113,13 @@ absl::StatusOr<std::unique_ptr<DiskCache>> DiskCache::Open(const std::string& di
         absl::StrCat("kernel cache: ", dir, " is not a directory (a link is not followed)"));
   }
   if (st.st_uid != geteuid()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kernel cache: ", dir, " belongs to user ", st.st_uid, ", not to this server's (", geteuid(), ")"));
+    return absl::FailedPreconditionError(absl::StrCat("kernel cache: ", dir, " belongs to user ",
+                                                      st.st_uid, ", not to this server's (",
+                                                      geteuid(), ")"));
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kernel cache: group or others can write to ", dir, " (chmod go-w it)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("kernel cache: group or others can write to ", dir, " (chmod go-w it)"));
   }
   std::unique_ptr<DiskCache> cache(new DiskCache(dir, max_bytes));
   cache->Trim();
@@ -158,7 +161,8 @@ std::optional<std::string> DiskCache::Load(const std::string& key) {
   };
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_size < static_cast<off_t>(sizeof(EntryHeader)) ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 ||
+      st.st_size < static_cast<off_t>(sizeof(EntryHeader)) ||
       st.st_size > static_cast<off_t>(sizeof(EntryHeader)) + kMaxKeyBytes + max_bytes_) {
     return reject();
   }
@@ -185,7 +189,8 @@ std::optional<std::string> DiskCache::Load(const std::string& key) {
 }
 
 absl::Status DiskCache::Store(const std::string& key, const std::string& value) {
-  if (static_cast<int64_t>(key.size()) > kMaxKeyBytes || static_cast<int64_t>(value.size()) > max_bytes_) {
+  if (static_cast<int64_t>(key.size()) > kMaxKeyBytes ||
+      static_cast<int64_t>(value.size()) > max_bytes_) {
     Count(&DiskCacheStats::store_failures);
     return absl::InvalidArgumentError("kernel cache: entry larger than the cache may hold");
   }

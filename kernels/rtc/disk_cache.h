@@ -25,8 +25,8 @@ namespace tc::rtc {
 
 struct DiskCacheStats {
   uint64_t hits = 0;
-  uint64_t misses = 0;      // no entry under the key's name
-  uint64_t rejected = 0;    // an entry there that failed verification (removed)
+  uint64_t misses = 0;    // no entry under the key's name
+  uint64_t rejected = 0;  // an entry there that failed verification (removed)
   uint64_t stores = 0;
   uint64_t store_failures = 0;
   uint64_t evictions = 0;
@@ -37,8 +37,7 @@ class DiskCache {
   // Opens `dir`, creating it (and missing parents) with mode 0700. Refused unless it is a
   // directory (not a link to one) owned by this process's effective user that neither group
   // nor others can write. `max_bytes` bounds the entries' total size.
-  static absl::StatusOr<std::unique_ptr<DiskCache>> Open(const std::string& dir,
-                                                         int64_t max_bytes);
+  static absl::StatusOr<std::unique_ptr<DiskCache>> Open(const std::string& dir, int64_t max_bytes);
 
   // The value stored under `key`, or nullopt (missing or rejected).
   std::optional<std::string> Load(const std::string& key);

@@ -22,8 +22,7 @@ void MakeInto(const Attrs& attrs, DType result, int* error, void* out) {
 }
 
 constexpr FunctorInfo kFunctors[] = {
-#define TC_FUNCTOR(F) \
-  {"tc::" #F, sizeof(F), alignof(F), kHasErrorFlag<F>, &MakeInto<F>},
+#define TC_FUNCTOR(F) {"tc::" #F, sizeof(F), alignof(F), kHasErrorFlag<F>, &MakeInto<F>},
     TC_FOR_EACH_OP(TC_FUNCTOR)
 #undef TC_FUNCTOR
 };

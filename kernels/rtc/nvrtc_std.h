@@ -49,67 +49,150 @@ struct is_same<A, A> : true_type {};
 template <typename A, typename B>
 inline constexpr bool is_same_v = is_same<A, B>::value;
 
-template <typename T> struct remove_cv { using type = T; };
-template <typename T> struct remove_cv<const T> { using type = T; };
-template <typename T> struct remove_cv<volatile T> { using type = T; };
-template <typename T> struct remove_cv<const volatile T> { using type = T; };
-template <typename T> using remove_cv_t = typename remove_cv<T>::type;
-template <typename T> struct remove_reference { using type = T; };
-template <typename T> struct remove_reference<T&> { using type = T; };
-template <typename T> struct remove_reference<T&&> { using type = T; };
-template <typename T> using remove_reference_t = typename remove_reference<T>::type;
+template <typename T>
+struct remove_cv {
+  using type = T;
+};
+template <typename T>
+struct remove_cv<const T> {
+  using type = T;
+};
+template <typename T>
+struct remove_cv<volatile T> {
+  using type = T;
+};
+template <typename T>
+struct remove_cv<const volatile T> {
+  using type = T;
+};
+template <typename T>
+using remove_cv_t = typename remove_cv<T>::type;
+template <typename T>
+struct remove_reference {
+  using type = T;
+};
+template <typename T>
+struct remove_reference<T&> {
+  using type = T;
+};
+template <typename T>
+struct remove_reference<T&&> {
+  using type = T;
+};
+template <typename T>
+using remove_reference_t = typename remove_reference<T>::type;
 
-template <bool B, typename T, typename F> struct conditional { using type = T; };
-template <typename T, typename F> struct conditional<false, T, F> { using type = F; };
+template <bool B, typename T, typename F>
+struct conditional {
+  using type = T;
+};
+template <typename T, typename F>
+struct conditional<false, T, F> {
+  using type = F;
+};
 template <bool B, typename T, typename F>
 using conditional_t = typename conditional<B, T, F>::type;
-template <bool B, typename T = void> struct enable_if {};
-template <typename T> struct enable_if<true, T> { using type = T; };
-template <bool B, typename T = void> using enable_if_t = typename enable_if<B, T>::type;
-template <typename...> using void_t = void;
+template <bool B, typename T = void>
+struct enable_if {};
+template <typename T>
+struct enable_if<true, T> {
+  using type = T;
+};
+template <bool B, typename T = void>
+using enable_if_t = typename enable_if<B, T>::type;
+template <typename...>
+using void_t = void;
 
-template <typename T> __host__ __device__ T&& declval() noexcept;
+template <typename T>
+__host__ __device__ T&& declval() noexcept;
 
 namespace detail {
-template <typename T> struct integral : false_type {};
-template <> struct integral<bool> : true_type {};
-template <> struct integral<char> : true_type {};
-template <> struct integral<signed char> : true_type {};
-template <> struct integral<unsigned char> : true_type {};
-template <> struct integral<short> : true_type {};
-template <> struct integral<unsigned short> : true_type {};
-template <> struct integral<int> : true_type {};
-template <> struct integral<unsigned> : true_type {};
-template <> struct integral<long> : true_type {};
-template <> struct integral<unsigned long> : true_type {};
-template <> struct integral<long long> : true_type {};
-template <> struct integral<unsigned long long> : true_type {};
-template <typename T> struct floating : false_type {};
-template <> struct floating<float> : true_type {};
-template <> struct floating<double> : true_type {};
-template <typename T> struct unsigned_of { using type = T; };
-template <> struct unsigned_of<char> { using type = unsigned char; };
-template <> struct unsigned_of<signed char> { using type = unsigned char; };
-template <> struct unsigned_of<short> { using type = unsigned short; };
-template <> struct unsigned_of<int> { using type = unsigned; };
-template <> struct unsigned_of<long> { using type = unsigned long; };
-template <> struct unsigned_of<long long> { using type = unsigned long long; };
+template <typename T>
+struct integral : false_type {};
+template <>
+struct integral<bool> : true_type {};
+template <>
+struct integral<char> : true_type {};
+template <>
+struct integral<signed char> : true_type {};
+template <>
+struct integral<unsigned char> : true_type {};
+template <>
+struct integral<short> : true_type {};
+template <>
+struct integral<unsigned short> : true_type {};
+template <>
+struct integral<int> : true_type {};
+template <>
+struct integral<unsigned> : true_type {};
+template <>
+struct integral<long> : true_type {};
+template <>
+struct integral<unsigned long> : true_type {};
+template <>
+struct integral<long long> : true_type {};
+template <>
+struct integral<unsigned long long> : true_type {};
+template <typename T>
+struct floating : false_type {};
+template <>
+struct floating<float> : true_type {};
+template <>
+struct floating<double> : true_type {};
+template <typename T>
+struct unsigned_of {
+  using type = T;
+};
+template <>
+struct unsigned_of<char> {
+  using type = unsigned char;
+};
+template <>
+struct unsigned_of<signed char> {
+  using type = unsigned char;
+};
+template <>
+struct unsigned_of<short> {
+  using type = unsigned short;
+};
+template <>
+struct unsigned_of<int> {
+  using type = unsigned;
+};
+template <>
+struct unsigned_of<long> {
+  using type = unsigned long;
+};
+template <>
+struct unsigned_of<long long> {
+  using type = unsigned long long;
+};
 }  // namespace detail
 
-template <typename T> struct is_integral : detail::integral<remove_cv_t<T>> {};
-template <typename T> inline constexpr bool is_integral_v = is_integral<T>::value;
-template <typename T> struct is_floating_point : detail::floating<remove_cv_t<T>> {};
-template <typename T> inline constexpr bool is_floating_point_v = is_floating_point<T>::value;
+template <typename T>
+struct is_integral : detail::integral<remove_cv_t<T>> {};
+template <typename T>
+inline constexpr bool is_integral_v = is_integral<T>::value;
+template <typename T>
+struct is_floating_point : detail::floating<remove_cv_t<T>> {};
+template <typename T>
+inline constexpr bool is_floating_point_v = is_floating_point<T>::value;
 template <typename T>
 inline constexpr bool is_arithmetic_v = is_integral_v<T> || is_floating_point_v<T>;
 template <typename T, bool = is_arithmetic_v<T>>
 struct is_signed : integral_constant<bool, (T(-1) < T(0))> {};
-template <typename T> struct is_signed<T, false> : false_type {};
-template <typename T> inline constexpr bool is_signed_v = is_signed<T>::value;
+template <typename T>
+struct is_signed<T, false> : false_type {};
+template <typename T>
+inline constexpr bool is_signed_v = is_signed<T>::value;
 template <typename T>
 inline constexpr bool is_unsigned_v = is_arithmetic_v<T> && !is_signed_v<T>;
-template <typename T> struct make_unsigned { using type = typename detail::unsigned_of<remove_cv_t<T>>::type; };
-template <typename T> using make_unsigned_t = typename make_unsigned<T>::type;
+template <typename T>
+struct make_unsigned {
+  using type = typename detail::unsigned_of<remove_cv_t<T>>::type;
+};
+template <typename T>
+using make_unsigned_t = typename make_unsigned<T>::type;
 
 // Integers' limits from their width and sign (integers only: what the functors ask of it).
 template <typename T>
@@ -118,19 +201,25 @@ struct numeric_limits {
   static constexpr int digits = static_cast<int>(sizeof(T) * 8) - (is_signed_v<T> ? 1 : 0);
   __host__ __device__ static constexpr T max() {
     return is_same_v<T, bool> ? T(1)
-           : is_signed ? T(((T(1) << (digits - 1)) - 1) * 2 + 1)
-                       : T(~T(0));
+           : is_signed        ? T(((T(1) << (digits - 1)) - 1) * 2 + 1)
+                              : T(~T(0));
   }
   __host__ __device__ static constexpr T min() { return is_signed ? T(-max() - 1) : T(0); }
   __host__ __device__ static constexpr T lowest() { return min(); }
 };
 
-template <size_t... I> struct index_sequence {};
+template <size_t... I>
+struct index_sequence {};
 namespace detail {
-template <size_t N, size_t... I> struct make_seq : make_seq<N - 1, N - 1, I...> {};
-template <size_t... I> struct make_seq<0, I...> { using type = index_sequence<I...>; };
+template <size_t N, size_t... I>
+struct make_seq : make_seq<N - 1, N - 1, I...> {};
+template <size_t... I>
+struct make_seq<0, I...> {
+  using type = index_sequence<I...>;
+};
 }  // namespace detail
-template <size_t N> using make_index_sequence = typename detail::make_seq<N>::type;
+template <size_t N>
+using make_index_sequence = typename detail::make_seq<N>::type;
 
 using ::memcpy;
 

@@ -49,8 +49,7 @@ class Call {
   Call(const ServiceEnv* env, const char* method, std::string op, Responder respond)
       : env_(env), method_(method), op_(std::move(op)), respond_(std::move(respond)) {}
   // Answers a unary reactor.
-  Call(const ServiceEnv* env, grpc::ServerUnaryReactor* reactor, const char* method,
-       std::string op)
+  Call(const ServiceEnv* env, grpc::ServerUnaryReactor* reactor, const char* method, std::string op)
       : Call(env, method, std::move(op),
              [reactor](const absl::Status& s) { reactor->Finish(ToGrpcStatus(s)); }) {
     this->reactor = reactor;

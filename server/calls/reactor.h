@@ -31,9 +31,12 @@ class PooledReactor : public Base {
  public:
   // `method`: as Call takes it (null: the stream's requests are each a call of their own).
   PooledReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env, const char* method)
-      : ctx_(ctx), env_(env), identity_(env.auth->Identify(*ctx)),
+      : ctx_(ctx),
+        env_(env),
+        identity_(env.auth->Identify(*ctx)),
         owner_(identity_.ok() ? *identity_ : std::string()),
-        deadline_(DeadlineOf(*ctx)), session_(SessionKey(*ctx, owner_)),
+        deadline_(DeadlineOf(*ctx)),
+        session_(SessionKey(*ctx, owner_)),
         call_(&env, method, std::string(),
               [this](const absl::Status& s) { this->Finish(ToGrpcStatus(s)); }),
         entered_(call_.Enter()) {}

@@ -28,10 +28,13 @@ class MappedBytes {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (bytes < 0 || bytes > limit_ - used_) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            what, ": ", bytes, " bytes would take the shared memory this server holds past its "
-            "limit of ", limit_, " bytes (", used_, " in use by all callers; "
-            "--shared_memory_limit_bytes)"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat(what, ": ", bytes,
+                         " bytes would take the shared memory this server holds past its "
+                         "limit of ",
+                         limit_, " bytes (", used_,
+                         " in use by all callers; "
+                         "--shared_memory_limit_bytes)"));
       }
       used_ += bytes;
     }

@@ -38,9 +38,7 @@ constexpr size_t kMaxRefused = 64;
 // sizeof(cudaIpcMemHandle_t).
 constexpr size_t kIpcHandleBytes = 64;
 
-std::string Errno(absl::string_view what) {
-  return absl::StrCat(what, ": ", std::strerror(errno));
-}
+std::string Errno(absl::string_view what) { return absl::StrCat(what, ": ", std::strerror(errno)); }
 
 // Reads one message of at most kMaxMessage bytes into `buf` without waiting, and takes every
 // descriptor attached to it into `fds` (so that none leaks, whatever the message says); its
@@ -86,20 +84,23 @@ std::string OfferMemfd(RegionStore& store, int fd, uint64_t connection) {
   // whoever touches it, and the seal makes truncation impossible from here on.
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0) {
-    return fail("the descriptor is not a sealable memfd; create it with "
-                "memfd_create(name, MFD_ALLOW_SEALING)");
+    return fail(
+        "the descriptor is not a sealable memfd; create it with "
+        "memfd_create(name, MFD_ALLOW_SEALING)");
   }
   if ((seals & F_SEAL_SHRINK) == 0) {
     if ((seals & F_SEAL_SEAL) != 0) {
-      return fail("the memfd cannot be sealed against shrinking: F_SEAL_SEAL is set without "
-                  "F_SEAL_SHRINK (add F_SEAL_SHRINK before F_SEAL_SEAL, or leave both)");
+      return fail(
+          "the memfd cannot be sealed against shrinking: F_SEAL_SEAL is set without "
+          "F_SEAL_SHRINK (add F_SEAL_SHRINK before F_SEAL_SEAL, or leave both)");
     }
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
       const int flags = fcntl(fd, F_GETFL);
       if (flags >= 0 && (flags & O_ACCMODE) == O_RDONLY) {
-        return fail("the memfd was sent read-only, so it cannot be sealed against shrinking: "
-                    "send a read-write descriptor (add F_SEAL_WRITE to make the region "
-                    "input-only), or seal it with F_SEAL_SHRINK before sending");
+        return fail(
+            "the memfd was sent read-only, so it cannot be sealed against shrinking: "
+            "send a read-write descriptor (add F_SEAL_WRITE to make the region "
+            "input-only), or seal it with F_SEAL_SHRINK before sending");
       }
       return fail(Errno("the memfd cannot be sealed against shrinking"));
     }
@@ -133,8 +134,8 @@ std::string OfferMemfd(RegionStore& store, int fd, uint64_t connection) {
 
 }  // namespace
 
-std::string HandleRegionMessage(RegionStore& store, absl::string_view text,
-                                std::vector<int> fds, uint64_t connection) {
+std::string HandleRegionMessage(RegionStore& store, absl::string_view text, std::vector<int> fds,
+                                uint64_t connection) {
   store.Touch(connection);
   std::string reply;
   if (text.size() > kMaxMessage) {
@@ -142,8 +143,9 @@ std::string HandleRegionMessage(RegionStore& store, absl::string_view text,
   } else if (absl::StartsWith(text, "cuda ") && fds.empty()) {
     reply = OfferCuda(store, text.substr(5), connection);
   } else if (text != "register") {
-    reply = "error unknown message: send \"register\" with a memfd attached (SCM_RIGHTS), or "
-            "\"cuda UUID HANDLE\"";
+    reply =
+        "error unknown message: send \"register\" with a memfd attached (SCM_RIGHTS), or "
+        "\"cuda UUID HANDLE\"";
   } else if (fds.size() != 1) {
     reply = "error \"register\" needs exactly one file descriptor attached (SCM_RIGHTS)";
   } else {
@@ -170,9 +172,8 @@ absl::Status RegionSocket::Listen(const std::string& address) {
   sa.sun_family = AF_UNIX;
   const bool abstract = absl::StartsWith(address, "@");
   if (address.size() < 2 || address.size() >= sizeof(sa.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("region socket '", address,
-                                                   "': needs 1 to ", sizeof(sa.sun_path) - 2,
-                                                   " characters"));
+    return absl::InvalidArgumentError(absl::StrCat("region socket '", address, "': needs 1 to ",
+                                                   sizeof(sa.sun_path) - 2, " characters"));
   }
   std::memcpy(sa.sun_path, address.data(), address.size());
   socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
@@ -200,7 +201,6 @@ absl::Status RegionSocket::Listen(const std::string& address) {
   server_ = std::thread([this] { Serve(); });
   return absl::OkStatus();
 }
-
 
 void RegionSocket::Serve() {
   // Index 0: the wake-up, 1: the listening socket, then one entry per connection.
@@ -319,8 +319,8 @@ std::string RegionSocket::Receive(int conn, uint64_t connection) {
     if (got <= 0) return std::string();
     return "error message too long or too many descriptors: send \"register\" with one";
   }
-  return HandleRegionMessage(*store_, absl::string_view(buf, static_cast<size_t>(got)), std::move(received),
-                       connection);
+  return HandleRegionMessage(*store_, absl::string_view(buf, static_cast<size_t>(got)),
+                             std::move(received), connection);
 }
 
 }  // namespace tc::server

@@ -50,7 +50,7 @@ class RegionSocket {
 // Handles one message as it came over connection `connection` (`text`, and the descriptors
 // attached, which it takes); returns the reply: "ticket ID [BYTES]" or "error WHY". The
 // socket's own path, and the fuzzer's.
-std::string HandleRegionMessage(RegionStore& store, absl::string_view text,
-                                std::vector<int> fds, uint64_t connection);
+std::string HandleRegionMessage(RegionStore& store, absl::string_view text, std::vector<int> fds,
+                                uint64_t connection);
 
 }  // namespace tc::server

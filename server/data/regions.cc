@@ -23,13 +23,12 @@ absl::Status CheckRegionRange(const Region& r, int64_t offset, int64_t n, int64_
                               const std::string& what) {
   if (offset < 0 || n < 0 || offset > r.bytes || n > r.bytes - offset) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": bytes [", offset, ", +", n,
-                                                   ") are outside region '", r.id, "' of ",
-                                                   r.bytes, " bytes"));
+                                                   ") are outside region '", r.id, "' of ", r.bytes,
+                                                   " bytes"));
   }
   if (align > 1 && offset % align != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": region offset ", offset,
-                                                   " is not a multiple of the element size ",
-                                                   align));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": region offset ", offset, " is not a multiple of the element size ", align));
   }
   return absl::OkStatus();
 }
@@ -39,9 +38,7 @@ RegionStore::RegionStore(RegionOptions options, runtime::DeviceSet* devices, Map
 
 RegionStore::~RegionStore() = default;
 
-
-bool RegionStore::OpenConnection(uint64_t connection, int64_t pid, int64_t uid,
-                                 std::string* why) {
+bool RegionStore::OpenConnection(uint64_t connection, int64_t pid, int64_t uid, std::string* why) {
   std::lock_guard<std::mutex> lock(mu_);
   int same_pid = 0, same_uid = 0;
   for (const auto& [id, c] : open_) {
@@ -139,8 +136,8 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Materialize(const Offer& p)
   // The seals may have changed since the ticket: a write seal added since makes a writable
   // shared mapping impossible.
   const int seals = fcntl(*p.fd, F_GET_SEALS);
-  const bool writable = p.writable && seals >= 0 &&
-                        (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0;
+  const bool writable =
+      p.writable && seals >= 0 && (seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) == 0;
   const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
   const auto size = static_cast<size_t>(p.bytes);
   void* m = mmap(nullptr, size, prot, MAP_SHARED, *p.fd, 0);
@@ -160,15 +157,15 @@ absl::Status RegionStore::QuotaLocked(const std::string& owner, int64_t bytes) c
   if (u.regions < options_.max_regions && bytes <= options_.quota_bytes - u.bytes) {
     return absl::OkStatus();
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "registering ", bytes, " bytes would exceed this client's region quota (", u.regions,
-      " of ", options_.max_regions, " regions, ", u.bytes, " of ", options_.quota_bytes,
-      " bytes registered); unregister some first"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("registering ", bytes, " bytes would exceed this client's region quota (",
+                   u.regions, " of ", options_.max_regions, " regions, ", u.bytes, " of ",
+                   options_.quota_bytes, " bytes registered); unregister some first"));
 }
 
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& owner,
-                                                          const std::string& ticket,
-                                                          const std::string& name) {
+                                                           const std::string& ticket,
+                                                           const std::string& name) {
   Offer p;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -236,8 +233,8 @@ void RegionStore::AddLocked(const std::string& owner, const std::string& name,
 }
 
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Adopt(const std::string& owner,
-                                                          const std::string& name,
-                                                          std::shared_ptr<Region> region) {
+                                                           const std::string& name,
+                                                           std::shared_ptr<Region> region) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, r] : regions_) {
     if (r->owner == owner && r->connection == kNoConnection && r->name == name) {
@@ -251,7 +248,7 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Adopt(const std::string& ow
 }
 
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Find(const std::string& owner,
-                                                         const std::string& id) const {
+                                                          const std::string& id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = regions_.find(id);
   if (it == regions_.end() || it->second->owner != owner) {
@@ -266,7 +263,7 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Find(const std::string& own
 }
 
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::FindNamed(const std::string& owner,
-                                                              const std::string& name) const {
+                                                               const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, r] : regions_) {
     if (r->owner == owner && r->connection == kNoConnection && r->name == name) return r;

@@ -38,12 +38,22 @@ struct Region {
   Region(std::byte* base, int64_t bytes, bool writable, uint64_t connection,
          std::shared_ptr<void> memory, runtime::Device* device = nullptr,
          std::shared_ptr<void> charge = nullptr)
-      : base(base), bytes(bytes), writable(writable), connection(connection), device(device),
-        charge_(std::move(charge)), memory_(std::move(memory)) {}
+      : base(base),
+        bytes(bytes),
+        writable(writable),
+        connection(connection),
+        device(device),
+        charge_(std::move(charge)),
+        memory_(std::move(memory)) {}
   // System shared memory, registered by name (no connection).
   Region(std::shared_ptr<const SystemShm> file, std::shared_ptr<void> charge)
-      : base(nullptr), bytes(file->bytes), writable(true), connection(kNoConnection),
-        device(nullptr), file(std::move(file)), charge_(std::move(charge)) {}
+      : base(nullptr),
+        bytes(file->bytes),
+        writable(true),
+        connection(kNoConnection),
+        device(nullptr),
+        file(std::move(file)),
+        charge_(std::move(charge)) {}
   ~Region() {
     pin.reset();
     memory_.reset();
@@ -139,23 +149,22 @@ class RegionStore {
 
   // Binds the ticket's region to `owner`, and maps (or opens) it. NOT_FOUND for unknown and
   // expired tickets, RESOURCE_EXHAUSTED past the owner's quota or the server-wide cap.
-  absl::StatusOr<std::shared_ptr<Region>> Claim(const std::string& owner,
-                                               const std::string& ticket,
-                                               const std::string& name);
+  absl::StatusOr<std::shared_ptr<Region>> Claim(const std::string& owner, const std::string& ticket,
+                                                const std::string& name);
   // Registers memory that reached the server another way than the socket (KServe v2's
   // system and CUDA shared memory) for `owner` under `name`; its connection is kNoConnection,
   // and it lives until unregistered. Quotas as for Claim; ALREADY_EXISTS where the owner has
   // such a region of that name, of either kind.
   static constexpr uint64_t kNoConnection = server::kNoConnection;
   absl::StatusOr<std::shared_ptr<Region>> Adopt(const std::string& owner, const std::string& name,
-                                               std::shared_ptr<Region> region);
+                                                std::shared_ptr<Region> region);
   // A region by id (tensorcompute.v1): memory the engine reads and writes in place. NOT_FOUND
   // for unknown regions and other identities' alike; INVALID_ARGUMENT for system shared memory.
   absl::StatusOr<std::shared_ptr<Region>> Find(const std::string& owner,
-                                              const std::string& id) const;
+                                               const std::string& id) const;
   // A region adopted under `name` (KServe v2); NOT_FOUND where there is none.
   absl::StatusOr<std::shared_ptr<Region>> FindNamed(const std::string& owner,
-                                                   const std::string& name) const;
+                                                    const std::string& name) const;
   absl::Status Unregister(const std::string& owner, const std::string& id);
   // The owner's regions of tensorcompute.v1 (all but system shared memory).
   std::vector<std::shared_ptr<Region>> List(const std::string& owner) const;

@@ -55,22 +55,23 @@ absl::Status ResidentStore::CheckQuota(const std::string& owner, int64_t bytes) 
   auto it = usage_.find(owner);
   const Usage u = it == usage_.end() ? Usage{} : it->second;
   if (u.tensors + 1 > options_.max_tensors) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "resident tensor quota: this client already keeps ", u.tensors, " tensors (limit ",
-        options_.max_tensors, "); release some first"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("resident tensor quota: this client already keeps ", u.tensors,
+                     " tensors (limit ", options_.max_tensors, "); release some first"));
   }
   if (bytes > options_.quota_bytes - u.bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("resident tensor quota: keeping ", runtime::FormatBytes(bytes),
-                     " more would exceed this client's ", runtime::FormatBytes(options_.quota_bytes),
-                     " (", runtime::FormatBytes(u.bytes), " kept); release some first"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "resident tensor quota: keeping ", runtime::FormatBytes(bytes),
+        " more would exceed this client's ", runtime::FormatBytes(options_.quota_bytes), " (",
+        runtime::FormatBytes(u.bytes), " kept); release some first"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<ResidentTensor>> ResidentStore::Add(
-    const std::string& owner, runtime::StoragePtr storage, const TensorView& view,
-    int64_t ttl_seconds) {
+absl::StatusOr<std::shared_ptr<ResidentTensor>> ResidentStore::Add(const std::string& owner,
+                                                                   runtime::StoragePtr storage,
+                                                                   const TensorView& view,
+                                                                   int64_t ttl_seconds) {
   if (auto s = CheckQuota(owner, storage->bytes()); !s.ok()) return s;
   auto t = std::make_shared<ResidentTensor>();
   t->handle = NewHandle();
@@ -161,9 +162,8 @@ int64_t ResidentStore::sessions() const {
 }
 
 absl::StatusOr<runtime::Device*> PlaceResident(runtime::DeviceSet& devices, ResidentStore& store,
-                                              const std::string& owner,
-                                              const std::string& session, int64_t bytes,
-                                              std::optional<int> wanted) {
+                                               const std::string& owner, const std::string& session,
+                                               int64_t bytes, std::optional<int> wanted) {
   if (wanted.has_value()) {
     for (int i = 0; i < devices.size(); ++i) {
       runtime::Device& d = devices.at(i);
@@ -171,8 +171,8 @@ absl::StatusOr<runtime::Device*> PlaceResident(runtime::DeviceSet& devices, Resi
       if (absl::Status h = d.health(); !h.ok()) return h;
       return &d;
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "this server has no device ", *wanted, " (ServerInfo lists its devices)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("this server has no device ", *wanted, " (ServerInfo lists its devices)"));
   }
   if (devices.size() == 1) return &devices.at(0);
   const auto room = [&devices, bytes](int i) {

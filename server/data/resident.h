@@ -52,8 +52,7 @@ class ResidentStore {
   // Keeps `storage` for `owner`; ttl_seconds 0 means the default, capped at the maximum.
   absl::StatusOr<std::shared_ptr<ResidentTensor>> Add(const std::string& owner,
                                                       runtime::StoragePtr storage,
-                                                      const TensorView& view,
-                                                      int64_t ttl_seconds);
+                                                      const TensorView& view, int64_t ttl_seconds);
   // NOT_FOUND for unknown, expired and other identities' handles alike.
   absl::StatusOr<std::shared_ptr<ResidentTensor>> Find(const std::string& owner,
                                                        const std::string& handle);
@@ -110,9 +109,8 @@ class ResidentStore {
 // share a device; else the usable device with room that the fewest of the owner's sessions
 // use (then the one with the most free budget). Remembers the choice for the session.
 absl::StatusOr<runtime::Device*> PlaceResident(runtime::DeviceSet& devices, ResidentStore& store,
-                                              const std::string& owner,
-                                              const std::string& session, int64_t bytes,
-                                              std::optional<int> wanted);
+                                               const std::string& owner, const std::string& session,
+                                               int64_t bytes, std::optional<int> wanted);
 
 // 32 lowercase hex digits from the kernel's random source.
 std::string NewHandle();

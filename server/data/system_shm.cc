@@ -22,9 +22,9 @@ std::string ErrnoText(int e) { return std::strerror(e); }
 
 absl::Status CheckRange(const SystemShm& r, int64_t at, int64_t n) {
   if (at < 0 || n < 0 || at > r.bytes || n > r.bytes - at) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bytes [", at, ", ", at + n, ") are outside shared-memory region '", r.name, "' (",
-        r.bytes, " bytes registered)"));
+    return absl::InvalidArgumentError(absl::StrCat("bytes [", at, ", ", at + n,
+                                                   ") are outside shared-memory region '", r.name,
+                                                   "' (", r.bytes, " bytes registered)"));
   }
   return absl::OkStatus();
 }
@@ -38,11 +38,11 @@ absl::Status SystemShm::Read(int64_t at, int64_t n, std::string* out) const {
   try {
     out->resize(static_cast<size_t>(n));
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "no memory for the ", n, " bytes of shared-memory region '", name, "'"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory for the ", n, " bytes of shared-memory region '", name, "'"));
   } catch (const std::length_error&) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "no memory for the ", n, " bytes of shared-memory region '", name, "'"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory for the ", n, " bytes of shared-memory region '", name, "'"));
   }
   int64_t done = 0;
   while (done < n) {
@@ -50,9 +50,9 @@ absl::Status SystemShm::Read(int64_t at, int64_t n, std::string* out) const {
                               static_cast<off_t>(offset + at + done));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shared-memory region '", name, "' (object '", key, "') could not be read: ",
-          got < 0 ? ErrnoText(errno) : "it is shorter than when it was registered"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("shared-memory region '", name, "' (object '", key, "') could not be read: ",
+                       got < 0 ? ErrnoText(errno) : "it is shorter than when it was registered"));
     }
     done += got;
   }
@@ -66,9 +66,9 @@ absl::Status SystemShm::Write(int64_t at, absl::string_view data) const {
   // truncation racing with the write can at worst grow it again, never fault anything).
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_size < offset + at + n) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shared-memory region '", name, "' (object '", key,
-        "') is shorter than when it was registered"));
+    return absl::FailedPreconditionError(absl::StrCat("shared-memory region '", name, "' (object '",
+                                                      key,
+                                                      "') is shorter than when it was registered"));
   }
   int64_t done = 0;
   while (done < n) {
@@ -95,13 +95,14 @@ absl::StatusOr<std::shared_ptr<const SystemShm>> OpenSystemShm(const std::string
   const std::string object = absl::StartsWith(key, "/") ? key : "/" + key;
   if (object.size() < 2 || object.size() > 255 || object.find('/', 1) != std::string::npos ||
       object.find('\0') != std::string::npos || object == "/." || object == "/..") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", Echo(key), "' is not a shared-memory key: a name as given to shm_open, one path "
-        "component of at most 254 bytes, no NUL"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", Echo(key),
+                     "' is not a shared-memory key: a name as given to shm_open, one path "
+                     "component of at most 254 bytes, no NUL"));
   }
   if (offset < 0 || bytes <= 0 || offset > INT64_MAX - bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("offset ", offset, " and byte_size ", bytes,
-                                                   " do not describe a range"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("offset ", offset, " and byte_size ", bytes, " do not describe a range"));
   }
   const int fd = shm_open(object.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
   if (fd < 0) {
@@ -116,15 +117,16 @@ absl::StatusOr<std::shared_ptr<const SystemShm>> OpenSystemShm(const std::string
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared-memory object '", Echo(key), "' is not a regular file (a FIFO, socket or "
-        "device): only shared-memory objects are taken"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared-memory object '", Echo(key),
+                     "' is not a regular file (a FIFO, socket or "
+                     "device): only shared-memory objects are taken"));
   }
   if (st.st_size < offset + bytes) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shared-memory object '", Echo(key), "' is ", st.st_size, " bytes: [", offset, ", ",
-        offset + bytes, ") is not inside it"));
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory object '", Echo(key), "' is ",
+                                                   st.st_size, " bytes: [", offset, ", ",
+                                                   offset + bytes, ") is not inside it"));
   }
   return std::make_shared<const SystemShm>(name, key, fd, offset, bytes);
 }

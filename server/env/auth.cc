@@ -82,7 +82,8 @@ absl::StatusOr<std::string> Auth::Identify(const grpc::CallbackServerContext& ct
 std::string SessionKey(const grpc::CallbackServerContext& ctx, const std::string& owner) {
   const auto& md = ctx.client_metadata();
   if (auto it = md.find("tc-session"); it != md.end() && it->second.size() <= 64) {
-    return absl::StrCat(owner, "\nsession ", absl::string_view(it->second.data(), it->second.size()));
+    return absl::StrCat(owner, "\nsession ",
+                        absl::string_view(it->second.data(), it->second.size()));
   }
   return absl::StrCat(owner, "\npeer ", ctx.peer());
 }

@@ -38,9 +38,9 @@ HeapStats ReadHeapStats() {
   h.allocated_bytes = TcmallocProperty("generic.current_allocated_bytes");
   // Free bytes in the page heap (not yet given back) and in the caches in front of it.
   int64_t free_bytes = 0;
-  for (const char* name : {"tcmalloc.pageheap_free_bytes", "tcmalloc.central_cache_free_bytes",
-                           "tcmalloc.transfer_cache_free_bytes",
-                           "tcmalloc.current_total_thread_cache_bytes"}) {
+  for (const char* name :
+       {"tcmalloc.pageheap_free_bytes", "tcmalloc.central_cache_free_bytes",
+        "tcmalloc.transfer_cache_free_bytes", "tcmalloc.current_total_thread_cache_bytes"}) {
     const int64_t v = TcmallocProperty(name);
     if (v < 0) return HeapStats{h.allocated_bytes, -1};
     free_bytes += v;

@@ -88,10 +88,10 @@ std::string Metrics::Render() const {
     }
     absl::StrAppend(&out, "tensorcompute_request_duration_seconds_bucket{", labels,
                     ",le=\"+Inf\"} ", h.count, "\n");
-    absl::StrAppend(&out, "tensorcompute_request_duration_seconds_sum{", labels, "} ",
-                    Num(h.sum), "\n");
-    absl::StrAppend(&out, "tensorcompute_request_duration_seconds_count{", labels, "} ",
-                    h.count, "\n");
+    absl::StrAppend(&out, "tensorcompute_request_duration_seconds_sum{", labels, "} ", Num(h.sum),
+                    "\n");
+    absl::StrAppend(&out, "tensorcompute_request_duration_seconds_count{", labels, "} ", h.count,
+                    "\n");
   }
   Header(out, "tensorcompute_received_bytes_total", "counter",
          "Tensor bytes received from clients, by method.");
@@ -144,16 +144,15 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   const std::string listen = address.empty() || address == "0.0.0.0"
                                  ? std::to_string(port)
                                  : absl::StrCat(address, ":", port);
-  const char* options[] = {"listening_ports", listen.c_str(), "num_threads", "2",
-                           "request_timeout_ms", "10000", nullptr};
+  const char* options[] = {"listening_ports",    listen.c_str(), "num_threads", "2",
+                           "request_timeout_ms", "10000",        nullptr};
   mg_callbacks callbacks{};
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->ctx_ = mg_start(&callbacks, nullptr, options);
   if (server->ctx_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", listen));
   }
-  mg_set_request_handler(server->ctx_, "/metrics$", &HandleMetrics,
-                         const_cast<Metrics*>(metrics));
+  mg_set_request_handler(server->ctx_, "/metrics$", &HandleMetrics, const_cast<Metrics*>(metrics));
   mg_server_port ports[4] = {};
   if (mg_get_server_ports(server->ctx_, 4, ports) > 0) server->port_ = ports[0].port;
   server->address_ = address.empty() || address == "0.0.0.0" ? "127.0.0.1" : address;

@@ -24,9 +24,9 @@ namespace tc::server {
 class Metrics {
  public:
   // Upper bounds of the latency buckets, seconds.
-  static constexpr std::array<double, 16> kBuckets = {
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-      0.05,   0.1,     0.25,   0.5,   1,      2.5,   10,   60};
+  static constexpr std::array<double, 16> kBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                      0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                                      1,      2.5,     10,     60};
 
   // One finished RPC: `op` empty where the method has none.
   void RecordCall(absl::string_view method, absl::string_view op, absl::string_view code,

@@ -20,18 +20,24 @@ namespace {
 
 // Request parameters of the protocol that schedule requests in Triton; accepted, no effect.
 bool IsSchedulingParameter(absl::string_view key) {
-  return key == "priority" || key == "timeout" || key == "sequence_id" ||
-         key == "sequence_start" || key == "sequence_end" || absl::StartsWith(key, "triton_");
+  return key == "priority" || key == "timeout" || key == "sequence_id" || key == "sequence_start" ||
+         key == "sequence_end" || absl::StartsWith(key, "triton_");
 }
 
 const char* ParameterTypeName(const inf::InferParameter& p) {
   switch (p.parameter_choice_case()) {
-    case inf::InferParameter::kBoolParam: return "bool_param";
-    case inf::InferParameter::kInt64Param: return "int64_param";
-    case inf::InferParameter::kStringParam: return "string_param";
-    case inf::InferParameter::kDoubleParam: return "double_param";
-    case inf::InferParameter::kUint64Param: return "uint64_param";
-    case inf::InferParameter::PARAMETER_CHOICE_NOT_SET: break;
+    case inf::InferParameter::kBoolParam:
+      return "bool_param";
+    case inf::InferParameter::kInt64Param:
+      return "int64_param";
+    case inf::InferParameter::kStringParam:
+      return "string_param";
+    case inf::InferParameter::kDoubleParam:
+      return "double_param";
+    case inf::InferParameter::kUint64Param:
+      return "uint64_param";
+    case inf::InferParameter::PARAMETER_CHOICE_NOT_SET:
+      break;
   }
   return "no value";
 }
@@ -44,8 +50,8 @@ const AttrSpec* FindAttr(const OpSpec& spec, absl::string_view name) {
 }
 
 // A request parameter as an op attribute.
-absl::Status ToAttribute(const OpSpec* spec, const std::string& key,
-                         const inf::InferParameter& p, AttrValue* out) {
+absl::Status ToAttribute(const OpSpec* spec, const std::string& key, const inf::InferParameter& p,
+                         AttrValue* out) {
   switch (p.parameter_choice_case()) {
     case inf::InferParameter::kBoolParam:
       *out = p.bool_param();
@@ -70,8 +76,8 @@ absl::Status ToAttribute(const OpSpec* spec, const std::string& key,
         std::optional<DType> t = DTypeFromName(p.string_param());
         if (!t) t = DTypeFromV2(p.string_param());
         if (!t) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "parameter '", key, "': '", p.string_param(), "' is not a datatype"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("parameter '", key, "': '", p.string_param(), "' is not a datatype"));
         }
         *out = *t;
         return absl::OkStatus();
@@ -99,9 +105,8 @@ absl::StatusOr<int64_t> IntParameter(const std::string& key, const inf::InferPar
       p.uint64_param() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return static_cast<int64_t>(p.uint64_param());
   }
-  return absl::InvalidArgumentError(absl::StrCat(what, ": parameter '", key,
-                                                 "' must be an int64_param, got ",
-                                                 ParameterTypeName(p)));
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": parameter '", key, "' must be an int64_param, got ", ParameterTypeName(p)));
 }
 
 absl::StatusOr<ShmParams> TensorParameters(
@@ -119,7 +124,8 @@ absl::StatusOr<ShmParams> TensorParameters(
       auto v = IntParameter(key, p, what);
       if (!v.ok()) return v.status();
       if (*v < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(what, ": parameter '", key, "' is negative"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": parameter '", key, "' is negative"));
       }
       if (key == "shared_memory_offset") {
         shm.offset = *v;
@@ -129,12 +135,14 @@ absl::StatusOr<ShmParams> TensorParameters(
       }
     } else if (absl::StartsWith(key, "shared_memory_")) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": parameter '", key, "' is not one of shared_memory_region, "
-                             "shared_memory_offset, shared_memory_byte_size"));
+          absl::StrCat(what, ": parameter '", key,
+                       "' is not one of shared_memory_region, "
+                       "shared_memory_offset, shared_memory_byte_size"));
     } else if (key == "classification") {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": classification outputs are not served: the ops' outputs are "
-                             "tensors"));
+          absl::StrCat(what,
+                       ": classification outputs are not served: the ops' outputs are "
+                       "tensors"));
     }
   }
   if (shm.region.empty() && (offset_given || shm.bytes >= 0)) {
@@ -241,13 +249,13 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
   }
   if (absl::Status s = CheckVersion(model, request.model_version()); !s.ok()) return s;
   if (!expression && op == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", model, "' takes ",
-                                                   AritiesOf(model), ", got ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model, "' takes ", AritiesOf(model), ", got ", n));
   }
 
   if (expression && n > kMaxExprInputs) {
-    return absl::InvalidArgumentError(absl::StrCat("an expression takes at most ",
-                                                   kMaxExprInputs, " inputs, got ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an expression takes at most ", kMaxExprInputs, " inputs, got ", n));
   }
   // Where each input goes: the op's inputs are INPUT0..INPUTn-1, in any order; an
   // expression's are its variables, in the request's order.
@@ -265,8 +273,8 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
       if (!known) {
         std::vector<std::string> expected;
         for (int j = 0; j < n; ++j) expected.push_back(InputName(j));
-        return absl::InvalidArgumentError(absl::StrCat("model '", model, "' has no input '",
-                                                       name, "'; its inputs are ",
+        return absl::InvalidArgumentError(absl::StrCat("model '", model, "' has no input '", name,
+                                                       "'; its inputs are ",
                                                        absl::StrJoin(expected, ", ")));
       }
       if (std::find(slot.begin(), slot.end(), k) != slot.end()) {
@@ -311,23 +319,23 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
             absl::StrCat(what, ": contents and shared_memory_region are not taken together"));
       }
       if (params->bytes != bytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": shape [", absl::StrJoin(in.shape(), ","), "] of ", in.datatype(), " is ",
-            bytes, " bytes, shared_memory_byte_size says ", params->bytes));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": shape [", absl::StrJoin(in.shape(), ","), "] of ", in.datatype(),
+                         " is ", bytes, " bytes, shared_memory_byte_size says ", params->bytes));
       }
       auto region = FindRegion(shm, params->region);
       if (!region.ok()) return region.status();
       if (region->system != nullptr) {
         if (bytes > options.max_request_bytes - copied) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "the inputs in shared memory come to more than this server's limit of ",
-              options.max_request_bytes, " bytes for one request"));
+          return absl::ResourceExhaustedError(
+              absl::StrCat("the inputs in shared memory come to more than this server's limit of ",
+                           options.max_request_bytes, " bytes for one request"));
         }
         copied += bytes;
         if (budget == nullptr) return absl::InternalError("no budget for reading shared memory");
         if (absl::Status reserved = budget->Reserve(bytes); !reserved.ok()) {
-          return absl::Status(reserved.code(), absl::StrCat(what, " in shared memory: ",
-                                                            reserved.message()));
+          return absl::Status(reserved.code(),
+                              absl::StrCat(what, " in shared memory: ", reserved.message()));
         }
         out->device = budget->device;
         std::string& read = out->owned.emplace_back();
@@ -349,9 +357,9 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
             absl::StrCat(what, ": contents and raw_input_contents are not taken together"));
       }
       if (next_raw >= request.raw_input_contents_size()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "raw_input_contents has ", request.raw_input_contents_size(),
-            " entries: one is needed per input not in shared memory, in input order"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(),
+                         " entries: one is needed per input not in shared memory, in input order"));
       }
       const std::string& data = request.raw_input_contents(next_raw);
       if (static_cast<int64_t>(data.size()) != bytes) {
@@ -372,9 +380,9 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
     if (expression) out->input_names.push_back(in.name());
   }
   if (raw && next_raw != request.raw_input_contents_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "raw_input_contents has ", request.raw_input_contents_size(), " entries for ", next_raw,
-        " inputs not in shared memory: one per such input, in input order"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(), " entries for ",
+                     next_raw, " inputs not in shared memory: one per such input, in input order"));
   }
 
   for (const auto& [key, p] : request.parameters()) {
@@ -402,9 +410,9 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
   }
 
   if (request.outputs_size() > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("output '", kOutputName, "' is requested ", request.outputs_size(),
-                     " times; model '", model, "' has that one output"));
+    return absl::InvalidArgumentError(absl::StrCat("output '", kOutputName, "' is requested ",
+                                                   request.outputs_size(), " times; model '", model,
+                                                   "' has that one output"));
   }
   for (const auto& requested : request.outputs()) {
     if (requested.name() != kOutputName) {
@@ -412,8 +420,8 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
                                                      requested.name(), "'; its output is ",
                                                      kOutputName));
     }
-    auto params = TensorParameters(requested.parameters(),
-                                   absl::StrCat("output '", requested.name(), "'"));
+    auto params =
+        TensorParameters(requested.parameters(), absl::StrCat("output '", requested.name(), "'"));
     if (!params.ok()) return params.status();
     if (!params->region.empty()) {
       auto region = FindRegion(shm, params->region);
@@ -479,15 +487,14 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request, ComputeResul
     // shared_memory_byte_size are still the caller's registered region.)
     const int64_t bytes = n * ItemSize(t.dtype);
     if (bytes > output_shm->bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output '", kOutputName, "' is ", bytes, " bytes, shared_memory_byte_size gives ",
-          output_shm->bytes));
+      return absl::InvalidArgumentError(absl::StrCat("output '", kOutputName, "' is ", bytes,
+                                                     " bytes, shared_memory_byte_size gives ",
+                                                     output_shm->bytes));
     }
     if (output_shm->region.system != nullptr) {
       if (absl::Status s = output_shm->region.system->Write(
-              output_shm->offset,
-              absl::string_view(reinterpret_cast<const char*>(result.bytes()),
-                                static_cast<size_t>(result.byte_size())));
+              output_shm->offset, absl::string_view(reinterpret_cast<const char*>(result.bytes()),
+                                                    static_cast<size_t>(result.byte_size())));
           !s.ok()) {
         return s;
       }

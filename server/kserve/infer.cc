@@ -79,8 +79,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
   auto start = [env, ctx, request, state, call, lookup, identity] {
     // The request is this call's until it finishes: its raw inputs are computed on where
     // they lie.
-    if (absl::Status s = ToComputeSpec(*request, env->options, lookup, &state->budget,
-                                       &state->spec, &state->output_shm);
+    if (absl::Status s = ToComputeSpec(*request, env->options, lookup, &state->budget, &state->spec,
+                                       &state->output_shm);
         !s.ok()) {
       call->Finish(s);
       return;
@@ -173,8 +173,7 @@ class StreamInferReactor final : public PooledReactor<StreamInferBase> {
     if (finished_) return;
     response_.Clear();
     if (out.ok()) {
-      out = ToInferResponse(request_, result_, output_shm_,
-                            response_.mutable_infer_response());
+      out = ToInferResponse(request_, result_, output_shm_, response_.mutable_infer_response());
     }
     if (!out.ok()) {
       response_.Clear();

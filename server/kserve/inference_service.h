@@ -51,8 +51,8 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const inf::ModelInferRequest* request,
                                        inf::ModelInferResponse* response) override;
-  grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>* ModelStreamInfer(
+      grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
       grpc::CallbackServerContext* ctx, const inf::SystemSharedMemoryStatusRequest* request,
       inf::SystemSharedMemoryStatusResponse* response) override;
@@ -90,8 +90,7 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
                      std::shared_ptr<Region> region);
   // Opens GPU memory by CUDA IPC handle, to be registered.
   absl::StatusOr<std::shared_ptr<Region>> OpenCudaRegion(runtime::Device& device,
-                                                         const std::string& handle,
-                                                         int64_t bytes);
+                                                         const std::string& handle, int64_t bytes);
 
   ServiceEnv env_;
   const bool system_shm_;

@@ -40,9 +40,11 @@ absl::Status CheckVersion(absl::string_view model, absl::string_view version) {
 }
 
 absl::Status UnknownModel(absl::string_view name) {
-  return absl::NotFoundError(absl::StrCat(
-      "unknown model '", name, "': the models are the server's ops (ListOps, or ModelMetadata "
-      "by name) and '", kExpressionModel, "'"));
+  return absl::NotFoundError(
+      absl::StrCat("unknown model '", name,
+                   "': the models are the server's ops (ListOps, or ModelMetadata "
+                   "by name) and '",
+                   kExpressionModel, "'"));
 }
 
 absl::Status CheckModelCall(const ServiceEnv& env, const grpc::CallbackServerContext& ctx,
@@ -58,7 +60,8 @@ std::string ModelLabel(absl::string_view name) {
 
 std::vector<std::pair<std::string, DType>> ModelInputs(const CatalogEntry& op) {
   std::vector<std::pair<std::string, DType>> inputs;
-  for (int i = 0; i < op.spec.arity; ++i) inputs.emplace_back(InputName(i), MetadataInputType(op, i));
+  for (int i = 0; i < op.spec.arity; ++i)
+    inputs.emplace_back(InputName(i), MetadataInputType(op, i));
   return inputs;
 }
 
@@ -85,16 +88,26 @@ DType MetadataOutputType(absl::string_view name) {
 
 const char* V2DatatypeName(DType t) {
   switch (t) {
-    case DType::kBool: return "BOOL";
-    case DType::kUInt8: return "UINT8";
-    case DType::kInt8: return "INT8";
-    case DType::kInt16: return "INT16";
-    case DType::kInt32: return "INT32";
-    case DType::kInt64: return "INT64";
-    case DType::kFloat16: return "FP16";
-    case DType::kBFloat16: return "BF16";
-    case DType::kFloat32: return "FP32";
-    case DType::kFloat64: return "FP64";
+    case DType::kBool:
+      return "BOOL";
+    case DType::kUInt8:
+      return "UINT8";
+    case DType::kInt8:
+      return "INT8";
+    case DType::kInt16:
+      return "INT16";
+    case DType::kInt32:
+      return "INT32";
+    case DType::kInt64:
+      return "INT64";
+    case DType::kFloat16:
+      return "FP16";
+    case DType::kBFloat16:
+      return "BF16";
+    case DType::kFloat32:
+      return "FP32";
+    case DType::kFloat64:
+      return "FP64";
   }
   return "UNKNOWN";
 }
@@ -195,9 +208,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelMetadata(
   return call.reactor;
 }
 
-grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(
-    grpc::CallbackServerContext* ctx, const inf::ModelConfigRequest* request,
-    inf::ModelConfigResponse* response) {
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(grpc::CallbackServerContext* ctx,
+                                                            const inf::ModelConfigRequest* request,
+                                                            inf::ModelConfigResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "ModelConfig", ModelLabel(request->name())};
   if (!call.Admit()) return call.reactor;
   const std::string& name = request->name();

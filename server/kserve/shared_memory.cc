@@ -31,8 +31,9 @@ ShmLookup InferenceServiceImpl::LookupFor(const std::string& owner) const {
     if (!r.ok()) {
       return absl::NotFoundError(absl::StrCat(
           r.status().message(), " (SystemSharedMemoryRegister, CudaSharedMemoryRegister)",
-          system_shm_ ? "" : "; system shared memory is off on this server "
-                             "(--system_shared_memory)"));
+          system_shm_ ? ""
+                      : "; system shared memory is off on this server "
+                        "(--system_shared_memory)"));
     }
     if ((*r)->file != nullptr) return SharedRegion{(*r)->file, nullptr};
     return SharedRegion{nullptr, *std::move(r)};
@@ -91,10 +92,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryRegister(
     const auto bytes = static_cast<int64_t>(request->byte_size());
     auto file = OpenSystemShm(request->name(), request->key(),
                               static_cast<int64_t>(request->offset()), bytes);
-    auto charge = file.ok() ? env_.regions->mapped()->Charge(
-                                  bytes, absl::StrCat("shared-memory region '",
-                                                      Echo(request->name()), "'"))
-                            : absl::StatusOr<std::shared_ptr<void>>(file.status());
+    auto charge =
+        file.ok() ? env_.regions->mapped()->Charge(
+                        bytes, absl::StrCat("shared-memory region '", Echo(request->name()), "'"))
+                  : absl::StatusOr<std::shared_ptr<void>>(file.status());
     // Decided (and every reference but the store's let go) before the reply.
     const absl::Status adopted =
         charge.ok() ? Adopt(*id, request->name(),
@@ -121,9 +122,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
   if (env_.regions == nullptr) {
     refused = absl::FailedPreconditionError("shared memory is off on this server");
   } else if (device == nullptr) {
-    refused = absl::InvalidArgumentError(absl::StrCat(
-        "this server has no GPU with device_id ", request->device_id(),
-        " (ServerInfo of tensorcompute.v1 lists its devices)"));
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("this server has no GPU with device_id ", request->device_id(),
+                     " (ServerInfo of tensorcompute.v1 lists its devices)"));
   } else if (name.empty()) {
     refused = absl::InvalidArgumentError("a shared-memory region needs a name");
   } else if (request->byte_size() == 0 ||
@@ -144,8 +145,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
   }
   absl::Status adopted;
   {
-    auto region = OpenCudaRegion(*device, request->raw_handle(),
-                                 static_cast<int64_t>(request->byte_size()));
+    auto region =
+        OpenCudaRegion(*device, request->raw_handle(), static_cast<int64_t>(request->byte_size()));
     adopted = region.ok() ? Adopt(*id, name, *std::move(region)) : region.status();
   }
   call.Finish(adopted);

@@ -36,17 +36,16 @@ absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_
                                   const ServiceOptions& o) {
   if (static_cast<int>(shape.size()) > o.max_rank) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", shape.size(),
-                                                   " exceeds this server's limit of ",
-                                                   o.max_rank));
+                                                   " exceeds this server's limit of ", o.max_rank));
   }
   // Zero for an empty tensor, whatever its other dims multiply to.
   auto checked = CheckedNumel(shape);
-  if (!checked.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", checked.status().message()));
+  if (!checked.ok())
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", checked.status().message()));
   const int64_t numel = *checked;
   if (numel > o.max_elements) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", numel,
-                                                     " elements exceed this server's limit of ",
-                                                     o.max_elements));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, ": ", numel, " elements exceed this server's limit of ", o.max_elements));
   }
   return numel;
 }
@@ -89,8 +88,9 @@ void ResolveRegions(ComputeSpec* spec, const std::string& owner, const ServiceEn
   }
 }
 
-absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
-    const InputSpec& in, const std::string& owner, const ServiceEnv& env) {
+absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(const InputSpec& in,
+                                                                          const std::string& owner,
+                                                                          const ServiceEnv& env) {
   const std::string& what = in.what;
   absl::StatusOr<std::shared_ptr<Region>> r = in.found_region;
   if (in.found_region == nullptr) r = FindRegion(in.region, owner, env, what);
@@ -112,8 +112,8 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
 }
 
 absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSpec& spec,
-                                                                  const std::string& owner,
-                                                                  const ServiceEnv& env) {
+                                                                 const std::string& owner,
+                                                                 const ServiceEnv& env) {
   const ServiceOptions& limits = env.options;
   std::unique_ptr<ComputeJob> job(new ComputeJob());
   // The output's region, looked up here unless the spec holds it (its errors come after the
@@ -149,9 +149,9 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
           // show bool elements other than 0 and 1).
           v = in.view;
           if (v.dtype != (*r)->view.dtype) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                what, ": a view of a resident tensor keeps its dtype, ",
-                DTypeName((*r)->view.dtype), " (apply op 'cast' to convert it)"));
+            return absl::InvalidArgumentError(
+                absl::StrCat(what, ": a view of a resident tensor keeps its dtype, ",
+                             DTypeName((*r)->view.dtype), " (apply op 'cast' to convert it)"));
           }
           v.data = (*r)->storage->data();
           v.storage_bytes = (*r)->storage->bytes();
@@ -249,8 +249,8 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
 }
 
 absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
-    const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
-    absl::Time deadline, bool stage_inline, const std::string& session) {
+    const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env, absl::Time deadline,
+    bool stage_inline, const std::string& session) {
   auto planned = PlanOnly(spec, owner, env);
   if (!planned.ok()) return planned.status();
   std::unique_ptr<ComputeJob> job = *std::move(planned);
@@ -281,12 +281,11 @@ absl::Status ComputeJob::Admit(const ComputeSpec& spec, const std::string& owner
     }
   }
   if (absl::Status h = device_->health(); !h.ok()) return h;
-  std::optional<runtime::Admission> admitted =
-      device_->TryAdmit(limits.max_concurrent_per_device);
+  std::optional<runtime::Admission> admitted = device_->TryAdmit(limits.max_concurrent_per_device);
   if (!admitted) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "device ", device_->info().index, " is busy: ", limits.max_concurrent_per_device,
-        " requests in flight; retry later"));
+    return absl::ResourceExhaustedError(absl::StrCat("device ", device_->info().index,
+                                                     " is busy: ", limits.max_concurrent_per_device,
+                                                     " requests in flight; retry later"));
   }
   admission_ = *std::move(admitted);
   lane_ = device_->AcquireLane();
@@ -298,8 +297,7 @@ absl::Status ComputeJob::Admit(const ComputeSpec& spec, const std::string& owner
   return Stage(spec, deadline, stage_inline);
 }
 
-absl::Status ComputeJob::Stage(const ComputeSpec& spec, absl::Time deadline,
-                               bool stage_inline) {
+absl::Status ComputeJob::Stage(const ComputeSpec& spec, absl::Time deadline, bool stage_inline) {
   const int n = static_cast<int>(spec.inputs.size());
   // Storage on the device for streamed inputs, and for inline ones where the device cannot
   // read host memory.
@@ -317,10 +315,9 @@ absl::Status ComputeJob::Stage(const ComputeSpec& spec, absl::Time deadline,
       // straight from there; anything else through staging.
       runtime::Device& d = *device_;
       const InputSpec& in = spec.inputs[static_cast<size_t>(i)];
-      const bool pinned_host =
-          (regions_[i] != nullptr && regions_[i]->pin != nullptr) ||
-          (in.source == InputSource::kInline && in.pinned &&
-           reinterpret_cast<const char*>(v.data) == in.bytes.data());
+      const bool pinned_host = (regions_[i] != nullptr && regions_[i]->pin != nullptr) ||
+                               (in.source == InputSource::kInline && in.pinned &&
+                                reinterpret_cast<const char*>(v.data) == in.bytes.data());
       const bool pinned = pinned_host && d.Reaches(v.data, v.storage_bytes);
       absl::Status w = pinned ? d.WritePinned(*lane_, **s, 0, v.data, v.storage_bytes)
                               : d.Write(*lane_, **s, 0, v.data, v.storage_bytes);
@@ -346,8 +343,8 @@ absl::Status ComputeJob::PlaceByInputs(runtime::Device* out_device) {
     // A resident tensor is lost with the device that held it, even one that started over.
     const absl::Status h = resident_[i] != nullptr ? resident_[i]->storage->usable() : d->health();
     if (!h.ok()) return absl::Status(h.code(), absl::StrCat("input ", i, ": ", h.message()));
-    auto it = std::find_if(bytes_on.begin(), bytes_on.end(),
-                           [d](const auto& e) { return e.first == d; });
+    auto it =
+        std::find_if(bytes_on.begin(), bytes_on.end(), [d](const auto& e) { return e.first == d; });
     if (it == bytes_on.end()) it = bytes_on.insert(bytes_on.end(), {d, 0});
     it->second += hi - lo;
   }
@@ -408,9 +405,9 @@ absl::Status ComputeJob::AcceptChunk(int i, int64_t offset, absl::string_view by
   }
   const int64_t have = received_[i];
   if (offset != have) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input ", i, ": chunk at byte ", offset, " but ", have,
-        " bytes have arrived; send each input's chunks in order, without gaps"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("input ", i, ": chunk at byte ", offset, " but ", have,
+                     " bytes have arrived; send each input's chunks in order, without gaps"));
   }
   const auto len = static_cast<int64_t>(bytes.size());
   runtime::Storage& s = *storages_[i];
@@ -422,8 +419,8 @@ absl::Status ComputeJob::AcceptChunk(int i, int64_t offset, absl::string_view by
   if (views_[i].dtype == DType::kBool) {
     if (reached_.empty()) reached_.resize(views_.size());
     if (have == 0) reached_[i] = ReachedBytes(views_[i]);
-    if (auto b = CheckBoolBytesReached(bytes.data(), len, reached_[i],
-                                       absl::StrCat("input ", i), have);
+    if (auto b =
+            CheckBoolBytesReached(bytes.data(), len, reached_[i], absl::StrCat("input ", i), have);
         !b.ok()) {
       return b;
     }
@@ -450,8 +447,7 @@ absl::StatusOr<runtime::StoragePtr> ComputeJob::AllocateOutput(absl::Time deadli
   return device_->Allocate(p.out_storage_bytes, p.out_has_gaps, deadline, lane_.get());
 }
 
-std::function<void(absl::Status)> ComputeJob::LeavingFirst(
-    std::function<void(absl::Status)> done) {
+std::function<void(absl::Status)> ComputeJob::LeavingFirst(std::function<void(absl::Status)> done) {
   return [this, done = std::move(done)](absl::Status s) {
     admission_ = runtime::Admission();
     done(std::move(s));

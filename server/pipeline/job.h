@@ -29,10 +29,12 @@ absl::StatusOr<int64_t> CheckSize(absl::Span<const int64_t> shape, absl::string_
 // the spec for every later step; one not found is left for Prepare to report.
 void ResolveRegions(ComputeSpec* spec, const std::string& owner, const ServiceEnv& env);
 
-// An input whose storage lies in one of `owner`'s regions (found already, or looked up): its view (data pointing into the
-// mapping, every element checked to lie inside), and the region, held while it is in use.
-absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(
-    const InputSpec& in, const std::string& owner, const ServiceEnv& env);
+// An input whose storage lies in one of `owner`'s regions (found already, or looked up): its view
+// (data pointing into the mapping, every element checked to lie inside), and the region, held while
+// it is in use.
+absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(const InputSpec& in,
+                                                                          const std::string& owner,
+                                                                          const ServiceEnv& env);
 
 class ComputeJob {
  public:
@@ -51,8 +53,8 @@ class ComputeJob {
                                                               const std::string& owner,
                                                               const ServiceEnv& env);
   static absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(
-      const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
-      absl::Time deadline, bool stage_inline = true, const std::string& session = std::string());
+      const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env, absl::Time deadline,
+      bool stage_inline = true, const std::string& session = std::string());
 
   // Prepare after PlanOnly: the device chosen (unless the inputs chose it) and admitted, a
   // lane taken, inputs on other devices copied, and inputs staged as Prepare says.

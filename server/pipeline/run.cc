@@ -58,18 +58,18 @@ void RunIntoRegion(const ServiceEnv& env, const ComputeSpec& spec, absl::Time de
     }
     // Copying out blocks on the device: not on its completion thread.
     env.pool->Schedule([job, storage, dst, call] {
-      call->Finish(job->device().Read(job->lane(), *storage, 0, dst,
-                                     job->plan().out_storage_bytes));
+      call->Finish(
+          job->device().Read(job->lane(), *storage, 0, dst, job->plan().out_storage_bytes));
     });
   });
 }
 
 absl::Status TooLargeForUnary(const Plan& plan, absl::string_view op, int64_t limit) {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the result of '", op, "' would be ", ShapeToString(plan.out_shape), " ",
-      DTypeName(plan.out_dtype), ", ", plan.out_storage_bytes,
-      " bytes, over this server's limit of ", limit,
-      " bytes for one message; use ComputeStream, or keep the output resident"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the result of '", op, "' would be ", ShapeToString(plan.out_shape), " ",
+                   DTypeName(plan.out_dtype), ", ", plan.out_storage_bytes,
+                   " bytes, over this server's limit of ", limit,
+                   " bytes for one message; use ComputeStream, or keep the output resident"));
 }
 
 // The small-request fast path on a GPU: plans and hands the request to the device from the
@@ -139,9 +139,8 @@ bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
   std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
   if (job->TryRun(dst, done)) return true;
   // It would wait (for a result slot, or a kernel to compile): from the pool, which may.
-  env.pool->Schedule([job, dst, done = std::move(done)]() mutable {
-    job->Run(dst, std::move(done));
-  });
+  env.pool->Schedule(
+      [job, dst, done = std::move(done)]() mutable { job->Run(dst, std::move(done)); });
   return true;
 }
 
@@ -187,8 +186,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx, Compu
         return;
       }
     } else {
-      auto prepared = ComputeJob::Prepare(*spec, owner, env, DeadlineOf(*ctx), true,
-                                          SessionKey(*ctx, owner));
+      auto prepared =
+          ComputeJob::Prepare(*spec, owner, env, DeadlineOf(*ctx), true, SessionKey(*ctx, owner));
       if (!prepared.ok()) {
         call->Finish(prepared.status());
         return;

@@ -53,7 +53,8 @@ absl::Status CheckBoolBytesReached(const void* p, int64_t n, const std::vector<b
   if (reached.empty()) return CheckBoolBytes(p, n, what, base);
   const auto* b = static_cast<const unsigned char*>(p);
   for (int64_t i = 0; i < n; ++i) {
-    if (b[i] > 1 && reached[static_cast<size_t>(base + i)]) return CheckBoolBytes(b + i, 1, what, base + i);
+    if (b[i] > 1 && reached[static_cast<size_t>(base + i)])
+      return CheckBoolBytes(b + i, 1, what, base + i);
   }
   return absl::OkStatus();
 }

@@ -47,10 +47,11 @@ runtime::DeviceOptions DeviceOptionsFromFlags() {
   o.staging_bytes = absl::GetFlag(FLAGS_staging_bytes);
   o.copy_threads = absl::GetFlag(FLAGS_copy_threads);
   o.inject_fault_at_run = absl::GetFlag(FLAGS_test_inject_device_fault_at_run);
-  if (o.memory_budget < 0 || o.streams < 1 || o.staging_bytes < (64 << 10) ||
-      o.copy_threads < 0 || o.copy_threads > 256) {
-    Fail("--memory_budget must be >= 0, --streams_per_device >= 1, --staging_bytes >= 65536, "
-         "--copy_threads 0 to 256");
+  if (o.memory_budget < 0 || o.streams < 1 || o.staging_bytes < (64 << 10) || o.copy_threads < 0 ||
+      o.copy_threads > 256) {
+    Fail(
+        "--memory_budget must be >= 0, --streams_per_device >= 1, --staging_bytes >= 65536, "
+        "--copy_threads 0 to 256");
   }
   return o;
 }
@@ -103,17 +104,19 @@ void UseKernelDiskCache() {
   std::call_once(once, [] {
     // (Checked at start.)
     const std::string steps = absl::GetFlag(FLAGS_expression_steps);
-    cuda::ExprKernelCache::Shared().SetStepMode(steps == "never"    ? cuda::StepMode::kNever
-                                                : steps == "always" ? cuda::StepMode::kAlways
-                                                                    : cuda::StepMode::kWhileCompiling);
+    cuda::ExprKernelCache::Shared().SetStepMode(steps == "never" ? cuda::StepMode::kNever
+                                                : steps == "always"
+                                                    ? cuda::StepMode::kAlways
+                                                    : cuda::StepMode::kWhileCompiling);
     std::string dir = absl::GetFlag(FLAGS_kernel_cache_dir);
     const bool told = dir != "auto";
     if (!told) {
       const char* xdg = std::getenv("XDG_CACHE_HOME");
       const char* home = std::getenv("HOME");
       dir = xdg != nullptr && xdg[0] == '/' ? absl::StrCat(xdg, "/tensorcompute/kernels")
-            : home != nullptr && home[0] == '/' ? absl::StrCat(home, "/.cache/tensorcompute/kernels")
-                                                 : "";
+            : home != nullptr && home[0] == '/'
+                ? absl::StrCat(home, "/.cache/tensorcompute/kernels")
+                : "";
     }
     if (dir.empty()) {
       Log("expression kernels: kept in memory only (no --kernel_cache_dir)");
@@ -188,7 +191,8 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
     std::string failure = count == 0 ? "no CUDA device visible" : "";
     std::vector<runtime::CudaDevice*> gpus;
     for (int i : wanted) {
-      if (std::count(wanted.begin(), wanted.end(), i) > 1 && !absl::GetFlag(FLAGS_test_shared_gpu)) {
+      if (std::count(wanted.begin(), wanted.end(), i) > 1 &&
+          !absl::GetFlag(FLAGS_test_shared_gpu)) {
         Fail(absl::StrCat("--devices: device ", i, " is listed twice"));
       }
       runtime::DeviceOptions o = options;
@@ -215,10 +219,9 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
         gpus.clear();
         break;
       }
-      Log(absl::StrCat("device ", i, ": ", (*d)->info().name, ", ",
-                       (*d)->info().multiprocessors, " multiprocessors, budget ",
-                       runtime::FormatBytes((*d)->memory_budget()), ", ",
-                       (*d)->info().streams, " streams"));
+      Log(absl::StrCat("device ", i, ": ", (*d)->info().name, ", ", (*d)->info().multiprocessors,
+                       " multiprocessors, budget ", runtime::FormatBytes((*d)->memory_budget()),
+                       ", ", (*d)->info().streams, " streams"));
       gpus.push_back(d->get());
       devices.push_back(*std::move(d));
     }
@@ -228,11 +231,11 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
       for (const auto& d : devices) {
         if (devices.size() < 2 || workers) break;
         Log(absl::StrCat("device ", d->info().index, " reaches ",
-                         d->info().peers.empty() ? "no other device directly (copies go "
-                                                   "through the host)"
-                                                 : absl::StrCat("device(s) ",
-                                                                absl::StrJoin(d->info().peers, ","),
-                                                                " directly (peer access)")));
+                         d->info().peers.empty()
+                             ? "no other device directly (copies go "
+                               "through the host)"
+                             : absl::StrCat("device(s) ", absl::StrJoin(d->info().peers, ","),
+                                            " directly (peer access)")));
       }
       Log(absl::StrCat("backend: cuda (", devices.size(), " device(s))"));
       return {std::move(devices), "cuda"};
@@ -257,8 +260,7 @@ std::pair<std::vector<std::unique_ptr<runtime::Device>>, std::string> MakeDevice
     }
   }
   Log(absl::StrCat("backend: cpu (", std::thread::hardware_concurrency(),
-                   " hardware threads, budget ",
-                   runtime::FormatBytes(devices[0]->memory_budget()),
+                   " hardware threads, budget ", runtime::FormatBytes(devices[0]->memory_budget()),
                    parts > 1 ? absl::StrCat(" each of ", parts, " devices") : "",
                    workers ? ", each in a worker process" : "", ")"));
   return {std::move(devices), "cpu"};

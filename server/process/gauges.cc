@@ -19,8 +19,9 @@ void AddGauges(Metrics& metrics, const runtime::DeviceSet& devices, const Reside
       std::vector<std::pair<std::string, double>> out;
       for (int i = 0; i < devices.size(); ++i) {
         const runtime::Device& d = devices.at(i);
-        out.emplace_back(absl::StrCat("device=\"", d.info().index, "\",kind=\"", d.info().kind, "\""),
-                         static_cast<double>(value(d)));
+        out.emplace_back(
+            absl::StrCat("device=\"", d.info().index, "\",kind=\"", d.info().kind, "\""),
+            static_cast<double>(value(d)));
       }
       return out;
     };
@@ -44,8 +45,7 @@ void AddGauges(Metrics& metrics, const runtime::DeviceSet& devices, const Reside
                    "Requests admitted to the device and not finished (its queue depth).",
                    per_device([](const runtime::Device& d) { return d.in_flight(); }));
   metrics.AddGauge("tensorcompute_device_requests_total", "Requests admitted to the device.",
-                   per_device([](const runtime::Device& d) { return d.admitted(); }),
-                   "counter");
+                   per_device([](const runtime::Device& d) { return d.admitted(); }), "counter");
   metrics.AddGauge("tensorcompute_heap_bytes",
                    "The server's heap as its allocator counts it: in use (state=\"allocated\"), "
                    "and freed but kept mapped for reuse (state=\"free\").",
@@ -62,14 +62,11 @@ void AddGauges(Metrics& metrics, const runtime::DeviceSet& devices, const Reside
                      return out;
                    });
   metrics.AddGauge("tensorcompute_resident_tensors", "Resident tensors held.", [&resident] {
-    return std::vector<std::pair<std::string, double>>{
-        {"", static_cast<double>(resident.count())}};
+    return std::vector<std::pair<std::string, double>>{{"", static_cast<double>(resident.count())}};
   });
-  metrics.AddGauge("tensorcompute_resident_bytes", "Bytes of resident tensors held.",
-                   [&resident] {
-                     return std::vector<std::pair<std::string, double>>{
-                         {"", static_cast<double>(resident.bytes())}};
-                   });
+  metrics.AddGauge("tensorcompute_resident_bytes", "Bytes of resident tensors held.", [&resident] {
+    return std::vector<std::pair<std::string, double>>{{"", static_cast<double>(resident.bytes())}};
+  });
 #if TC_WITH_CUDA
   // Expression kernels (NVRTC), shared by every GPU of the process.
   auto expr_stat = [](auto value) {
@@ -103,16 +100,16 @@ void AddGauges(Metrics& metrics, const runtime::DeviceSet& devices, const Reside
   metrics.AddGauge("tensorcompute_expression_disk_loads_total",
                    "Expression kernels loaded from --kernel_cache_dir instead of compiled.",
                    expr_stat([](const Stats& s) { return s.disk_loads; }));
-  metrics.AddGauge("tensorcompute_expression_disk_rejected_total",
-                   "Entries of --kernel_cache_dir refused (corrupt, truncated, foreign) and removed.",
-                   expr_stat([](const Stats& s) { return s.disk.rejected; }));
+  metrics.AddGauge(
+      "tensorcompute_expression_disk_rejected_total",
+      "Entries of --kernel_cache_dir refused (corrupt, truncated, foreign) and removed.",
+      expr_stat([](const Stats& s) { return s.disk.rejected; }));
   metrics.AddGauge("tensorcompute_expression_kernels", "Expression kernels cached.",
                    expr_stat([](const Stats& s) { return s.entries; }));
 #endif
   if (regions == nullptr) return;
   metrics.AddGauge("tensorcompute_regions", "Shared-memory regions registered.", [regions] {
-    return std::vector<std::pair<std::string, double>>{
-        {"", static_cast<double>(regions->count())}};
+    return std::vector<std::pair<std::string, double>>{{"", static_cast<double>(regions->count())}};
   });
   metrics.AddGauge("tensorcompute_region_bytes", "Bytes of shared-memory regions registered.",
                    [regions] {
@@ -126,8 +123,8 @@ void AddGauges(Metrics& metrics, const runtime::DeviceSet& devices, const Reside
                          {"state=\"registered\"", static_cast<double>(mapped->used())},
                          {"state=\"limit\"", static_cast<double>(mapped->limit())}};
                    });
-  metrics.AddGauge("tensorcompute_region_connections",
-                   "Connections open on the region socket.", [regions] {
+  metrics.AddGauge("tensorcompute_region_connections", "Connections open on the region socket.",
+                   [regions] {
                      return std::vector<std::pair<std::string, double>>{
                          {"", static_cast<double>(regions->connections())}};
                    });

@@ -54,8 +54,8 @@ using tc::server::Log;
 // The machine's memory, or the container's limit where that is lower (cgroup v2, then v1).
 int64_t MachineMemory() {
   int64_t bytes = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
-  for (const char* path : {"/sys/fs/cgroup/memory.max",
-                           "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
     std::ifstream f(path);
     int64_t limit = 0;
     if (f >> limit && limit > 0 && limit < bytes) bytes = limit;
@@ -161,18 +161,17 @@ int Serve(int argc, char** argv) {
     h->SetServingStatus(inference::GRPCInferenceService::service_full_name(), any);
   };
   for (int i = 0; i < devices.size(); ++i) {
-    devices.at(i).set_failure_listener(
-        [&health_service, &devices, publish_health](const tc::runtime::Device& d,
-                                                    const absl::Status& why) {
-          const int left = devices.usable();
-          Log(absl::StrCat("device ", d.info().index, " (", d.info().kind, ") failed: ",
-                           why.ToString(), "; ", left, " of ", devices.size(),
-                           " device(s) still serve; health: server ",
-                           devices.needs_restart() ? "NOT_SERVING (restart)"
-                                                   : "SERVING (a new worker takes its place)",
-                           left > 0 ? ", services SERVING" : ", services NOT_SERVING"));
-          if (auto* h = health_service.load()) publish_health(h);
-        });
+    devices.at(i).set_failure_listener([&health_service, &devices, publish_health](
+                                           const tc::runtime::Device& d, const absl::Status& why) {
+      const int left = devices.usable();
+      Log(absl::StrCat("device ", d.info().index, " (", d.info().kind, ") failed: ", why.ToString(),
+                       "; ", left, " of ", devices.size(),
+                       " device(s) still serve; health: server ",
+                       devices.needs_restart() ? "NOT_SERVING (restart)"
+                                               : "SERVING (a new worker takes its place)",
+                       left > 0 ? ", services SERVING" : ", services NOT_SERVING"));
+      if (auto* h = health_service.load()) publish_health(h);
+    });
     devices.at(i).set_recovery_listener(
         [&health_service, publish_health](const tc::runtime::Device&) {
           if (auto* h = health_service.load()) publish_health(h);
@@ -208,8 +207,7 @@ int Serve(int argc, char** argv) {
   if (region_options.quota_bytes == 0) region_options.quota_bytes = shared_limit;
   region_options.max_regions = absl::GetFlag(FLAGS_region_max_count);
   region_options.max_connections = absl::GetFlag(FLAGS_region_max_connections);
-  region_options.max_connections_per_process =
-      absl::GetFlag(FLAGS_region_connections_per_process);
+  region_options.max_connections_per_process = absl::GetFlag(FLAGS_region_connections_per_process);
   region_options.max_connections_per_user = absl::GetFlag(FLAGS_region_connections_per_user);
   region_options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_region_idle_seconds));
   if (region_options.max_connections < 1 || region_options.max_connections_per_process < 1 ||
@@ -229,8 +227,8 @@ int Serve(int argc, char** argv) {
     auto m = tc::server::MetricsHttpServer::Start(absl::GetFlag(FLAGS_address), port, &metrics);
     if (!m.ok()) Fail(std::string(m.status().message()), 1);
     metrics_http = *std::move(m);
-    Log(absl::StrCat("metrics on http://", absl::GetFlag(FLAGS_address), ":",
-                     metrics_http->port(), "/metrics"));
+    Log(absl::StrCat("metrics on http://", absl::GetFlag(FLAGS_address), ":", metrics_http->port(),
+                     "/metrics"));
   }
 
   tc::server::ServiceOptions options;
@@ -293,8 +291,8 @@ int Serve(int argc, char** argv) {
   }
   if (region_socket != "off") {
     region_listener = std::make_unique<tc::server::RegionSocket>(regions.get());
-    std::string at = region_socket == "auto" ? absl::StrCat("@tensorcompute-", bound_port)
-                                             : region_socket;
+    std::string at =
+        region_socket == "auto" ? absl::StrCat("@tensorcompute-", bound_port) : region_socket;
     absl::Status listening = region_listener->Listen(at);
     if (!listening.ok() && region_socket == "auto") {
       // An earlier server on this port may still be draining with the name; clients take
@@ -310,8 +308,8 @@ int Serve(int argc, char** argv) {
   // (Failures before the store above have been logged but not yet reported.)
   publish_health(health);
   Log(absl::StrCat("serving tensorcompute.v1.TensorService and inference.GRPCInferenceService on ",
-                   absl::GetFlag(FLAGS_address),
-                   ":", bound_port, unix_socket.empty() ? "" : " and unix:", unix_socket));
+                   absl::GetFlag(FLAGS_address), ":", bound_port,
+                   unix_socket.empty() ? "" : " and unix:", unix_socket));
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     // Written whole under a temporary name, then renamed, so a reader never sees half of it.
     const std::string tmp = path + ".tmp";

@@ -38,8 +38,7 @@ std::shared_ptr<grpc::ServerCredentials> Credentials() {
       {ReadFileOrDie(key, "tls_key"), ReadFileOrDie(cert, "tls_cert")});
   if (!client_ca.empty()) {
     options.pem_root_certs = ReadFileOrDie(client_ca, "tls_client_ca");
-    options.client_certificate_request =
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   Log(client_ca.empty() ? "TLS on" : "TLS on, client certificates required");
   return grpc::SslServerCredentials(options);

@@ -26,8 +26,8 @@ absl::StatusOr<TensorView> DecodeView(const v1::Tensor& t, absl::string_view wha
   TensorView v;
   v.dtype = *dtype;
   if (t.shape_size() > kMaxRank) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", t.shape_size(),
-                                                   " exceeds the limit of ", kMaxRank));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", t.shape_size(), " exceeds the limit of ", kMaxRank));
   }
   v.shape.assign(t.shape().begin(), t.shape().end());
   if (t.strides_size() == 0) {
@@ -46,7 +46,6 @@ absl::StatusOr<TensorView> DecodeView(const v1::Tensor& t, absl::string_view wha
   v.offset = t.offset();
   return v;
 }
-
 
 absl::StatusOr<TensorView> DecodeInline(const v1::Tensor& t, absl::string_view what,
                                         std::vector<std::unique_ptr<std::string>>& owned) {
@@ -112,7 +111,8 @@ absl::StatusOr<OutputOptions> DecodeOutputOptions(const v1::ComputeRequest& requ
   OutputOptions o;
   if (request.output_dtype() != v1::DTYPE_UNSPECIFIED) {
     auto t = DTypeFromProto(request.output_dtype());
-    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("output_dtype: ", t.status().message()));
+    if (!t.ok())
+      return absl::InvalidArgumentError(absl::StrCat("output_dtype: ", t.status().message()));
     o.dtype = *t;
   }
   switch (request.output_layout()) {
@@ -126,9 +126,8 @@ absl::StatusOr<OutputOptions> DecodeOutputOptions(const v1::ComputeRequest& requ
           absl::StrCat("unknown output_layout enum value ", request.output_layout()));
   }
   if (request.output_strides_size() > kMaxRank) {
-    return absl::InvalidArgumentError(absl::StrCat(request.output_strides_size(),
-                                                   " output strides exceed the rank limit of ",
-                                                   kMaxRank));
+    return absl::InvalidArgumentError(absl::StrCat(
+        request.output_strides_size(), " output strides exceed the rank limit of ", kMaxRank));
   }
   o.strides.assign(request.output_strides().begin(), request.output_strides().end());
   return o;

@@ -58,7 +58,8 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
   // One message that parsed: the header, or a chunk after it.
   absl::Status Handle(v1::ComputeStreamRequest& msg) {
     if (msg.has_header()) return Header(msg.release_header());
-    if (!msg.has_chunk()) return absl::InvalidArgumentError("a message with neither header nor chunk");
+    if (!msg.has_chunk())
+      return absl::InvalidArgumentError("a message with neither header nor chunk");
     if (job_ == nullptr) {
       return absl::InvalidArgumentError("a chunk came before the header; send the header first");
     }
@@ -79,8 +80,7 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
     auto spec = DecodeCompute(*header_, /*allow_streamed=*/true, env_.options);
     if (!spec.ok()) return spec.status();
     spec_ = std::make_unique<ComputeSpec>(*std::move(spec));
-    auto job = ComputeJob::Prepare(*spec_, owner_, env_, deadline_, true,
-                                   session_);
+    auto job = ComputeJob::Prepare(*spec_, owner_, env_, deadline_, true, session_);
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
     return absl::OkStatus();

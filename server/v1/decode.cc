@@ -48,8 +48,9 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
     }
     // The limits first, as KServe v2 checks them: a shape past them is refused whatever its
     // bytes. (A whole resident tensor's shape is its own, checked when it is found.)
-    if (auto s = CheckSize(absl::MakeConstSpan(t.shape().data(), static_cast<size_t>(t.shape_size())),
-                           in.what, limits);
+    if (auto s =
+            CheckSize(absl::MakeConstSpan(t.shape().data(), static_cast<size_t>(t.shape_size())),
+                      in.what, limits);
         !s.ok()) {
       return s.status();
     }
@@ -72,9 +73,9 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
       in.storage_bytes = t.storage_bytes();
     } else if (data.empty() && t.storage_bytes() > 0) {
       if (!allow_streamed && !request.plan_only()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            in.what, ": storage_bytes is ", t.storage_bytes(),
-            " but no data was sent; send large inputs in chunks with ComputeStream"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(in.what, ": storage_bytes is ", t.storage_bytes(),
+                         " but no data was sent; send large inputs in chunks with ComputeStream"));
       }
       in.source = InputSource::kStreamed;
       in.storage_bytes = t.storage_bytes();
@@ -136,8 +137,8 @@ absl::Status ParseComputeRequest(const grpc::ByteBuffer& buffer, v1::ComputeRequ
     }
     split.CopyTo(t, b->data());
     const auto i = static_cast<size_t>(t.input);
-    outside->bytes[i] = absl::string_view(reinterpret_cast<const char*>(b->data()),
-                                          static_cast<size_t>(t.size));
+    outside->bytes[i] =
+        absl::string_view(reinterpret_cast<const char*>(b->data()), static_cast<size_t>(t.size));
     outside->pinned[i] = b->pinned();
     outside->buffers.push_back(std::move(b));
   }

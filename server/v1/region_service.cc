@@ -67,9 +67,9 @@ grpc::ServerUnaryReactor* TensorServiceImpl::UnregisterRegion(
   return call.reactor;
 }
 
-grpc::ServerUnaryReactor* TensorServiceImpl::ListRegions(
-    grpc::CallbackServerContext* ctx, const v1::ListRegionsRequest* /*request*/,
-    v1::ListRegionsResponse* response) {
+grpc::ServerUnaryReactor* TensorServiceImpl::ListRegions(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListRegionsRequest* /*request*/,
+                                                         v1::ListRegionsResponse* response) {
   Call call{&env_, ctx->DefaultReactor(), "ListRegions", ""};
   auto id = call.AdmitCaller(*ctx);
   if (!id) return call.reactor;

@@ -48,10 +48,9 @@ class TensorServiceImpl final : public TensorServiceBase {
  public:
   // `regions` may be null: shared-memory regions are then off; `host_buffers` too: large
   // unary inputs and outputs then take memory of their own.
-  TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool,
-                    ResidentStore* resident, RegionStore* regions, Metrics* metrics,
-                    const Auth* auth, ServiceOptions options, Lifecycle* life,
-                    HostBuffers* host_buffers = nullptr);
+  TensorServiceImpl(runtime::DeviceSet* devices, ThreadPool* request_pool, ResidentStore* resident,
+                    RegionStore* regions, Metrics* metrics, const Auth* auth,
+                    ServiceOptions options, Lifecycle* life, HostBuffers* host_buffers = nullptr);
 
   grpc::ServerUnaryReactor* Compute(grpc::CallbackServerContext* ctx,
                                     const grpc::ByteBuffer* request,
@@ -86,6 +85,5 @@ class TensorServiceImpl final : public TensorServiceBase {
  private:
   Env env_;
 };
-
 
 }  // namespace tc::server

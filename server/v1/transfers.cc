@@ -20,8 +20,7 @@ namespace {
 // anything else is parsed with protobuf.
 class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::ByteBuffer>> {
  public:
-  UploadReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env,
-                grpc::ByteBuffer* response)
+  UploadReactor(grpc::CallbackServerContext* ctx, const ServiceEnv& env, grpc::ByteBuffer* response)
       : PooledReactor(ctx, env, "Upload"), raw_response_(response) {
     if (Authorized()) StartRead(&in_);
   }
@@ -78,9 +77,8 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
       auto r = env_.resident->Find(owner_, h.handle());
       if (!r.ok()) return r.status();
       if (h.offset() < 0 || h.offset() > (*r)->storage->bytes()) {
-        return absl::InvalidArgumentError(absl::StrCat("offset ", h.offset(),
-                                                       " is outside the tensor's ",
-                                                       (*r)->storage->bytes(), " bytes"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "offset ", h.offset(), " is outside the tensor's ", (*r)->storage->bytes(), " bytes"));
       }
       part_of_ = *std::move(r);
       part_of_->writers.fetch_add(1);
@@ -94,19 +92,18 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
     auto view = DecodeView(t, "tensor");
     if (!view.ok()) return view.status();
     view_ = *std::move(view);
-    view_.storage_bytes = t.data().empty() ? t.storage_bytes()
-                                           : static_cast<int64_t>(t.data().size());
+    view_.storage_bytes =
+        t.data().empty() ? t.storage_bytes() : static_cast<int64_t>(t.data().size());
     if (auto s = ValidateView(view_, "tensor"); !s.ok()) return s;
     if (view_.storage_bytes > env_.options.max_request_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "tensor of ", view_.storage_bytes, " bytes exceeds this server's limit of ",
-          env_.options.max_request_bytes, " bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat("tensor of ", view_.storage_bytes,
+                                                       " bytes exceeds this server's limit of ",
+                                                       env_.options.max_request_bytes, " bytes"));
     }
     if (auto s = env_.resident->CheckQuota(owner_, view_.storage_bytes); !s.ok()) return s;
     ttl_ = h.ttl_seconds();
     auto placed =
-        PlaceResident(*env_.devices, *env_.resident, owner_, session_,
-                      view_.storage_bytes,
+        PlaceResident(*env_.devices, *env_.resident, owner_, session_, view_.storage_bytes,
                       h.has_device() ? std::optional<int>(h.device()) : std::nullopt);
     if (!placed.ok()) return placed.status();
     runtime::Device& d = **placed;
@@ -134,16 +131,16 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
       return absl::InvalidArgumentError("a chunk came before the header; send the header first");
     }
     if (offset != start_ + got_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chunk at byte ", offset, " but the next expected byte is ", start_ + got_,
-          "; send chunks in order, without gaps"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk at byte ", offset, " but the next expected byte is ", start_ + got_,
+                       "; send chunks in order, without gaps"));
     }
     int64_t len = 0;
     for (const auto& p : pieces) len += p.bytes;
     if (len > storage_->bytes() - offset) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk of ", len, " bytes at byte ",
-                                                     offset, " overruns the tensor's ",
-                                                     storage_->bytes(), " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat("chunk of ", len, " bytes at byte ", offset,
+                                                     " overruns the tensor's ", storage_->bytes(),
+                                                     " bytes"));
     }
     const DType dtype = part_of_ != nullptr ? part_of_->view.dtype : view_.dtype;
     if (dtype == DType::kBool) {
@@ -159,7 +156,8 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
   }
 
   absl::Status EndOfInput() {
-    if (storage_ == nullptr) return absl::InvalidArgumentError("the stream ended before its header");
+    if (storage_ == nullptr)
+      return absl::InvalidArgumentError("the stream ended before its header");
     // Every byte on the device before anyone can use the tensor.
     if (auto s = storage_->device().Sync(*lane_); !s.ok()) return s;
     response_.set_bytes_received(got_);
@@ -175,8 +173,8 @@ class UploadReactor final : public PooledReactor<grpc::ServerReadReactor<grpc::B
     }
     // Whole, or only reserved (its parts to come on other streams).
     if (got_ != 0 && got_ != view_.storage_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("the stream ended after ", got_, " of ",
-                                                     view_.storage_bytes, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the stream ended after ", got_, " of ", view_.storage_bytes, " bytes"));
     }
     auto r = env_.resident->Add(owner_, storage_, view_, ttl_);
     if (!r.ok()) return r.status();
@@ -249,8 +247,7 @@ class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc
     const int64_t length = request.length() == 0 ? size - begin : request.length();
     if (begin < 0 || length < 0 || begin > size || length > size - begin) {
       FinishOnce(absl::OutOfRangeError(absl::StrCat("range [", begin, ", +", length,
-                                                    ") is outside the tensor's ", size,
-                                                    " bytes")));
+                                                    ") is outside the tensor's ", size, " bytes")));
       return;
     }
     // A chunk and its framing must fit in one message.
@@ -260,40 +257,38 @@ class DownloadReactor final : public PooledReactor<grpc::ServerWriteReactor<grpc
                                                     : env_.options.chunk_bytes;
     lane_ = tensor_->storage->device().AcquireLane();
     const int64_t chunks = (length + chunk - 1) / chunk;
-    StartSending<grpc::ByteBuffer>(
-        1 + chunks, [this, begin, length, chunk](int64_t k, grpc::ByteBuffer* m) {
-          if (k == 0) {
-            v1::TensorStreamMessage h;
-            SetTensorMeta(tensor_->view, h.mutable_header());
-            h.mutable_header()->set_handle(tensor_->handle);
-            bool own = false;
-            if (!grpc::SerializationTraits<v1::TensorStreamMessage>::Serialize(h, m, &own).ok()) {
-              return absl::InternalError("cannot serialize the header");
-            }
-            return absl::OkStatus();
-          }
-          const int64_t at = (k - 1) * chunk;
-          const int64_t len = std::min(chunk, length - at);
-          call_.sent += len;
-          runtime::Device& device = tensor_->storage->device();
-          // Large chunks are read into one of the server's reused buffers (pinned where the
-          // device takes that: no staging, no fresh pages) and sent from it.
-          HostBuffers::Lease lease;
-          if (env_.host_buffers != nullptr && len >= kPooledChunkBytes) {
-            lease = env_.host_buffers->Acquire(len);
-          }
-          const bool direct =
-              lease != nullptr && lease->pinned() && device.Reaches(lease->data(), len);
-          grpc::Slice data = lease != nullptr
-                                 ? LeasedSlice(std::move(lease), static_cast<size_t>(len))
-                                 : grpc::Slice(static_cast<size_t>(len));
-          auto* dst = const_cast<uint8_t*>(data.begin());
-          auto s = direct ? device.ReadPinned(*lane_, *tensor_->storage, begin + at, dst, len)
-                          : device.Read(*lane_, *tensor_->storage, begin + at, dst, len);
-          if (!s.ok()) return s;
-          *m = wire::ChunkMessage(0, begin + at, std::move(data));
-          return absl::OkStatus();
-        });
+    StartSending<grpc::ByteBuffer>(1 + chunks, [this, begin, length, chunk](int64_t k,
+                                                                            grpc::ByteBuffer* m) {
+      if (k == 0) {
+        v1::TensorStreamMessage h;
+        SetTensorMeta(tensor_->view, h.mutable_header());
+        h.mutable_header()->set_handle(tensor_->handle);
+        bool own = false;
+        if (!grpc::SerializationTraits<v1::TensorStreamMessage>::Serialize(h, m, &own).ok()) {
+          return absl::InternalError("cannot serialize the header");
+        }
+        return absl::OkStatus();
+      }
+      const int64_t at = (k - 1) * chunk;
+      const int64_t len = std::min(chunk, length - at);
+      call_.sent += len;
+      runtime::Device& device = tensor_->storage->device();
+      // Large chunks are read into one of the server's reused buffers (pinned where the
+      // device takes that: no staging, no fresh pages) and sent from it.
+      HostBuffers::Lease lease;
+      if (env_.host_buffers != nullptr && len >= kPooledChunkBytes) {
+        lease = env_.host_buffers->Acquire(len);
+      }
+      const bool direct = lease != nullptr && lease->pinned() && device.Reaches(lease->data(), len);
+      grpc::Slice data = lease != nullptr ? LeasedSlice(std::move(lease), static_cast<size_t>(len))
+                                          : grpc::Slice(static_cast<size_t>(len));
+      auto* dst = const_cast<uint8_t*>(data.begin());
+      auto s = direct ? device.ReadPinned(*lane_, *tensor_->storage, begin + at, dst, len)
+                      : device.Read(*lane_, *tensor_->storage, begin + at, dst, len);
+      if (!s.ok()) return s;
+      *m = wire::ChunkMessage(0, begin + at, std::move(data));
+      return absl::OkStatus();
+    });
   }
 
   // Chunks from this size on are sent from the server's reused host buffers.

@@ -11,8 +11,8 @@ absl::StatusOr<std::shared_ptr<RemoteDevice::Connection>> RemoteDevice::Take() c
   std::lock_guard<std::mutex> lock(mu_);
   if (worker_ == nullptr || failed()) {
     absl::Status h = health();
-    return h.ok() ? absl::UnavailableError(absl::StrCat("device ", info_.index,
-                                                        " is starting a new worker"))
+    return h.ok() ? absl::UnavailableError(
+                        absl::StrCat("device ", info_.index, " is starting a new worker"))
                   : h;
   }
   if (!idle_.empty()) {
@@ -146,11 +146,11 @@ absl::Status RemoteDevice::Outcome(const Connection& c, const absl::Status& io,
   const pb::Reply* reply = &reply_message;
   const absl::Status& s = io;
   if (!s.ok()) {
-    Lost(c.generation, absl::UnavailableError(absl::StrCat("its worker process stopped (",
-                                                           s.message(), ")")));
+    Lost(c.generation,
+         absl::UnavailableError(absl::StrCat("its worker process stopped (", s.message(), ")")));
     const absl::Status h = health();
-    return h.ok() ? absl::UnavailableError(absl::StrCat("device ", info_.index,
-                                                        ": its worker process stopped"))
+    return h.ok() ? absl::UnavailableError(
+                        absl::StrCat("device ", info_.index, ": its worker process stopped"))
                   : h;
   }
   absl::Status result(static_cast<absl::StatusCode>(reply->code()), reply->message());
@@ -171,8 +171,9 @@ absl::StatusOr<RemoteDevice::Connection*> LaneConnection(runtime::Lane& lane,
   auto* c = static_cast<RemoteLane&>(lane).connection.get();
   if (c == nullptr) {
     absl::Status h = d.health();
-    if (h.ok()) h = absl::UnavailableError(absl::StrCat("device ", d.info().index,
-                                                        " is starting a new worker"));
+    if (h.ok())
+      h = absl::UnavailableError(
+          absl::StrCat("device ", d.info().index, " is starting a new worker"));
     return h;
   }
   return c;

@@ -31,8 +31,7 @@ std::string DescribeExit(int status) {
 
 // Starts the worker process for `launch` (generation `generation`) and reads its Hello.
 absl::StatusOr<std::unique_ptr<RemoteDevice::Worker>> Spawn(const WorkerLaunch& launch,
-                                                            int64_t generation,
-                                                            pb::Hello* hello) {
+                                                            int64_t generation, pb::Hello* hello) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return absl::InternalError(absl::StrCat("socketpair: ", strerror(errno)));
@@ -172,8 +171,7 @@ void RemoteDevice::Supervise() {
         const int pid = worker_->pid;
         const int64_t g = generation();
         lock.unlock();
-        Lost(g, absl::UnavailableError(
-                    absl::StrCat("its worker process (pid ", pid, ") stopped")));
+        Lost(g, absl::UnavailableError(absl::StrCat("its worker process (pid ", pid, ") stopped")));
         lock.lock();
       }
       continue;
@@ -205,8 +203,8 @@ void RemoteDevice::Supervise() {
     lock.lock();
     backoff = std::min(backoff * 2, kMaxBackoff);
     if (!fresh.ok()) {
-      Log(absl::StrCat("device ", info_.index, ": a new worker did not start: ",
-                       fresh.status().ToString()));
+      Log(absl::StrCat("device ", info_.index,
+                       ": a new worker did not start: ", fresh.status().ToString()));
       continue;
     }
     if (stopping_) break;

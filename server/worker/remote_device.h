@@ -234,9 +234,9 @@ class RemoteDevice final : public runtime::Device {
   int wake_fd_ = -1;  // An eventfd that stops Complete().
   std::mutex watch_mu_;
   std::map<int, std::shared_ptr<Connection>> watched_;
-  bool completer_stopped_ = false;  // Under watch_mu_: Send finishes its run itself.
+  bool completer_stopped_ = false;     // Under watch_mu_: Send finishes its run itself.
   std::atomic<bool> flushing_{false};  // A FlushFrees is in flight.
-  std::atomic<int> in_flight_{0};  // Runs sent whose reply Complete() has yet to finish.
+  std::atomic<int> in_flight_{0};      // Runs sent whose reply Complete() has yet to finish.
   std::thread completer_;
 };
 

@@ -65,7 +65,7 @@ void RemoteDevice::UnmapHost(uint64_t key) {
 }
 
 absl::StatusOr<std::pair<uint64_t, int64_t>> RemoteDevice::FindHost(const void* p,
-                                                                     int64_t n) const {
+                                                                    int64_t n) const {
   const uint64_t at = Address(static_cast<const std::byte*>(p));
   std::lock_guard<std::mutex> lock(host_mu_);
   auto it = host_maps_.upper_bound(at);

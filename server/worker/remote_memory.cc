@@ -7,8 +7,8 @@
 
 namespace tc::server::worker {
 
-absl::StatusOr<std::byte*> RemoteDevice::RawAllocate(int64_t bytes, bool zero,
-                                                     runtime::Lane* lane, void** tag) {
+absl::StatusOr<std::byte*> RemoteDevice::RawAllocate(int64_t bytes, bool zero, runtime::Lane* lane,
+                                                     void** tag) {
   std::shared_ptr<Connection> own;
   Connection* c = nullptr;
   if (lane != nullptr) {

@@ -60,8 +60,8 @@ void RemoteDevice::Run(runtime::Lane& lane, const PreparedOp& op, std::vector<Te
     Send(static_cast<RemoteLane&>(lane).connection, request, nullptr, 0, 0, std::move(done));
     return;
   }
-  Send(static_cast<RemoteLane&>(lane).connection, request,
-       static_cast<std::byte*>(read_back.host), 0, read_back.bytes, std::move(done));
+  Send(static_cast<RemoteLane&>(lane).connection, request, static_cast<std::byte*>(read_back.host),
+       0, read_back.bytes, std::move(done));
 }
 
 void RemoteDevice::Send(std::shared_ptr<Connection> connection, pb::Request& request,
@@ -80,13 +80,11 @@ void RemoteDevice::Send(std::shared_ptr<Connection> connection, pb::Request& req
     TakeFrees(cn, request);
     if (absl::Status sent = cn.channel->Send(request); !sent.ok()) {
       lock.unlock();
-      done(sent.code() == absl::StatusCode::kUnavailable ? Outcome(cn, sent, pb::Reply())
-                                                         : sent);
+      done(sent.code() == absl::StatusCode::kUnavailable ? Outcome(cn, sent, pb::Reply()) : sent);
       return;
     }
     cn.running = true;
-    cn.take_out = [&cn, host, staging_at, bytes](const absl::Status& io,
-                                                  const pb::Reply& reply) {
+    cn.take_out = [&cn, host, staging_at, bytes](const absl::Status& io, const pb::Reply& reply) {
       if (io.ok() && reply.code() == 0 && bytes > 0) {
         std::memcpy(host, cn.staging + staging_at, static_cast<size_t>(bytes));
       }

@@ -110,8 +110,8 @@ absl::Status RemoteDevice::DoCopyFromDevice(runtime::Lane& lane, runtime::Storag
   bool try_sharing = n > 0;
   {
     std::lock_guard<std::mutex> lock(share_mu_);
-    try_sharing = try_sharing &&
-                  std::find(unshared_.begin(), unshared_.end(), other) == unshared_.end();
+    try_sharing =
+        try_sharing && std::find(unshared_.begin(), unshared_.end(), other) == unshared_.end();
   }
   if (try_sharing) {
     absl::Status s = CopyShared(lane, dst, offset, *other, src, n);
@@ -203,8 +203,8 @@ absl::StatusOr<RemoteDevice::SharedRange> RemoteDevice::ShareWith(
         if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("dup: ", strerror(errno)));
         record(it->second.importers);
         record(pool_importers_);
-        return SharedRange{PoolKey(pool_generation_), it->second.shared,
-                           static_cast<int64_t>(into), fd};
+        return SharedRange{PoolKey(pool_generation_), it->second.shared, static_cast<int64_t>(into),
+                           fd};
       }
     }
   }
@@ -243,8 +243,7 @@ absl::StatusOr<RemoteDevice::SharedRange> RemoteDevice::ShareWith(
 }
 
 absl::Status RemoteDevice::CopyShared(runtime::Lane& lane, runtime::Storage& dst, int64_t offset,
-                                      const RemoteDevice& from, const std::byte* src,
-                                      int64_t n) {
+                                      const RemoteDevice& from, const std::byte* src, int64_t n) {
   auto c = LaneConnection(lane, *this);
   if (!c.ok()) return c.status();
   // The exporter's storage stays allocated until this returns: the caller holds it.

@@ -50,7 +50,7 @@ class Allocations {
   }
   // The storage holding [address, address + bytes), and where in it that starts.
   absl::StatusOr<std::pair<runtime::StoragePtr, int64_t>> Find(uint64_t address,
-                                                              int64_t bytes) const {
+                                                               int64_t bytes) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = by_address_.upper_bound(address);
     if (bytes >= 0 && it != by_address_.begin()) {
@@ -61,8 +61,8 @@ class Allocations {
         return std::make_pair(it->second, static_cast<int64_t>(offset));
       }
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no storage of this device holds ", bytes, " bytes at 0x", absl::Hex(address)));
+    return absl::FailedPreconditionError(absl::StrCat("no storage of this device holds ", bytes,
+                                                      " bytes at 0x", absl::Hex(address)));
   }
 
  private:
@@ -133,12 +133,18 @@ class HostMaps {
 
 AttrValue FromWire(const pb::Attr& a) {
   switch (a.value_case()) {
-    case pb::Attr::kF: return a.f();
-    case pb::Attr::kI: return static_cast<int64_t>(a.i());
-    case pb::Attr::kB: return a.b();
-    case pb::Attr::kDtype: return static_cast<DType>(a.dtype());
-    case pb::Attr::kS: return a.s();
-    default: return std::monostate{};
+    case pb::Attr::kF:
+      return a.f();
+    case pb::Attr::kI:
+      return static_cast<int64_t>(a.i());
+    case pb::Attr::kB:
+      return a.b();
+    case pb::Attr::kDtype:
+      return static_cast<DType>(a.dtype());
+    case pb::Attr::kS:
+      return a.s();
+    default:
+      return std::monostate{};
   }
 }
 
@@ -268,8 +274,7 @@ class Connection {
         if (auto s = CheckStaging(r.bytes(), r.staging_at()); !s.ok()) return s;
         auto at = allocations_.Find(r.data() + static_cast<uint64_t>(r.offset()), r.bytes());
         if (!at.ok()) return at.status();
-        return device_.Read(*lane_, *at->first, at->second, staging_ + r.staging_at(),
-                            r.bytes());
+        return device_.Read(*lane_, *at->first, at->second, staging_ + r.staging_at(), r.bytes());
       }
       case pb::Request::kCopy: {
         const auto& c = request.copy();
@@ -414,9 +419,9 @@ class Connection {
     }
     std::promise<absl::Status> finished;
     std::future<absl::Status> result = finished.get_future();
-    device_.Run(*lane_, *prepared, std::move(views),
-                reinterpret_cast<std::byte*>(run.out()),
-                [&finished](absl::Status s) { finished.set_value(std::move(s)); }, rb);
+    device_.Run(
+        *lane_, *prepared, std::move(views), reinterpret_cast<std::byte*>(run.out()),
+        [&finished](absl::Status s) { finished.set_value(std::move(s)); }, rb);
     absl::Status s = result.get();
     if (!s.ok()) return s;
     return device_.Read(*lane_, *out->first, out->second, staging_, read_back);
@@ -514,8 +519,8 @@ int WorkerMain(int control_fd, std::unique_ptr<runtime::Device> device) {
     struct stat st {};
     void* staging = MAP_FAILED;
     if (fstat(fds[1], &st) == 0 && st.st_size > 0) {
-      staging = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE,
-                     MAP_SHARED, fds[1], 0);
+      staging = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED,
+                     fds[1], 0);
     }
     close(fds[1]);
     if (staging == MAP_FAILED) {

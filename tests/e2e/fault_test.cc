@@ -95,8 +95,7 @@ class FaultTest : public ::testing::Test {
     const int64_t rss_slack = std::max<int64_t>(base.rss_kb / 4, 64 << 10);
     do {
       now = Footprint(server_->target(), server_->pid());
-      if (now.device_bytes == base.device_bytes &&
-          now.resident_tensors == base.resident_tensors &&
+      if (now.device_bytes == base.device_bytes && now.resident_tensors == base.resident_tensors &&
           now.rss_kb <= base.rss_kb + rss_slack) {
         break;
       }

@@ -182,8 +182,9 @@ TEST_F(KServeV2Test, ErrorsLeaveTheServerServing) {
   req.mutable_inputs(0)->add_shape(int64_t{1} << 37);
   s = Infer(req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
-  EXPECT_NE(s.error_message().find("137438953472 elements exceed this server's limit of 68719476736"),
-            std::string::npos)
+  EXPECT_NE(
+      s.error_message().find("137438953472 elements exceed this server's limit of 68719476736"),
+      std::string::npos)
       << s.error_message();
   ExpectReady();
 }
@@ -229,8 +230,9 @@ TEST_F(KServeV2Test, UnservedMethodsSayWhat) {
                              "/tensorcompute.v1.TensorService/Nope"}) {
     const grpc::Status status = testing::RawUnaryCall(channel, method, "");
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << method;
-    EXPECT_NE(status.error_message().find(std::string("method '") + method + "' is not served here"),
-              std::string::npos)
+    EXPECT_NE(
+        status.error_message().find(std::string("method '") + method + "' is not served here"),
+        std::string::npos)
         << status.error_message();
   }
   ExpectReady();

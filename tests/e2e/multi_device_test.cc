@@ -152,8 +152,8 @@ class MultiDeviceTest : public ::testing::Test {
     std::printf("%s\n", r.Summary().c_str());
     EXPECT_EQ(r.unexpected, 0) << r.Summary();
     EXPECT_EQ(r.wrong, 0);
-    EXPECT_GT(r.ok[cross], cross_at_back) << "no cross-device call succeeded after the restart: "
-                                          << r.Summary();
+    EXPECT_GT(r.ok[cross], cross_at_back)
+        << "no cross-device call succeeded after the restart: " << r.Summary();
 
     auto info = first_->ServerInfo();
     ASSERT_TRUE(info.ok());
@@ -226,7 +226,7 @@ class MultiDeviceTest : public ::testing::Test {
   bool workers_ = false;
 };
 
-#define SKIP_WITH_ONE_DEVICE()                                                     \
+#define SKIP_WITH_ONE_DEVICE() \
   if (devices_ < 2) GTEST_SKIP() << "the server has " << devices_ << " device(s)"
 #define SKIP_WITHOUT_WORKERS() \
   if (!workers_) GTEST_SKIP() << "devices compute in the server's process (no --device_workers)"

@@ -89,8 +89,8 @@ class SecurityTest : public ::testing::Test {
 Pki* SecurityTest::pki_ = nullptr;
 
 TEST_F(SecurityTest, TlsServesOnlyTls) {
-  auto server = Start({"--tls_cert=" + pki_->path("server.pem"),
-                       "--tls_key=" + pki_->path("server.key")});
+  auto server =
+      Start({"--tls_cert=" + pki_->path("server.pem"), "--tls_key=" + pki_->path("server.key")});
   ASSERT_GT(server->port(), 0);
   ClientOptions plain;
   plain.timeout = absl::Seconds(3);
@@ -115,11 +115,12 @@ TEST_F(SecurityTest, TlsServesOnlyTls) {
 // A container's HEALTHCHECK runs `tensorcompute-cli health` with a fixed command line; with
 // TENSORCOMPUTE_TLS_* in its environment it reaches a TLS server, without them it does not.
 TEST_F(SecurityTest, CliHealthTakesTlsFilesFromTheEnvironment) {
-  auto server = Start({"--tls_cert=" + pki_->path("server.pem"),
-                       "--tls_key=" + pki_->path("server.key")});
+  auto server =
+      Start({"--tls_cert=" + pki_->path("server.pem"), "--tls_key=" + pki_->path("server.key")});
   ASSERT_GT(server->port(), 0);
-  const std::string health = std::string(TC_CLI_BINARY) + " --timeout=3 --target=" +
-                             server->target() + " health >/dev/null 2>&1";
+  const std::string health = std::string(TC_CLI_BINARY) +
+                             " --timeout=3 --target=" + server->target() +
+                             " health >/dev/null 2>&1";
   const std::string with_tls = "TENSORCOMPUTE_TLS_CA=" + pki_->path("ca.pem") + " " + health;
   EXPECT_EQ(std::system(with_tls.c_str()), 0) << with_tls;
   const std::string plain = "env -u TENSORCOMPUTE_TLS_CA " + health;
@@ -127,9 +128,9 @@ TEST_F(SecurityTest, CliHealthTakesTlsFilesFromTheEnvironment) {
 }
 
 TEST_F(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
-  auto server = Start({"--tls_cert=" + pki_->path("server.pem"),
-                       "--tls_key=" + pki_->path("server.key"),
-                       "--tls_client_ca=" + pki_->path("ca.pem")});
+  auto server =
+      Start({"--tls_cert=" + pki_->path("server.pem"), "--tls_key=" + pki_->path("server.key"),
+             "--tls_client_ca=" + pki_->path("ca.pem")});
   ASSERT_GT(server->port(), 0);
   ClientOptions no_cert;
   no_cert.tls_ca_file = pki_->path("ca.pem");
@@ -157,8 +158,7 @@ TEST_F(SecurityTest, BearerTokensAndResidentTensorOwnership) {
   EXPECT_EQ(ComputeCode(nobody), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(nobody.ListOps().status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(nobody.ServerInfo().status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(nobody.Upload(Floats({2}, {1, 2})).status().code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(nobody.Upload(Floats({2}, {1, 2})).status().code(), absl::StatusCode::kUnauthenticated);
   v1::ComputeRequest req;
   req.set_op("neg");
   *req.add_inputs() = Floats({2}, {1, 2});

@@ -86,8 +86,8 @@ TEST_F(ServerTest, ListOpsDescribesAdd) {
 TEST_F(ServerTest, BroadcastAdd) {
   v1::Attribute alpha;
   alpha.set_float_value(2);
-  auto out = client_->Compute("add", {Floats({2, 1, 3}, {1, 2, 3, 4, 5, 6}), Floats({2, 1}, {10, 20})},
-                              {{"alpha", alpha}});
+  auto out = client_->Compute(
+      "add", {Floats({2, 1, 3}, {1, 2, 3, 4, 5, 6}), Floats({2, 1}, {10, 20})}, {{"alpha", alpha}});
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->dtype(), v1::float32);
   EXPECT_EQ(std::vector<int64_t>(out->shape().begin(), out->shape().end()),
@@ -175,7 +175,9 @@ TEST_F(ServerTest, LargeUnaryCallsThroughReusedBuffers) {
     got = Values(*out);
     ASSERT_EQ(got.size(), static_cast<size_t>(2 * n - 1));
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(got[static_cast<size_t>(2 * i)], a[static_cast<size_t>(n + 4 - i)] + b[static_cast<size_t>(i)]) << i;
+      ASSERT_EQ(got[static_cast<size_t>(2 * i)],
+                a[static_cast<size_t>(n + 4 - i)] + b[static_cast<size_t>(i)])
+          << i;
       if (i + 1 < n) {
         ASSERT_EQ(got[static_cast<size_t>(2 * i + 1)], 0.0f) << i;
       }
@@ -191,7 +193,8 @@ TEST_F(ServerTest, LargeUnaryCallsThroughReusedBuffers) {
   (*t->mutable_data())[1500000] = 7;
   auto refused = client_->Compute(bad);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("byte 1500000 is 7"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("byte 1500000 is 7"), std::string::npos)
+      << refused.status();
   (*t->mutable_data())[1500000] = 0;
   auto fine = client_->Compute(bad);
   ASSERT_TRUE(fine.ok()) << fine.status();
@@ -217,7 +220,8 @@ TEST_F(ServerTest, OutputDtypeAndLayoutOptions) {
   r.set_output_layout(v1::OUTPUT_LAYOUT_LIKE_FIRST_INPUT);
   auto out = client_->Compute(r);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(std::vector<int64_t>(out->strides().begin(), out->strides().end()), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(std::vector<int64_t>(out->strides().begin(), out->strides().end()),
+            (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(Values(*out), (std::vector<float>{11, 14, 12, 15, 13, 16}));
 
   r.clear_output_layout();
@@ -227,7 +231,8 @@ TEST_F(ServerTest, OutputDtypeAndLayoutOptions) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->data().size(), 4u * 13);
   std::vector<float> v = Values(*out);
-  EXPECT_EQ((std::vector<float>{v[0], v[2], v[4], v[8], v[10], v[12]}), (std::vector<float>{11, 12, 13, 14, 15, 16}));
+  EXPECT_EQ((std::vector<float>{v[0], v[2], v[4], v[8], v[10], v[12]}),
+            (std::vector<float>{11, 12, 13, 14, 15, 16}));
   EXPECT_EQ(v[1], 0);
 
   r.clear_output_strides();
@@ -235,7 +240,8 @@ TEST_F(ServerTest, OutputDtypeAndLayoutOptions) {
   r.add_output_strides(1);
   auto overlap = client_->Compute(r);
   EXPECT_EQ(overlap.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(overlap.status().message().find("overlap"), absl::string_view::npos) << overlap.status();
+  EXPECT_NE(overlap.status().message().find("overlap"), absl::string_view::npos)
+      << overlap.status();
 
   r.clear_output_strides();
   r.set_output_dtype(v1::float64);
@@ -245,7 +251,8 @@ TEST_F(ServerTest, OutputDtypeAndLayoutOptions) {
   r.set_output_dtype(v1::int32);
   auto unsafe = client_->Compute(r);
   EXPECT_EQ(unsafe.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(unsafe.status().message().find("unsafe cast"), absl::string_view::npos) << unsafe.status();
+  EXPECT_NE(unsafe.status().message().find("unsafe cast"), absl::string_view::npos)
+      << unsafe.status();
 }
 
 // plan_only: the output's metadata as running the request would give it, from inputs sent with
@@ -257,12 +264,11 @@ TEST_F(ServerTest, PlanOnlyAnswersWithTheOutputsMetadata) {
     return t;
   };
   auto meta = [](const v1::Tensor& t) {
-    return std::make_tuple(t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()),
-                           std::vector<int64_t>(t.strides().begin(), t.strides().end()),
-                           // A reply with data spans storage_bytes of it.
-                           t.data().empty() ? t.storage_bytes()
-                                            : static_cast<int64_t>(t.data().size()),
-                           t.offset());
+    return std::make_tuple(
+        t.dtype(), std::vector<int64_t>(t.shape().begin(), t.shape().end()),
+        std::vector<int64_t>(t.strides().begin(), t.strides().end()),
+        // A reply with data spans storage_bytes of it.
+        t.data().empty() ? t.storage_bytes() : static_cast<int64_t>(t.data().size()), t.offset());
   };
   v1::Tensor ints;
   ints.set_dtype(v1::int32);
@@ -376,22 +382,34 @@ TEST_F(ServerTest, BadInputsAreRejectedAndServerStaysHealthy) {
     cases.push_back({name, std::move(r), fragment});
   };
   add("unknown op", "unknown op 'frobnicate'", [](auto& r) { r.set_op("frobnicate"); });
-  add("blob too short", "storage holds 5", [](auto& r) { r.mutable_inputs(0)->mutable_data()->resize(20); });
-  add("blob not whole elements", "not a whole number", [](auto& r) { r.mutable_inputs(1)->mutable_data()->push_back('x'); });
+  add("blob too short", "storage holds 5",
+      [](auto& r) { r.mutable_inputs(0)->mutable_data()->resize(20); });
+  add("blob not whole elements", "not a whole number",
+      [](auto& r) { r.mutable_inputs(1)->mutable_data()->push_back('x'); });
   add("strides outside", "reach elements", [](auto& r) {
     r.mutable_inputs(0)->add_strides(3);
     r.mutable_inputs(0)->add_strides(2);
   });
-  add("negative offset reach", "reach elements -2", [](auto& r) { r.mutable_inputs(1)->add_strides(-1); });
-  add("stride count", "1 strides given for rank 2", [](auto& r) { r.mutable_inputs(0)->add_strides(1); });
+  add("negative offset reach", "reach elements -2",
+      [](auto& r) { r.mutable_inputs(1)->add_strides(-1); });
+  add("stride count", "1 strides given for rank 2",
+      [](auto& r) { r.mutable_inputs(0)->add_strides(1); });
   add("negative dim", "negative", [](auto& r) { r.mutable_inputs(0)->set_shape(1, -3); });
-  add("unknown dtype", "unknown dtype enum value 77", [](auto& r) { r.mutable_inputs(0)->set_dtype(static_cast<v1::DType>(77)); });
-  add("missing dtype", "dtype is missing", [](auto& r) { r.mutable_inputs(1)->set_dtype(v1::DTYPE_UNSPECIFIED); });
-  add("unsupported dtype", "does not accept dtype float32", [](auto& r) { r.set_op("bitwise_and"); });
-  add("no broadcast", "cannot be broadcast", [](auto& r) { r.mutable_inputs(1)->set_shape(0, 2); r.mutable_inputs(1)->mutable_data()->resize(8); });
+  add("unknown dtype", "unknown dtype enum value 77",
+      [](auto& r) { r.mutable_inputs(0)->set_dtype(static_cast<v1::DType>(77)); });
+  add("missing dtype", "dtype is missing",
+      [](auto& r) { r.mutable_inputs(1)->set_dtype(v1::DTYPE_UNSPECIFIED); });
+  add("unsupported dtype", "does not accept dtype float32",
+      [](auto& r) { r.set_op("bitwise_and"); });
+  add("no broadcast", "cannot be broadcast", [](auto& r) {
+    r.mutable_inputs(1)->set_shape(0, 2);
+    r.mutable_inputs(1)->mutable_data()->resize(8);
+  });
   add("arity", "takes 2 inputs, got 1", [](auto& r) { r.mutable_inputs()->RemoveLast(); });
-  add("unknown attribute", "no attribute 'beta'", [](auto& r) { (*r.mutable_attributes())["beta"].set_float_value(1); });
-  add("attribute type", "must be of type float", [](auto& r) { (*r.mutable_attributes())["alpha"].set_string_value("x"); });
+  add("unknown attribute", "no attribute 'beta'",
+      [](auto& r) { (*r.mutable_attributes())["beta"].set_float_value(1); });
+  add("attribute type", "must be of type float",
+      [](auto& r) { (*r.mutable_attributes())["alpha"].set_string_value("x"); });
   add("overflowing shape", "more than 2^63", [](auto& r) {
     v1::Tensor* t = r.mutable_inputs(0);
     t->clear_shape();
@@ -467,7 +485,8 @@ TEST(ServerLimits, OversizedRequestAndResponseAreRefused) {
   ASSERT_GT(server.port(), 0);
   Client c(server.target());
   // 2 MiB in: refused by gRPC before it is parsed.
-  auto big = c.Compute("add", {Floats({1 << 19}, std::vector<float>(1 << 19, 1.0f)), Floats({}, {1})});
+  auto big =
+      c.Compute("add", {Floats({1 << 19}, std::vector<float>(1 << 19, 1.0f)), Floats({}, {1})});
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted) << big.status();
   // 8 bytes in, 4 MiB out: refused before the result is allocated.
   auto wide = c.Compute("add", {Floats({1024, 1}, std::vector<float>(1024, 1.0f)),

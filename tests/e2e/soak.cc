@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
     for (const std::string& f : tc::testing::SplitFlags(absl::GetFlag(FLAGS_server_flags))) {
       flags.push_back(f);
     }
-    server = std::make_unique<tc::testing::ServerProcess>(absl::GetFlag(FLAGS_server_binary), flags);
+    server =
+        std::make_unique<tc::testing::ServerProcess>(absl::GetFlag(FLAGS_server_binary), flags);
     if (server->port() == 0) {
       std::fprintf(stderr, "soak: the server did not start\n");
       return 1;
@@ -179,8 +180,8 @@ int main(int argc, char** argv) {
   int64_t last_calls = 0;
   auto last_t = t0;
   const HostCpu host0 = HostCpuSeconds();
-  double last_server = ProcessCpuSeconds(pid), last_self = SelfCpuSeconds(),
-         last_host = host0.busy, last_steal = host0.steal;
+  double last_server = ProcessCpuSeconds(pid), last_self = SelfCpuSeconds(), last_host = host0.busy,
+         last_steal = host0.steal;
   LoadMixReport last_report;
   while (std::chrono::steady_clock::now() < end) {
     const auto next = std::min(end, std::chrono::steady_clock::now() + std::chrono::seconds(1));
@@ -200,8 +201,9 @@ int main(int argc, char** argv) {
     s.host_cores = (host.busy - last_host) / dt;
     s.steal_cores = (host.steal - last_steal) / dt;
     for (int k = 0; k < 3; ++k) {
-      s.kind_per_s[k] = static_cast<double>(r.ok[k] + r.failed[k] - last_report.ok[k] -
-                                            last_report.failed[k]) / dt;
+      s.kind_per_s[k] =
+          static_cast<double>(r.ok[k] + r.failed[k] - last_report.ok[k] - last_report.failed[k]) /
+          dt;
     }
     last_report = r;
     last_server = server_cpu;
@@ -213,17 +215,19 @@ int main(int argc, char** argv) {
     samples.push_back(s);
     const int every = std::max(absl::GetFlag(FLAGS_print_seconds), 1);
     if (samples.size() % every != 0 && now < end) continue;
-    std::printf("  t=%5.0f s  %8.0f calls/s  RSS %5lld MiB  in use %5lld MiB  device %7.1f MiB  "
-                "resident %lld  cores server %.1f soak %.1f host %.1f stolen %.1f  errors %lld\n",
-                s.t, s.calls_per_s, static_cast<long long>(s.f.rss_kb >> 10),
-                static_cast<long long>(s.f.in_use_kb() >> 10),
-                static_cast<double>(s.f.device_bytes) / (1 << 20),
-                static_cast<long long>(s.f.resident_tensors), s.server_cores, s.soak_cores,
-                s.host_cores, s.steal_cores, static_cast<long long>(r.unexpected + r.wrong));
+    std::printf(
+        "  t=%5.0f s  %8.0f calls/s  RSS %5lld MiB  in use %5lld MiB  device %7.1f MiB  "
+        "resident %lld  cores server %.1f soak %.1f host %.1f stolen %.1f  errors %lld\n",
+        s.t, s.calls_per_s, static_cast<long long>(s.f.rss_kb >> 10),
+        static_cast<long long>(s.f.in_use_kb() >> 10),
+        static_cast<double>(s.f.device_bytes) / (1 << 20),
+        static_cast<long long>(s.f.resident_tensors), s.server_cores, s.soak_cores, s.host_cores,
+        s.steal_cores, static_cast<long long>(r.unexpected + r.wrong));
     std::fflush(stdout);
   }
   load.Stop();
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const LoadMixReport r = load.report();
 
   // Afterwards: device memory and resident tensors back at the baseline (allow a few seconds
@@ -231,8 +235,8 @@ int main(int argc, char** argv) {
   ServerFootprint after;
   for (int i = 0; i < 100; ++i) {
     after = tc::testing::Footprint(target, pid);
-    if (after.device_bytes == base.device_bytes && after.resident_tensors == base.resident_tensors &&
-        i >= 20) {
+    if (after.device_bytes == base.device_bytes &&
+        after.resident_tensors == base.resident_tensors && i >= 20) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -263,24 +267,24 @@ int main(int argc, char** argv) {
                     after.rss_kb <= allowed_after;
   const bool clean = r.unexpected == 0 && r.wrong == 0;
 
-  std::printf("soak: %.0f s, %lld calls (%.0f/s): %s\n", elapsed,
-              static_cast<long long>(r.total()), static_cast<double>(r.total()) / elapsed,
-              r.Summary().c_str());
-  std::printf("soak: memory in use, median first half %lld MiB, second half %lld MiB (allowed "
-              "%lld): %s; RSS median %lld and %lld MiB, peak %lld MiB\n",
-              static_cast<long long>(first_median >> 10),
-              static_cast<long long>(second_median >> 10), static_cast<long long>(allowed >> 10),
-              flat ? "flat" : "GROWING", static_cast<long long>(rss_first_median >> 10),
-              static_cast<long long>(rss_second_median >> 10), static_cast<long long>(peak >> 10));
-  std::printf("soak: after: %s (baseline %s, RSS allowed %lld MiB): %s\n",
-              after.ToString().c_str(), base.ToString().c_str(),
-              static_cast<long long>(allowed_after >> 10),
+  std::printf("soak: %.0f s, %lld calls (%.0f/s): %s\n", elapsed, static_cast<long long>(r.total()),
+              static_cast<double>(r.total()) / elapsed, r.Summary().c_str());
+  std::printf(
+      "soak: memory in use, median first half %lld MiB, second half %lld MiB (allowed "
+      "%lld): %s; RSS median %lld and %lld MiB, peak %lld MiB\n",
+      static_cast<long long>(first_median >> 10), static_cast<long long>(second_median >> 10),
+      static_cast<long long>(allowed >> 10), flat ? "flat" : "GROWING",
+      static_cast<long long>(rss_first_median >> 10),
+      static_cast<long long>(rss_second_median >> 10), static_cast<long long>(peak >> 10));
+  std::printf("soak: after: %s (baseline %s, RSS allowed %lld MiB): %s\n", after.ToString().c_str(),
+              base.ToString().c_str(), static_cast<long long>(allowed_after >> 10),
               back ? "back at the baseline" : "NOT BACK");
 
   // By minute (the last one may be shorter): the rate, by kind too, and the CPU each party
   // spent per call.
-  std::printf("soak: by minute: calls/s (small streamed resident) | server CPU ms per call | "
-              "soak CPU ms per call | host cores busy, stolen\n");
+  std::printf(
+      "soak: by minute: calls/s (small streamed resident) | server CPU ms per call | "
+      "soak CPU ms per call | host cores busy, stolen\n");
   // A sample belongs to the minute of its interval's middle; a minute is full when the run
   // went past its end. Sums are weighted by each sample's interval.
   double lo = 0, hi = 0;
@@ -331,9 +335,9 @@ int main(int argc, char** argv) {
         "  \"rss_median_kb\": {\"first_half\": %d, \"second_half\": %d}, \"rss_peak_kb\": %d,\n"
         "  \"in_use_median_kb\": {\"first_half\": %d, \"second_half\": %d},\n"
         "  \"samples\": [",
-        r.unexpected, r.wrong, base.rss_kb, base.device_bytes, base.resident_tensors,
-        after.rss_kb, after.device_bytes, after.resident_tensors, rss_first_median,
-        rss_second_median, peak, first_median, second_median);
+        r.unexpected, r.wrong, base.rss_kb, base.device_bytes, base.resident_tensors, after.rss_kb,
+        after.device_bytes, after.resident_tensors, rss_first_median, rss_second_median, peak,
+        first_median, second_median);
     for (size_t i = 0; i < samples.size(); ++i) {
       out << absl::StrFormat(
           "%s\n    {\"t\": %.2f, \"dt\": %.3f, \"calls_per_second\": %.1f, \"rss_kb\": %d, "

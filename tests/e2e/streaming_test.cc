@@ -221,8 +221,8 @@ TEST_F(StreamingTest, ComputeSpreadOverConnectionsMatchesUnary) {
   ASSERT_TRUE(spread.Release({kept->handle()}).ok());
 
   // A bad request is refused with the reason, and what the spread reserved is released.
-  auto bad = spread.Compute(AddRequest(Floats({3, 4}, RandomFloats(12, 1)),
-                                       Floats({5}, RandomFloats(5, 2))));
+  auto bad = spread.Compute(
+      AddRequest(Floats({3, 4}, RandomFloats(12, 1)), Floats({5}, RandomFloats(5, 2))));
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
   v1::Tensor short_storage = Floats({10}, RandomFloats(9, 3));
   auto bad_view = spread.Compute("neg", {short_storage});
@@ -401,7 +401,8 @@ TEST_F(StreamingTest, OneTensorUploadedInPartsOverSeveralConnections) {
     threads.emplace_back([&, p] {
       grpc::ChannelArguments args;
       args.SetInt("grpc.channel_id", p);  // Distinct arguments: distinct connections.
-      auto ch = grpc::CreateCustomChannel(server_->target(), grpc::InsecureChannelCredentials(), args);
+      auto ch =
+          grpc::CreateCustomChannel(server_->target(), grpc::InsecureChannelCredentials(), args);
       auto s = v1::TensorService::NewStub(ch);
       grpc::ClientContext c;
       v1::UploadResponse r;
@@ -434,8 +435,7 @@ TEST_F(StreamingTest, OneTensorUploadedInPartsOverSeveralConnections) {
 TEST_F(StreamingTest, MalformedStreamsAreRefused) {
   auto stub = v1::TensorService::NewStub(
       grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
-  const v1::ComputeStreamRequest header =
-      testing::StreamHeader("neg", v1::float32, 4, 4);
+  const v1::ComputeStreamRequest header = testing::StreamHeader("neg", v1::float32, 4, 4);
   auto chunk = [](int tensor, int64_t offset, int64_t len) {
     v1::ComputeStreamRequest m;
     m.mutable_chunk()->set_tensor(tensor);
@@ -468,8 +468,8 @@ TEST_F(StreamingTest, MalformedStreamsAreRefused) {
     while (stream->Read(&out)) {
     }
     grpc::Status s = stream->Finish();
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.name << ": "
-                                                                  << s.error_message();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << c.name << ": " << s.error_message();
     EXPECT_NE(s.error_message().find(c.expect), std::string::npos)
         << c.name << ": " << s.error_message();
     server_->ExpectHealthy();
@@ -485,8 +485,7 @@ TEST_F(StreamingTest, MalformedStreamsAreRefused) {
 TEST_F(StreamingTest, CancelAndDeadlineFreeTheirMemory) {
   auto stub = v1::TensorService::NewStub(
       grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials()));
-  const v1::ComputeStreamRequest header =
-      testing::StreamHeader("neg", v1::float32, 1 << 20, 4);
+  const v1::ComputeStreamRequest header = testing::StreamHeader("neg", v1::float32, 1 << 20, 4);
   v1::ComputeStreamRequest part;
   part.mutable_chunk()->set_data(std::string(1 << 20, '\1'));
   {
@@ -519,9 +518,8 @@ TEST_F(StreamingTest, CancelAndDeadlineFreeTheirMemory) {
 }
 
 TEST(LimitsTest, MemoryBudgetQuotaAndConcurrency) {
-  Server server({"--memory_budget=4194304", "--memory_wait_ms=50",
-                 "--resident_quota_bytes=1048576", "--max_concurrent_per_device=1",
-                 "--resident_ttl_seconds=600"});
+  Server server({"--memory_budget=4194304", "--memory_wait_ms=50", "--resident_quota_bytes=1048576",
+                 "--max_concurrent_per_device=1", "--resident_ttl_seconds=600"});
   ASSERT_GT(server.port(), 0);
   Client& client = server.client();
   // 3 MiB in and 3 MiB out do not fit a 4 MiB budget.
@@ -559,11 +557,10 @@ TEST(LimitsTest, MemoryBudgetQuotaAndConcurrency) {
   auto stub = v1::TensorService::NewStub(
       grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
-  std::vector<std::unique_ptr<grpc::ClientReaderWriter<v1::ComputeStreamRequest,
-                                                       v1::TensorStreamMessage>>>
+  std::vector<
+      std::unique_ptr<grpc::ClientReaderWriter<v1::ComputeStreamRequest, v1::TensorStreamMessage>>>
       streams;
-  const v1::ComputeStreamRequest header =
-      testing::StreamHeader("neg", v1::float32, 4, 4);
+  const v1::ComputeStreamRequest header = testing::StreamHeader("neg", v1::float32, 4, 4);
   for (int d = 0; d < devices; ++d) {
     const int64_t before = server.MemoryInUse();
     contexts.push_back(std::make_unique<grpc::ClientContext>());
@@ -626,8 +623,7 @@ TEST(DrainTest, SigtermLetsInFlightWorkFinish) {
   auto stub = v1::TensorService::NewStub(channel);
   grpc::ClientContext ctx;
   auto stream = stub->ComputeStream(&ctx);
-  const v1::ComputeStreamRequest header =
-      testing::StreamHeader("neg", v1::float32, n, 4);
+  const v1::ComputeStreamRequest header = testing::StreamHeader("neg", v1::float32, n, 4);
   ASSERT_TRUE(stream->Write(header));
   const int64_t quarter = n;  // bytes
   auto chunk = [&](int64_t at, int64_t len) {
@@ -661,7 +657,8 @@ TEST(DrainTest, SigtermLetsInFlightWorkFinish) {
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
   // The request in flight completes.
-  for (int64_t at = quarter; at < n * 4; at += quarter) ASSERT_TRUE(stream->Write(chunk(at, quarter)));
+  for (int64_t at = quarter; at < n * 4; at += quarter)
+    ASSERT_TRUE(stream->Write(chunk(at, quarter)));
   stream->WritesDone();
   v1::TensorStreamMessage m;
   std::string out;
@@ -693,13 +690,12 @@ TEST(LargeStreamTest, MoreThanTwoGibibytes) {
   };
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  auto stub = v1::TensorService::NewStub(grpc::CreateCustomChannel(
-      server.target(), grpc::InsecureChannelCredentials(), args));
+  auto stub = v1::TensorService::NewStub(
+      grpc::CreateCustomChannel(server.target(), grpc::InsecureChannelCredentials(), args));
   grpc::ClientContext ctx;
   auto stream = stub->ComputeStream(&ctx);
   std::thread writer([&] {
-    const v1::ComputeStreamRequest header =
-        testing::StreamHeader("bitwise_not", v1::uint8, n, 1);
+    const v1::ComputeStreamRequest header = testing::StreamHeader("bitwise_not", v1::uint8, n, 1);
     bool ok = stream->Write(header);
     const int64_t chunk = 4 << 20;
     v1::ComputeStreamRequest m;

@@ -1,7 +1,7 @@
 // What adding an op must keep in step, checked rather than left to discipline: a kernel for
 // every dtype the spec accepts (the arity is the functor's, stated once), a row in the
-// independent reference with that arity, and the op table of docs/semantics.md and the README's count naming exactly
-// the catalog's ops.
+// independent reference with that arity, and the op table of docs/semantics.md and the README's
+// count naming exactly the catalog's ops.
 #include <fstream>
 #include <random>
 #include <set>
@@ -111,9 +111,12 @@ TEST(Catalog, DocsListEveryOp) {
   const std::set<std::string> listed = TableOps(semantics.substr(table, table_end - table));
   const std::set<std::string> catalog = CatalogNames();
   std::vector<std::string> missing, extra;
-  for (const std::string& n : catalog) if (!listed.count(n)) missing.push_back(n);
-  for (const std::string& n : listed) if (!catalog.count(n)) extra.push_back(n);
-  EXPECT_TRUE(missing.empty()) << "docs/semantics.md's op table lacks: " << absl::StrJoin(missing, ", ");
+  for (const std::string& n : catalog)
+    if (!listed.count(n)) missing.push_back(n);
+  for (const std::string& n : listed)
+    if (!catalog.count(n)) extra.push_back(n);
+  EXPECT_TRUE(missing.empty()) << "docs/semantics.md's op table lacks: "
+                               << absl::StrJoin(missing, ", ");
   EXPECT_TRUE(extra.empty()) << "docs/semantics.md's op table names ops the catalog lacks: "
                              << absl::StrJoin(extra, ", ");
   const std::string count = "It has " + std::to_string(catalog.size()) + " element-wise ops";

@@ -41,7 +41,8 @@ TEST(CpuBackend, EveryDtypeCombinationMatchesTheReference) {
 // Fewer cases, but large enough that rows split across threads and blocks.
 TEST(CpuBackend, LargeTensorsMatchTheReference) {
   const uint64_t seed = testing::TestSeed() ^ 0x9e3779b97f4a7c15ull;
-  std::printf("TC_TEST_SEED=%llu (xor 0x9e3779b97f4a7c15)\n", static_cast<unsigned long long>(seed));
+  std::printf("TC_TEST_SEED=%llu (xor 0x9e3779b97f4a7c15)\n",
+              static_cast<unsigned long long>(seed));
   CpuBackend backend(3);
   testing::ConformanceOptions options;
   options.cases_per_op = 2;
@@ -57,8 +58,8 @@ TEST(CpuBackend, ThreadedRowBroadcast) {
   std::vector<float> a(m * n), b(n);
   for (int64_t i = 0; i < m * n; ++i) a[i] = static_cast<float>(i % 1000);
   for (int64_t j = 0; j < n; ++j) b[j] = static_cast<float>(j);
-  TensorView va{DType::kFloat32, {m, n}, {n, 1}, 0,
-                reinterpret_cast<const std::byte*>(a.data()), m * n * 4};
+  TensorView va{DType::kFloat32, {m, n}, {n, 1}, 0, reinterpret_cast<const std::byte*>(a.data()),
+                m * n * 4};
   TensorView vb{DType::kFloat32, {n}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), n * 4};
   const TensorView inputs[] = {va, vb};
   auto op = PrepareOp("add", inputs, {});
@@ -73,9 +74,9 @@ TEST(CpuBackend, ThreadedRowBroadcast) {
 }
 
 // Runs every op under the baseline copy of the CPU loops and under a wider one (AVX2,
-// AVX-512: kernels/cpu/isa.h) and requires the same bytes from both (any NaN for a NaN), so that the conformance
-// cases (every op, dtype, broadcast, layout, NaN and infinities) hold the wider copies to the
-// baseline bit for bit, not only to the reference's tolerance.
+// AVX-512: kernels/cpu/isa.h) and requires the same bytes from both (any NaN for a NaN), so that
+// the conformance cases (every op, dtype, broadcast, layout, NaN and infinities) hold the wider
+// copies to the baseline bit for bit, not only to the reference's tolerance.
 class IsaAgreementBackend : public Backend {
  public:
   explicit IsaAgreementBackend(cpu::Isa isa) : isa_(isa), pool_(ThreadPool::WorkersFor(2)) {}
@@ -97,7 +98,8 @@ class IsaAgreementBackend : public Backend {
       const int64_t item = ItemSize(op.plan.out_dtype);
       for (size_t i = 0; i + static_cast<size_t>(item) <= bytes; i += static_cast<size_t>(item)) {
         if (std::memcmp(out + i, baseline.data() + i, static_cast<size_t>(item)) == 0) continue;
-        if (IsNaN(op.plan.out_dtype, out + i) && IsNaN(op.plan.out_dtype, baseline.data() + i)) continue;
+        if (IsNaN(op.plan.out_dtype, out + i) && IsNaN(op.plan.out_dtype, baseline.data() + i))
+          continue;
         ADD_FAILURE() << what << " under " << cpu::IsaName(isa_)
                       << " differs from the baseline at byte " << i << " of " << bytes;
         break;
@@ -172,8 +174,8 @@ TEST(CpuBackend, SigmoidRowIsItsThreeSteps) {
   std::uniform_real_distribution<float> uni(-100.0f, 100.0f);
   std::vector<float> a(1000);
   for (float& x : a) x = uni(rng);
-  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 88.7f, -88.8f, -104.0f,
-                            1e-40f};
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN,
+                            -NAN, 88.7f, -88.8f,   -104.0f,   1e-40f};
   for (size_t i = 0; i < std::size(specials); ++i) a[i * 37] = specials[i];
   for (int64_t start : {0, 1, 5, 16}) {
     for (int64_t n : {1, 15, 16, 17, 33, 64, 333, 900}) {
@@ -202,7 +204,10 @@ TEST(CpuBackend, LargeOutputsMatchTheReference) {
   for (float& x : b) x = uni(rng);
   for (float& x : col) x = uni(rng);
   auto f32 = [](const std::vector<float>& v, DimVector shape) {
-    return TensorView{DType::kFloat32, shape, ContiguousStrides(shape), 0,
+    return TensorView{DType::kFloat32,
+                      shape,
+                      ContiguousStrides(shape),
+                      0,
                       reinterpret_cast<const std::byte*>(v.data()),
                       static_cast<int64_t>(v.size() * sizeof(float))};
   };
@@ -267,17 +272,23 @@ TEST(CpuBackend, PowRowWithinAnUlp) {
   std::vector<float> a(n), b(n), out(n);
   const auto draw = [&](int64_t i) -> std::pair<float, float> {
     switch (i % 6) {
-      case 0: return {u01(rng), u01(rng)};
-      case 1: return {std::exp2(exps(rng)), ys(rng)};
-      case 2: return {1.0f + (u01(rng) - 0.5f) * 1e-3f, ys(rng) * 5000.0f};
-      case 3: return {u01(rng) * 1e-39f, u01(rng) * 2.0f};
-      case 4: return {(u01(rng) - 0.5f) * 60.0f, std::round(ys(rng))};
-      default: return {std::exp2(exps(rng)) * 0.999f, 127.9f / std::log2(1.0f + u01(rng) * 3.0f)};
+      case 0:
+        return {u01(rng), u01(rng)};
+      case 1:
+        return {std::exp2(exps(rng)), ys(rng)};
+      case 2:
+        return {1.0f + (u01(rng) - 0.5f) * 1e-3f, ys(rng) * 5000.0f};
+      case 3:
+        return {u01(rng) * 1e-39f, u01(rng) * 2.0f};
+      case 4:
+        return {(u01(rng) - 0.5f) * 60.0f, std::round(ys(rng))};
+      default:
+        return {std::exp2(exps(rng)) * 0.999f, 127.9f / std::log2(1.0f + u01(rng) * 3.0f)};
     }
   };
   for (int64_t i = 0; i < n; ++i) std::tie(a[i], b[i]) = draw(i);
-  const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, 0.5f, -2.5f, 1e-45f, 3.4e38f,
-                            INFINITY, -INFINITY, NAN, 1.0000001f, 0.99999994f};
+  const float specials[] = {0.0f,   -0.0f,   1.0f,     -1.0f,     2.0f, 0.5f,       -2.5f,
+                            1e-45f, 3.4e38f, INFINITY, -INFINITY, NAN,  1.0000001f, 0.99999994f};
   int64_t k = 0;
   for (float x : specials) {
     for (float y : specials) {
@@ -293,12 +304,14 @@ TEST(CpuBackend, PowRowWithinAnUlp) {
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") ? 1 : 2;
   int64_t inexact = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const float want = static_cast<float>(std::pow(static_cast<double>(a[i]), static_cast<double>(b[i])));
+    const float want =
+        static_cast<float>(std::pow(static_cast<double>(a[i]), static_cast<double>(b[i])));
     const int64_t ulps = UlpsApart(out[i], want);
-    ASSERT_LE(ulps, tolerance) << "pow(" << a[i] << ", " << b[i] << ") = " << out[i] << ", want " << want
-                       << " (seed " << seed << ")";
+    ASSERT_LE(ulps, tolerance) << "pow(" << a[i] << ", " << b[i] << ") = " << out[i] << ", want "
+                               << want << " (seed " << seed << ")";
     if (i < k) {
-      EXPECT_EQ(UlpsApart(out[i], std::pow(a[i], b[i])), 0) << "pow(" << a[i] << ", " << b[i] << ")";
+      EXPECT_EQ(UlpsApart(out[i], std::pow(a[i], b[i])), 0)
+          << "pow(" << a[i] << ", " << b[i] << ")";
     }
     inexact += ulps != 0;
   }

@@ -109,9 +109,9 @@ TEST_F(CudaBackendTest, QuantizedOpsMatchCpuOnEveryPair) {
         {t, {65536}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), 65536},
         {t, {65536}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), 65536}};
     const int64_t zero = t == DType::kUInt8 ? 2 : -2;
-    const AttrMap attrs = {{"a_scale", 0.05},     {"a_zero_point", int64_t{3}},
-                           {"b_scale", 0.1},      {"b_zero_point", zero},
-                           {"scale", 0.2},        {"zero_point", int64_t{1}}};
+    const AttrMap attrs = {{"a_scale", 0.05}, {"a_zero_point", int64_t{3}},
+                           {"b_scale", 0.1},  {"b_zero_point", zero},
+                           {"scale", 0.2},    {"zero_point", int64_t{1}}};
     for (const char* name : {"quantized_add", "quantized_sub", "quantized_mul"}) {
       auto op = PrepareOp(name, inputs, attrs);
       ASSERT_TRUE(op.ok()) << op.status();
@@ -161,8 +161,8 @@ TEST_F(CudaBackendTest, BytewiseOpsMatchCpuOnEveryPair) {
 // floor_divide, remainder and fmod of a by b (contiguous, broadcast against each other) on
 // the device, bit for bit the CPU's result; a NaN matches any NaN. Floating types also true
 // division.
-void ExpectDivisionMatchesCpu(runtime::DeviceBackend& gpu_backend, CpuBackend& cpu_backend,
-                              DType t, const std::vector<std::byte>& a, const DimVector& a_shape,
+void ExpectDivisionMatchesCpu(runtime::DeviceBackend& gpu_backend, CpuBackend& cpu_backend, DType t,
+                              const std::vector<std::byte>& a, const DimVector& a_shape,
                               const std::vector<std::byte>& b, const DimVector& b_shape) {
   const int64_t item = ItemSize(t);
   const auto contiguous = [](const DimVector& shape) {
@@ -246,9 +246,9 @@ TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
   }
   // Every int16 dividend [65536, 1] by 64 divisors [1, 64].
   {
-    std::vector<int16_t> a(65536), b = {1, -1, 2, -2, 3, -3, 7, -7, 10, -10, 127, -128, 128, 255,
-                                        256, -256, 1000, -1001, 16384, -16384, 32767, -32767,
-                                        -32768, 32766};
+    std::vector<int16_t> a(65536),
+        b = {1,   -1,  2,   -2,   3,    -3,    7,     -7,     10,    -10,    127,    -128,
+             128, 255, 256, -256, 1000, -1001, 16384, -16384, 32767, -32767, -32768, 32766};
     for (int i = 0; i < 65536; ++i) a[i] = static_cast<int16_t>(i - 32768);
     while (b.size() < 64) {
       const auto v = static_cast<int16_t>(rng());
@@ -258,17 +258,31 @@ TEST_F(CudaBackendTest, IntegerDivisionMatchesCpu) {
   }
   // int64: small values, values just outside 32 bits, the extremes, and random 64-bit ones.
   {
-    const std::vector<int64_t> edges = {0, 1, -1, 2, -2, 7, -7, 2147483647, -2147483647,
-                                        -2147483647 - 1, 2147483648, -2147483649,
+    const std::vector<int64_t> edges = {0,
+                                        1,
+                                        -1,
+                                        2,
+                                        -2,
+                                        7,
+                                        -7,
+                                        2147483647,
+                                        -2147483647,
+                                        -2147483647 - 1,
+                                        2147483648,
+                                        -2147483649,
                                         std::numeric_limits<int64_t>::max(),
                                         std::numeric_limits<int64_t>::min()};
     std::vector<int64_t> a, b;
     const auto random_value = [&]() -> int64_t {
       switch (rng() % 4) {
-        case 0: return static_cast<int64_t>(rng() % 201) - 100;
-        case 1: return static_cast<int32_t>(rng());
-        case 2: return edges[rng() % edges.size()];
-        default: return static_cast<int64_t>(rng());
+        case 0:
+          return static_cast<int64_t>(rng() % 201) - 100;
+        case 1:
+          return static_cast<int32_t>(rng());
+        case 2:
+          return edges[rng() % edges.size()];
+        default:
+          return static_cast<int64_t>(rng());
       }
     };
     for (int64_t x : edges) {
@@ -307,7 +321,10 @@ TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
     const bool half = t == DType::kFloat16;
     std::vector<uint16_t> a(65536);
     for (int i = 0; i < 65536; ++i) a[i] = static_cast<uint16_t>(i);
-    std::vector<uint16_t> b = {0x0000, 0x8000, 0x0001, 0x8001,
+    std::vector<uint16_t> b = {0x0000,
+                               0x8000,
+                               0x0001,
+                               0x8001,
                                half ? uint16_t{0x03ff} : uint16_t{0x007f},
                                half ? uint16_t{0x7c00} : uint16_t{0x7f80},
                                half ? uint16_t{0xfc00} : uint16_t{0xff80},
@@ -360,8 +377,8 @@ TEST_F(CudaBackendTest, FloatDivisionMatchesCpu) {
       b.push_back(y);
     }
     const int64_t n = static_cast<int64_t>(a.size());
-    ExpectDivisionMatchesCpu(*backend_, cpu_backend, DType::kFloat32, bytes_of(a), {n},
-                             bytes_of(b), {n});
+    ExpectDivisionMatchesCpu(*backend_, cpu_backend, DType::kFloat32, bytes_of(a), {n}, bytes_of(b),
+                             {n});
   }
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
@@ -411,14 +428,17 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
     // Runs op `name` on inputs (one, or two broadcast against each other, or two of one 1-dim
     // shape paired element by element) and checks every element; the input views may start
     // `offset` and `b_offset` elements into `a` and `b` (views off the 16-byte packs).
-    const auto check = [&](const std::string& name, const std::vector<uint16_t>& a, DimVector a_shape,
-                           const std::vector<uint16_t>* b, DimVector b_shape, int64_t offset = 0,
-                           int64_t b_offset = 0) {
+    const auto check = [&](const std::string& name, const std::vector<uint16_t>& a,
+                           DimVector a_shape, const std::vector<uint16_t>* b, DimVector b_shape,
+                           int64_t offset = 0, int64_t b_offset = 0) {
       std::vector<TensorView> inputs;
       const auto view = [t](const std::vector<uint16_t>& v, DimVector shape, int64_t at) {
         DimVector strides(shape.size(), 1);
         if (shape.size() == 2) strides[0] = shape[1];
-        return TensorView{t, std::move(shape), std::move(strides), at,
+        return TensorView{t,
+                          std::move(shape),
+                          std::move(strides),
+                          at,
                           reinterpret_cast<const std::byte*>(v.data()),
                           static_cast<int64_t>(v.size() * 2)};
       };
@@ -450,8 +470,8 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
                               : std::abs(ordered(g) - ordered(want)) <= 1;
           if (!ok && failures++ < 5) {
             ADD_FAILURE() << name << "(" << x << (b == nullptr ? "" : ", " + std::to_string(y))
-                          << ") " << DTypeName(t) << ": got bits 0x" << std::hex << g
-                          << ", want 0x" << want << std::dec << " (" << e << ")";
+                          << ") " << DTypeName(t) << ": got bits 0x" << std::hex << g << ", want 0x"
+                          << want << std::dec << " (" << e << ")";
           }
         }
       }
@@ -471,8 +491,26 @@ TEST_F(CudaBackendTest, HalfNarrowMathWithinAnUlp) {
     const double inf = std::numeric_limits<double>::infinity();
     const double ulp1 = half ? 0x1p-10 : 0x1p-7;
     std::vector<uint16_t> partners;
-    for (double x : {0.0, 1.0, 2.0, 3.0, 0.5, 0.25, 1.5, 2.5, 7.0, 10.0, 11.0, 1.0 + ulp1,
-                     1.0 - ulp1 / 2, 3.14159265358979, 15.5, 1e-3, 100.0, 1000.0, 60000.0, inf}) {
+    for (double x : {0.0,
+                     1.0,
+                     2.0,
+                     3.0,
+                     0.5,
+                     0.25,
+                     1.5,
+                     2.5,
+                     7.0,
+                     10.0,
+                     11.0,
+                     1.0 + ulp1,
+                     1.0 - ulp1 / 2,
+                     3.14159265358979,
+                     15.5,
+                     1e-3,
+                     100.0,
+                     1000.0,
+                     60000.0,
+                     inf}) {
       partners.push_back(encode(x));
       partners.push_back(encode(-x));
     }
@@ -525,13 +563,15 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
   uint64_t x = testing::TestSeed() ^ 0x7157ull;
   const auto random_bytes = [&x](DType t, int64_t n) { return RandomBytes(t, n, x); };
   CpuBackend cpu_backend;
-  for (const DType t : {DType::kUInt8, DType::kFloat16, DType::kInt32, DType::kFloat32, DType::kFloat64}) {
+  for (const DType t :
+       {DType::kUInt8, DType::kFloat16, DType::kInt32, DType::kFloat32, DType::kFloat64}) {
     const int64_t item = ItemSize(t);
     constexpr int64_t kStorage = 8 * 129 * 3 * 16 + 1;  // the largest view below, and one
     const std::vector<std::byte> a = random_bytes(t, kStorage), b = random_bytes(t, kStorage);
-    const auto view = [&](const std::vector<std::byte>& s, DimVector shape, DimVector strides, int64_t offset) {
-      return TensorView{t, std::move(shape), std::move(strides), offset, s.data(),
-                        static_cast<int64_t>(s.size())};
+    const auto view = [&](const std::vector<std::byte>& s, DimVector shape, DimVector strides,
+                          int64_t offset) {
+      return TensorView{t,      std::move(shape), std::move(strides),
+                        offset, s.data(),         static_cast<int64_t>(s.size())};
     };
     struct Case {
       const char* name;
@@ -542,14 +582,19 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
     const Case cases[] = {
         {"transposed input", {view(a, {R, C}, {C, 1}, 0), view(b, {R, C}, {1, R}, 0)}, {}},
         {"transposed output", {view(a, {R, C}, {C, 1}, 0), view(b, {R, C}, {C, 1}, 0)}, {1, R}},
-        {"both inputs transposed, misaligned", {view(a, {R, C}, {1, R}, 1), view(b, {R, C}, {1, R}, 0)}, {}},
+        {"both inputs transposed, misaligned",
+         {view(a, {R, C}, {1, R}, 1), view(b, {R, C}, {1, R}, 0)},
+         {}},
         {"reversed rows beside a transposed input",
-         {view(a, {R, C}, {-C, 1}, (R - 1) * C), view(b, {R, C}, {1, R}, 1)}, {}},
+         {view(a, {R, C}, {-C, 1}, (R - 1) * C), view(b, {R, C}, {1, R}, 1)},
+         {}},
         {"channels-first into channels-last, batched",
-         {view(a, {B, H, W}, {H * W, 1, H}, 0), view(b, {B, H, W}, {H * W, W, 1}, 0)}, {}},
+         {view(a, {B, H, W}, {H * W, 1, H}, 0), view(b, {B, H, W}, {H * W, W, 1}, 0)},
+         {}},
         // Dense along its outermost dim: the tile's second dim moves to plan dim 1.
         {"rank 3, input dense along the outermost dim",
-         {view(a, {20, 5, 70}, {1, 20 * 70, 20}, 0), view(b, {20, 5, 70}, {5 * 70, 70, 1}, 1)}, {}},
+         {view(a, {20, 5, 70}, {1, 20 * 70, 20}, 0), view(b, {20, 5, 70}, {5 * 70, 70, 1}, 1)},
+         {}},
         // A [5, 17, 3, 4, 18] storage permuted (4, 2, 0, 3, 1): three batch dims.
         {"rank 5, permuted, odd sizes",
          {view(a, {18, 3, 5, 4, 17}, {3 * 5 * 4 * 17, 5 * 4 * 17, 4 * 17, 17, 1}, 0),
@@ -558,10 +603,12 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
         // The output's fastest dim short (16, 20) beside a long staged one: tiles 16 deep
         // along it (8-byte types take them for 16 only), partial along both tile dims.
         {"short output dim, 16",
-         {view(a, {7, 150, 16}, {150 * 16, 16, 1}, 0), view(b, {7, 150, 16}, {16 * 150, 1, 150}, 1)},
+         {view(a, {7, 150, 16}, {150 * 16, 16, 1}, 0),
+          view(b, {7, 150, 16}, {16 * 150, 1, 150}, 1)},
          {}},
         {"short output dim, 20, batched",
-         {view(a, {5, 140, 20}, {140 * 20, 1, 140}, 1), view(b, {5, 140, 20}, {140 * 20, 20, 1}, 0)},
+         {view(a, {5, 140, 20}, {140 * 20, 1, 140}, 1),
+          view(b, {5, 140, 20}, {140 * 20, 20, 1}, 0)},
          {}},
         // A [3, 4, 5, 5, 2, 3, 16] storage permuted (6, 4, 2, 0, 5, 3, 1): the output dense
         // along 4 elements only; tile dim 0 fuses them with the next 5, tile dim 1 (the
@@ -590,9 +637,11 @@ TEST_F(CudaBackendTest, PermutedLayoutsMatchCpu) {
         // Lines a multiple of 4 bytes long: 1- and 2-byte types take the word tiles (the
         // dim-0 side 132 past a whole tile, 67 a partial word along the staged dim).
         {"transposed input, lines of whole words",
-         {view(a, {68, 132}, {132, 1}, 0), view(b, {68, 132}, {1, 68}, 0)}, {}},
+         {view(a, {68, 132}, {132, 1}, 0), view(b, {68, 132}, {1, 68}, 0)},
+         {}},
         {"transposed input in a padded column-major buffer, a partial word",
-         {view(a, {67, 132}, {132, 1}, 0), view(b, {67, 132}, {1, 68}, 0)}, {}},
+         {view(a, {67, 132}, {132, 1}, 0), view(b, {67, 132}, {1, 68}, 0)},
+         {}},
         {"transposed output of lines of whole words, batched",
          {view(a, {3, 68, 132}, {68 * 132, 132, 1}, 0), view(b, {3, 68, 132}, {0, 132, 1}, 4)},
          {68 * 132, 1, 68}},
@@ -628,15 +677,19 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
   uint64_t x = testing::TestSeed() ^ 0xc0417ull;
   CpuBackend cpu_backend;
   const DType types[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kFloat64,
-                         DType::kInt32, DType::kInt8, DType::kUInt8, DType::kBool};
+                         DType::kInt32,   DType::kInt8,     DType::kUInt8,   DType::kBool};
   std::vector<std::vector<std::byte>> storage;
   const auto tensor = [&](DType t, bool transposed, int64_t offset) {
     storage.push_back(RandomBytes(t, R * C + offset, x));
     if (t == DType::kBool) {
       for (std::byte& b : storage.back()) b &= std::byte{1};
     }
-    return TensorView{t, {R, C}, transposed ? DimVector{1, R} : DimVector{C, 1}, offset,
-                      storage.back().data(), static_cast<int64_t>(storage.back().size())};
+    return TensorView{t,
+                      {R, C},
+                      transposed ? DimVector{1, R} : DimVector{C, 1},
+                      offset,
+                      storage.back().data(),
+                      static_cast<int64_t>(storage.back().size())};
   };
   const auto check = [&](const std::string& what, const char* op, std::vector<TensorView> in,
                          const AttrMap& attrs, DimVector out_strides,
@@ -658,8 +711,8 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
       const std::string name = absl::StrCat(DTypeName(from), " to ", DTypeName(to));
       check(absl::StrCat("cast of a transposed ", name), "cast", {tensor(from, true, 1)},
             {{"dtype", to}}, {});
-      check(absl::StrCat("cast into a transposed output, ", name), "cast",
-            {tensor(from, false, 0)}, {{"dtype", to}}, {1, R});
+      check(absl::StrCat("cast into a transposed output, ", name), "cast", {tensor(from, false, 0)},
+            {{"dtype", to}}, {1, R});
     }
   }
   // Between float32 and float16 or bfloat16 with the 2-byte side's lines on 4-byte
@@ -669,13 +722,19 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
   constexpr int64_t R2 = 66, C2 = 130;
   const auto even = [&](DType t, bool transposed, int64_t offset) {
     storage.push_back(RandomBytes(t, R2 * C2 + offset, x));
-    return TensorView{t, {R2, C2}, transposed ? DimVector{1, R2} : DimVector{C2, 1}, offset,
-                      storage.back().data(), static_cast<int64_t>(storage.back().size())};
+    return TensorView{t,
+                      {R2, C2},
+                      transposed ? DimVector{1, R2} : DimVector{C2, 1},
+                      offset,
+                      storage.back().data(),
+                      static_cast<int64_t>(storage.back().size())};
   };
   for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
     for (const int64_t offset : {0, 2}) {
-      for (const auto& [from, to] : {std::pair{DType::kFloat32, half}, std::pair{half, DType::kFloat32}}) {
-        const std::string name = absl::StrCat(DTypeName(from), " to ", DTypeName(to), ", offset ", offset);
+      for (const auto& [from, to] :
+           {std::pair{DType::kFloat32, half}, std::pair{half, DType::kFloat32}}) {
+        const std::string name =
+            absl::StrCat(DTypeName(from), " to ", DTypeName(to), ", offset ", offset);
         check(absl::StrCat("cast of a transposed ", name, ", even sizes"), "cast",
               {even(from, true, offset)}, {{"dtype", to}}, {});
         check(absl::StrCat("cast into a transposed output, ", name, ", even sizes"), "cast",
@@ -744,7 +803,8 @@ TEST_F(CudaBackendTest, MoreThanTwoToThe31Elements) {
   const TensorView grid_b{DType::kUInt8, {4, 8, 16, m}, {1, 4, 32, 512}, 0, pb, n};
   CpuBackend cpu_backend;
   std::vector<uint8_t> gpu(n), cpu(n);
-  for (const auto& [va, vb, ndim] : {std::tuple{flat_a, flat_b, 1}, std::tuple{grid_a, grid_b, 4}}) {
+  for (const auto& [va, vb, ndim] :
+       {std::tuple{flat_a, flat_b, 1}, std::tuple{grid_a, grid_b, 4}}) {
     const TensorView inputs[] = {va, vb};
     auto op = PrepareOp("add", inputs, {});
     ASSERT_TRUE(op.ok()) << op.status();
@@ -766,8 +826,8 @@ struct DeviceRun {
   std::vector<std::byte> out;
 };
 
-DeviceRun RunOnDevice(const PreparedOp& op, const std::vector<TensorView>& inputs, int64_t shift = 0,
-                      int64_t out_shift = -1) {
+DeviceRun RunOnDevice(const PreparedOp& op, const std::vector<TensorView>& inputs,
+                      int64_t shift = 0, int64_t out_shift = -1) {
   DeviceRun r;
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -825,10 +885,12 @@ TEST_F(CudaBackendTest, RunsTheKernelThePlanNames) {
     // (Rows over more than two dims run as the general kernel then.)
     const Kernel want = op->plan.ndim > 3 ? Kernel::kGeneral : Kernel::kCastRows;
     EXPECT_EQ(KernelName(r.ran), KernelName(want)) << c.name << ", shifted by 4 bytes";
-    EXPECT_EQ(testing::CheckKernelCase(c, *op, r.out), "") << c.name << ", shifted (seed " << seed << ")";
+    EXPECT_EQ(testing::CheckKernelCase(c, *op, r.out), "")
+        << c.name << ", shifted (seed " << seed << ")";
     // Every shift that keeps each operand's elements aligned to their size.
     int64_t item = 1;
-    for (int k = 0; k < op->plan.num_operands; ++k) item = std::max(item, ItemSize(op->plan.dtypes[k]));
+    for (int k = 0; k < op->plan.num_operands; ++k)
+      item = std::max(item, ItemSize(op->plan.dtypes[k]));
     for (int64_t shift = item; shift < 16; shift += item) {
       const DeviceRun in_only = RunOnDevice(*op, c.Views(), shift, /*out_shift=*/0);
       ASSERT_TRUE(in_only.status.ok()) << c.name << ": " << in_only.status;
@@ -846,8 +908,8 @@ TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
   uint64_t x = testing::TestSeed() ^ 0x5e1ull;
   CpuBackend cpu_backend;
   constexpr int64_t R = 37;
-  for (const DType t : {DType::kInt8, DType::kFloat16, DType::kBFloat16, DType::kFloat32,
-                        DType::kFloat64}) {
+  for (const DType t :
+       {DType::kInt8, DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
     for (const int64_t cols : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{1000}, int64_t{4099}}) {
       const int64_t wide = cols + 5;
       const std::vector<std::byte> a = RandomBytes(t, R * wide, x), b = RandomBytes(t, R * cols, x);
@@ -866,21 +928,35 @@ TEST_F(CudaBackendTest, RowSlicesMatchCpu) {
       std::vector<Case> cases;
       for (const int64_t s : {int64_t{0}, int64_t{1}, int64_t{3}}) {
         const TensorView sliced = view(t, a, {R, cols}, {wide, 1}, s);
-        cases.push_back({absl::StrCat("slice at ", s, " + dense"), "add",
-                         {sliced, view(t, b, {R, cols}, {cols, 1}, 0)}, {}});
-        cases.push_back({absl::StrCat("slice at ", s, " max, into a sliced output"), "maximum",
-                         {view(t, b, {R, cols}, {cols, 1}, 0), sliced}, {wide, 1}});
-        cases.push_back({absl::StrCat("slice at ", s, " eq a broadcast row"), "eq",
-                         {sliced, view(t, b, {cols}, {1}, 0)}, {}});
-        cases.push_back({absl::StrCat("slice at ", s, " + a 0-dim tensor"), "sub",
-                         {sliced, view(t, b, {}, {}, 0)}, {}});
-        cases.push_back({absl::StrCat("slice at ", s, " * float32 slice at 2"), "mul",
-                         {sliced, view(DType::kFloat32, f, {R, cols}, {wide, 1}, 2)}, {}});
-        cases.push_back({absl::StrCat("float32 slice at ", s, " - slice at ", s), "sub",
-                         {view(DType::kFloat32, f, {R, cols}, {wide, 1}, s), sliced}, {}});
-        cases.push_back({absl::StrCat("slice at ", s, " reversed rows"), "add",
+        cases.push_back({absl::StrCat("slice at ", s, " + dense"),
+                         "add",
+                         {sliced, view(t, b, {R, cols}, {cols, 1}, 0)},
+                         {}});
+        cases.push_back({absl::StrCat("slice at ", s, " max, into a sliced output"),
+                         "maximum",
+                         {view(t, b, {R, cols}, {cols, 1}, 0), sliced},
+                         {wide, 1}});
+        cases.push_back({absl::StrCat("slice at ", s, " eq a broadcast row"),
+                         "eq",
+                         {sliced, view(t, b, {cols}, {1}, 0)},
+                         {}});
+        cases.push_back({absl::StrCat("slice at ", s, " + a 0-dim tensor"),
+                         "sub",
+                         {sliced, view(t, b, {}, {}, 0)},
+                         {}});
+        cases.push_back({absl::StrCat("slice at ", s, " * float32 slice at 2"),
+                         "mul",
+                         {sliced, view(DType::kFloat32, f, {R, cols}, {wide, 1}, 2)},
+                         {}});
+        cases.push_back({absl::StrCat("float32 slice at ", s, " - slice at ", s),
+                         "sub",
+                         {view(DType::kFloat32, f, {R, cols}, {wide, 1}, s), sliced},
+                         {}});
+        cases.push_back({absl::StrCat("slice at ", s, " reversed rows"),
+                         "add",
                          {view(t, a, {R, cols}, {-wide, 1}, (R - 1) * wide + s),
-                          view(t, b, {R, cols}, {cols, 1}, 0)}, {}});
+                          view(t, b, {R, cols}, {cols, 1}, 0)},
+                         {}});
       }
       for (const Case& c : cases) {
         OutputOptions out_options;
@@ -924,12 +1000,10 @@ TEST_F(CudaBackendTest, OnePassRowsMatchCpu) {
         int64_t elems;  // of storage
       };
       // Row strides a multiple of 16 bytes past the row: rows that do not coalesce.
-      const std::vector<Shape> shapes = {{{1, 100000}, {100000, 1}, 100000},
-                                         {{1, 24}, {24, 1}, 24},
-                                         {{37, 1000}, {1004, 1}, 37 * 1004},
-                                         {{3001, 8}, {12, 1}, 3001 * 12},
-                                         {{5, 1000}, {0, 1}, 1000},
-                                         {{64, 64}, {0, 0}, 1}};
+      const std::vector<Shape> shapes = {
+          {{1, 100000}, {100000, 1}, 100000}, {{1, 24}, {24, 1}, 24},
+          {{37, 1000}, {1004, 1}, 37 * 1004}, {{3001, 8}, {12, 1}, 3001 * 12},
+          {{5, 1000}, {0, 1}, 1000},          {{64, 64}, {0, 0}, 1}};
       for (const Shape& sh : shapes) {
         const auto random = [&](double lo) {
           std::uniform_real_distribution<double> dist(lo, 4.0);
@@ -959,8 +1033,8 @@ TEST_F(CudaBackendTest, OnePassRowsMatchCpu) {
         auto op = PrepareOp(tanh_form ? "gelu" : name, inputs, attrs);
         ASSERT_TRUE(op.ok()) << name << ": " << op.status();
         const DeviceRun r = RunOnDevice(*op, inputs);
-        const std::string where = absl::StrCat(name, " on ", DTypeName(t), ", shape ",
-                                               sh.shape[0], " x ", sh.shape[1]);
+        const std::string where =
+            absl::StrCat(name, " on ", DTypeName(t), ", shape ", sh.shape[0], " x ", sh.shape[1]);
         ASSERT_TRUE(r.status.ok()) << where << ": " << r.status;
         EXPECT_EQ(r.ran, Kernel::kRows) << where << ": ran " << KernelName(r.ran);
         std::vector<std::byte> cpu(static_cast<size_t>(op->plan.out_storage_bytes));
@@ -1006,7 +1080,8 @@ TEST_F(CudaBackendTest, OffsetViewsMatchCpu) {
                         DType::kFloat64, DType::kInt64}) {
     for (const int64_t n : {int64_t{5}, int64_t{4099}, int64_t{70001}}) {
       const int64_t per16 = 16 / ItemSize(t);
-      const std::vector<std::byte> a = RandomBytes(t, n + per16, x), b = RandomBytes(t, n + per16, x);
+      const std::vector<std::byte> a = RandomBytes(t, n + per16, x),
+                                   b = RandomBytes(t, n + per16, x);
       const std::vector<std::byte> f = RandomBytes(DType::kFloat32, n, x);
       std::vector<std::byte> cond = RandomBytes(DType::kBool, n + 16, x);
       for (std::byte& c : cond) c &= std::byte{1};
@@ -1027,20 +1102,21 @@ TEST_F(CudaBackendTest, OffsetViewsMatchCpu) {
             {"mul", {view(t, a, n, s), view(DType::kFloat32, f, n, 0)}},
             {"where", {view(DType::kBool, cond, n, s % 16), view(t, a, n, s), view(t, b, n, 0)}},
             {"where", {view(DType::kBool, cond, n, 0), view(t, b, n, 0), view(t, a, n, s)}},
-            {"where", {TensorView{DType::kBool, {}, {}, s, cond.data(),
-                                  static_cast<int64_t>(cond.size())},
-                       view(t, a, n, s), view(t, b, n, 0)}},
-            {"where", {view(DType::kBool, cond, n, 3), TensorView{t, {}, {}, s, a.data(),
-                                                                  static_cast<int64_t>(a.size())},
-                       view(t, b, n, s)}},
+            {"where",
+             {TensorView{DType::kBool, {}, {}, s, cond.data(), static_cast<int64_t>(cond.size())},
+              view(t, a, n, s), view(t, b, n, 0)}},
+            {"where",
+             {view(DType::kBool, cond, n, 3),
+              TensorView{t, {}, {}, s, a.data(), static_cast<int64_t>(a.size())},
+              view(t, b, n, s)}},
         };
         for (const Case& c : cases) {
           auto op = PrepareOp(c.op, c.inputs, c.attrs, OutputOptions{});
           ASSERT_TRUE(op.ok()) << c.op << ": " << op.status();
           const DeviceRun r = RunOnDevice(*op, c.inputs);
-          const std::string where = absl::StrCat(c.op, " on ", DTypeName(t), ", ", n,
-                                                 " elements, offset ", s, " (",
-                                                 DTypeName(c.inputs[0].dtype), " first)");
+          const std::string where =
+              absl::StrCat(c.op, " on ", DTypeName(t), ", ", n, " elements, offset ", s, " (",
+                           DTypeName(c.inputs[0].dtype), " first)");
           ASSERT_TRUE(r.status.ok()) << where << ": " << r.status;
           std::vector<std::byte> cpu(static_cast<size_t>(op->plan.out_storage_bytes));
           ASSERT_TRUE(cpu_backend.Run(*op, c.inputs, cpu.data()).ok());
@@ -1115,7 +1191,8 @@ TEST_F(CudaBackendTest, ExpressionKernelsAreCompiledOnceAndShared) {
     ASSERT_TRUE(p.ok()) << p.status();
     ASSERT_TRUE(backend_->Run(*p, {v}, reinterpret_cast<std::byte*>(y.data())).ok());
     for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_EQ(y[i], std::max(x[i] * 2.0f + 1.0f, static_cast<float>(bound)) - 0.5f) << text << " at " << i;
+      ASSERT_EQ(y[i], std::max(x[i] * 2.0f + 1.0f, static_cast<float>(bound)) - 0.5f)
+          << text << " at " << i;
     }
   }
   const cuda::ExprCacheStats after = cache.stats();
@@ -1202,7 +1279,8 @@ namespace {
 // Sets the shared kernel cache's step mode for a scope.
 class StepModeScope {
  public:
-  explicit StepModeScope(cuda::StepMode mode) : before_(cuda::ExprKernelCache::Shared().step_mode()) {
+  explicit StepModeScope(cuda::StepMode mode)
+      : before_(cuda::ExprKernelCache::Shared().step_mode()) {
     cuda::ExprKernelCache::Shared().SetStepMode(mode);
   }
   ~StepModeScope() { cuda::ExprKernelCache::Shared().SetStepMode(before_); }
@@ -1219,10 +1297,12 @@ TEST_F(CudaBackendTest, ExpressionStepsMatchTheKernelAndCpu) {
   uint64_t x = testing::TestSeed() ^ 0x57e95ull;
   CpuBackend cpu_backend;
   constexpr int64_t R = 300, C = 257, N = 4096;
-  const auto f32 = RandomBytes(DType::kFloat32, R * C, x), f32b = RandomBytes(DType::kFloat32, R * C, x);
+  const auto f32 = RandomBytes(DType::kFloat32, R * C, x),
+             f32b = RandomBytes(DType::kFloat32, R * C, x);
   const auto f16 = RandomBytes(DType::kFloat16, R * C, x), f64 = RandomBytes(DType::kFloat64, R, x);
   const auto i8 = RandomBytes(DType::kInt8, R * C, x), i32 = RandomBytes(DType::kInt32, R * C, x);
-  const auto big_a = RandomBytes(DType::kFloat32, N * N, x), big_b = RandomBytes(DType::kFloat32, N * N, x);
+  const auto big_a = RandomBytes(DType::kFloat32, N * N, x),
+             big_b = RandomBytes(DType::kFloat32, N * N, x);
   const auto view = [](DType dt, const std::vector<std::byte>& s, const DimVector& shape,
                        const DimVector& strides, int64_t offset) {
     return TensorView{dt, shape, strides, offset, s.data(), static_cast<int64_t>(s.size())};
@@ -1235,14 +1315,24 @@ TEST_F(CudaBackendTest, ExpressionStepsMatchTheKernelAndCpu) {
     bool exact_on_cpu = true;
   };
   const std::vector<Case> cases = {
-      {"sigmoid(a * b + 1) * a", {view(DType::kFloat32, f32, {R, C}, {C, 1}, 0), view(DType::kFloat32, f32b, {C}, {1}, 3)},
-       OutputOptions::Layout::kContiguous, false},
-      {"where(a > b, a - 2, b * 3)", {view(DType::kFloat16, f16, {C, R}, {1, C}, 0), view(DType::kFloat32, f32b, {}, {}, 7)}},
-      {"cast(a, float32) * 0.5 + b", {view(DType::kInt8, i8, {R, C}, {-C, -1}, R * C - 1), view(DType::kFloat64, f64, {R, 1}, {1, 1}, 0)}},
-      {"(a * 2) > b - a", {view(DType::kInt32, i32, {R, C}, {C, 1}, 0), view(DType::kInt8, i8, {R, C}, {1, R}, 0)}},
-      {"abs(a) * b + a", {view(DType::kFloat32, f32, {C, R}, {1, C}, 0), view(DType::kFloat32, f32b, {C, R}, {R, 1}, 0)},
+      {"sigmoid(a * b + 1) * a",
+       {view(DType::kFloat32, f32, {R, C}, {C, 1}, 0), view(DType::kFloat32, f32b, {C}, {1}, 3)},
+       OutputOptions::Layout::kContiguous,
+       false},
+      {"where(a > b, a - 2, b * 3)",
+       {view(DType::kFloat16, f16, {C, R}, {1, C}, 0), view(DType::kFloat32, f32b, {}, {}, 7)}},
+      {"cast(a, float32) * 0.5 + b",
+       {view(DType::kInt8, i8, {R, C}, {-C, -1}, R * C - 1),
+        view(DType::kFloat64, f64, {R, 1}, {1, 1}, 0)}},
+      {"(a * 2) > b - a",
+       {view(DType::kInt32, i32, {R, C}, {C, 1}, 0), view(DType::kInt8, i8, {R, C}, {1, R}, 0)}},
+      {"abs(a) * b + a",
+       {view(DType::kFloat32, f32, {C, R}, {1, C}, 0),
+        view(DType::kFloat32, f32b, {C, R}, {R, 1}, 0)},
        OutputOptions::Layout::kLikeFirstInput},
-      {"((a * b + a) * b - a) / 3", {view(DType::kFloat32, big_a, {N, N}, {N, 1}, 0), view(DType::kFloat32, big_b, {N, N}, {N, 1}, 0)}},
+      {"((a * b + a) * b - a) / 3",
+       {view(DType::kFloat32, big_a, {N, N}, {N, 1}, 0),
+        view(DType::kFloat32, big_b, {N, N}, {N, 1}, 0)}},
   };
   for (const Case& c : cases) {
     OutputOptions output;
@@ -1262,9 +1352,11 @@ TEST_F(CudaBackendTest, ExpressionStepsMatchTheKernelAndCpu) {
       ASSERT_TRUE(backend_->Run(*p, c.inputs, fused.data()).ok()) << c.text;
     }
     ASSERT_TRUE(cpu_backend.Run(*p, c.inputs, cpu.data()).ok()) << c.text;
-    EXPECT_EQ(std::memcmp(stepwise.data(), fused.data(), bytes), 0) << c.text << ": steps against the kernel";
+    EXPECT_EQ(std::memcmp(stepwise.data(), fused.data(), bytes), 0)
+        << c.text << ": steps against the kernel";
     if (c.exact_on_cpu) {
-      EXPECT_EQ(std::memcmp(stepwise.data(), cpu.data(), bytes), 0) << c.text << ": steps against the CPU";
+      EXPECT_EQ(std::memcmp(stepwise.data(), cpu.data(), bytes), 0)
+          << c.text << ": steps against the CPU";
     } else {
       ASSERT_EQ(p->plan.out_dtype, DType::kFloat32);
       for (size_t i = 0; i < bytes; i += 4) {
@@ -1278,7 +1370,8 @@ TEST_F(CudaBackendTest, ExpressionStepsMatchTheKernelAndCpu) {
   // The large case's temporaries (two float32 values of N x N) pass the bound: slabs.
   auto p = expr::PrepareExpression(cases.back().text, {}, cases.back().inputs);
   ASSERT_TRUE(p.ok());
-  char* base[3] = {reinterpret_cast<char*>(64), reinterpret_cast<char*>(64), reinterpret_cast<char*>(64)};
+  char* base[3] = {reinterpret_cast<char*>(64), reinterpret_cast<char*>(64),
+                   reinterpret_cast<char*>(64)};
   std::shared_ptr<const cuda::StepRun> run = cuda::PrepareSteps(*p->expression, base);
   ASSERT_NE(run, nullptr);
   EXPECT_LT(run->slab, run->outer);
@@ -1292,8 +1385,10 @@ TEST_F(CudaBackendTest, ExpressionStepsMatchTheKernelAndCpu) {
 TEST_F(CudaBackendTest, ExpressionStepsReportDivisionByZero) {
   std::vector<int32_t> a(1000, 7), b(1000, 2);
   b[517] = 0;
-  const TensorView va{DType::kInt32, {1000}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), 4000};
-  const TensorView vb{DType::kInt32, {1000}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), 4000};
+  const TensorView va{DType::kInt32, {1000}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()),
+                      4000};
+  const TensorView vb{DType::kInt32, {1000}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()),
+                      4000};
   auto p = expr::PrepareExpression("(a + 1) // b - 3", {}, {va, vb});
   ASSERT_TRUE(p.ok()) << p.status();
   std::vector<int32_t> out(1000);
@@ -1318,7 +1413,8 @@ TEST_F(CudaBackendTest, NewExpressionsRunAsStepsWhileCompiling) {
   StepModeScope scope(cuda::StepMode::kWhileCompiling);
   std::vector<double> a(5000), out(5000);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<double>(i) * 0.01 - 20;
-  const TensorView va{DType::kFloat64, {5000}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), 40000};
+  const TensorView va{
+      DType::kFloat64, {5000}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), 40000};
   // A tree no other test uses, so its kernel is new.
   const std::string text = "expm1(a * 0.5) - sin(a) * 3";
   auto p = expr::PrepareExpression(text, {}, {va});
@@ -1330,7 +1426,8 @@ TEST_F(CudaBackendTest, NewExpressionsRunAsStepsWhileCompiling) {
   EXPECT_EQ(cache.stats().stepwise, before.stepwise + 1);
   // The compilation it started finishes behind it.
   for (int i = 0; i < 600 && cache.stats().compiles + cache.stats().compile_failures ==
-                                 before.compiles + before.compile_failures; ++i) {
+                                 before.compiles + before.compile_failures;
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_EQ(cache.stats().compiles, before.compiles + 1);

@@ -25,8 +25,12 @@ constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
 TensorView F32(DimVector shape, DimVector strides, int64_t offset, int64_t storage_elems) {
   static std::vector<float> storage(1 << 16);
-  return TensorView{DType::kFloat32, std::move(shape), std::move(strides), offset,
-                    reinterpret_cast<const std::byte*>(storage.data()), storage_elems * 4};
+  return TensorView{DType::kFloat32,
+                    std::move(shape),
+                    std::move(strides),
+                    offset,
+                    reinterpret_cast<const std::byte*>(storage.data()),
+                    storage_elems * 4};
 }
 
 TensorView Contiguous(DimVector shape) {
@@ -44,11 +48,11 @@ void ExpectInvalid(const absl::Status& s, absl::string_view fragment) {
 
 TEST(ValidateView, AcceptsExactFitsAndViews) {
   EXPECT_TRUE(ValidateView(F32({2, 3}, {3, 1}, 0, 6), "t").ok());
-  EXPECT_TRUE(ValidateView(F32({3, 2}, {1, 3}, 0, 6), "t").ok());      // transposed
-  EXPECT_TRUE(ValidateView(F32({4}, {-1}, 3, 4), "t").ok());           // reversed
+  EXPECT_TRUE(ValidateView(F32({3, 2}, {1, 3}, 0, 6), "t").ok());        // transposed
+  EXPECT_TRUE(ValidateView(F32({4}, {-1}, 3, 4), "t").ok());             // reversed
   EXPECT_TRUE(ValidateView(F32({1000, 1000}, {0, 0}, 2, 3), "t").ok());  // broadcast
-  EXPECT_TRUE(ValidateView(F32({}, {}, 5, 6), "t").ok());              // scalar at offset
-  EXPECT_TRUE(ValidateView(F32({0, 5}, {5, 1}, 100, 0), "t").ok());    // empty reaches nothing
+  EXPECT_TRUE(ValidateView(F32({}, {}, 5, 6), "t").ok());                // scalar at offset
+  EXPECT_TRUE(ValidateView(F32({0, 5}, {5, 1}, 100, 0), "t").ok());      // empty reaches nothing
 }
 
 TEST(ValidateView, RejectsWhatReachesOutside) {
@@ -62,7 +66,8 @@ TEST(ValidateView, RejectsWhatReachesOutside) {
 TEST(ValidateView, RejectsMalformedMetadata) {
   ExpectInvalid(ValidateView(F32({2, -3}, {1, 1}, 0, 6), "t"), "negative");
   ExpectInvalid(ValidateView(F32({2, 3}, {1}, 0, 6), "t"), "1 strides given for rank 2");
-  ExpectInvalid(ValidateView(F32(DimVector(9, 1), DimVector(9, 1), 0, 6), "t"), "exceeds the limit");
+  ExpectInvalid(ValidateView(F32(DimVector(9, 1), DimVector(9, 1), 0, 6), "t"),
+                "exceeds the limit");
   TensorView odd = F32({1}, {1}, 0, 1);
   odd.storage_bytes = 6;
   ExpectInvalid(ValidateView(odd, "t"), "not a whole number of float32");
@@ -187,7 +192,8 @@ TEST(Promotion, ResultTypeFollowsPyTorch) {
       {{view(D::kBool, {2}), view(D::kBool, {2})}, D::kBool},
   };
   for (const Case& c : cases) {
-    EXPECT_EQ(ResultType(c.in), c.want) << DTypeName(c.in[0].dtype) << " " << DTypeName(c.in[1].dtype);
+    EXPECT_EQ(ResultType(c.in), c.want)
+        << DTypeName(c.in[0].dtype) << " " << DTypeName(c.in[1].dtype);
   }
   EXPECT_TRUE(CanCast(D::kInt32, D::kFloat32));
   EXPECT_TRUE(CanCast(D::kBool, D::kUInt8));
@@ -309,8 +315,8 @@ TEST(Planner, ChoosesPathAndKernelPerLayout) {
 TEST(Planner, CastsThroughTransposesAreTiled) {
   std::vector<std::byte> storage(64 * 48 * 8);
   const auto view = [&](DType t, bool transposed) {
-    return TensorView{t, {64, 48}, transposed ? DimVector{1, 64} : DimVector{48, 1}, 0,
-                      storage.data(), static_cast<int64_t>(storage.size())};
+    return TensorView{t, {64, 48},       transposed ? DimVector{1, 64} : DimVector{48, 1},
+                      0, storage.data(), static_cast<int64_t>(storage.size())};
   };
   const TensorView t32 = view(DType::kFloat32, true), d32 = view(DType::kFloat32, false);
   const TensorView t16 = view(DType::kFloat16, true);
@@ -461,8 +467,8 @@ TEST(ExpressionPlans, TransposedInputsTakeTheTiles) {
   EXPECT_EQ(w.num_staged, 4);
   EXPECT_EQ(w.unroll, 4);
   // Dense inputs alone: rows.
-  w = WalkOf("sigmoid(a) * b", {ExprInput(DType::kFloat32, {64, 48}, d),
-                                ExprInput(DType::kInt8, {64, 48}, d)});
+  w = WalkOf("sigmoid(a) * b",
+             {ExprInput(DType::kFloat32, {64, 48}, d), ExprInput(DType::kInt8, {64, 48}, d)});
   EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kRows));
 }
 
@@ -488,7 +494,8 @@ TEST(ExpressionPlans, PackWidthsFollowTheOperandsWidths) {
   EXPECT_EQ(w.unroll, 2);
   EXPECT_EQ(walk(DType::kFloat16, DType::kFloat32, {64, 64}).vector, 8);
   // Rows 3 elements apart: no two elements of a row start on a pack's boundary.
-  w = WalkOf("a + b", {ExprInput(DType::kFloat32, {64, 3}, {3, 1}), ExprInput(DType::kFloat32, {3}, {1})});
+  w = WalkOf("a + b",
+             {ExprInput(DType::kFloat32, {64, 3}, {3, 1}), ExprInput(DType::kFloat32, {3}, {1})});
   EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kRows));
   EXPECT_EQ(w.vector, 1);
   // A step along the row: element by element.
@@ -542,8 +549,8 @@ struct TileCase {
   int8_t staged[kMaxOperands] = {-1, -1, -1, -1};
   int8_t fused[2] = {-1, -1};
   int Choose(int max_staged = 2, bool fuse = true) {
-    return ChooseTileDims(ndim, operands, sizes, &strides[0][0], kMaxRank, item, max_staged,
-                          staged, fuse ? fused : nullptr);
+    return ChooseTileDims(ndim, operands, sizes, &strides[0][0], kMaxRank, item, max_staged, staged,
+                          fuse ? fused : nullptr);
   }
 };
 
@@ -598,8 +605,8 @@ TEST(TileDims, AShortDenseRunIsFusedWithTheOutputsNextDim) {
   // along dim 2, its run going on in dim 1. With fused tiles: dims become 0, 2 (staged),
   // 3 (dim 0's outer part: the output's fastest dim left), 1 (dim 2's outer part).
   const auto make = [] {
-    return TileCase{4, 2, {8, 64, 32, 4},
-                    {{4, 32, 32 * 64, 32 * 64 * 32}, {8192, 128, 4, 65536}}, {4, 4}};
+    return TileCase{
+        4, 2, {8, 64, 32, 4}, {{4, 32, 32 * 64, 32 * 64 * 32}, {8192, 128, 4, 65536}}, {4, 4}};
   };
   TileCase without = make();
   EXPECT_EQ(without.Choose(2, /*fuse=*/false), 0);

@@ -39,7 +39,8 @@ TEST(ExprParser, FollowsPythonsPrecedenceAndAssociativity) {
   EXPECT_EQ(Canon("a ** -1"), "pow($0,-1)");
   EXPECT_EQ(Canon("a // b % c / d"), "div(remainder(floor_divide($0,$1),$2),$3)");
   EXPECT_EQ(Canon("a << 1 + b"), "left_shift($0,add(1,$1))");
-  EXPECT_EQ(Canon("~a | b ^ c & d"), "bitwise_or(bitwise_not($0),bitwise_xor($1,bitwise_and($2,$3)))");
+  EXPECT_EQ(Canon("~a | b ^ c & d"),
+            "bitwise_or(bitwise_not($0),bitwise_xor($1,bitwise_and($2,$3)))");
   // As in Python, & binds tighter than a comparison.
   EXPECT_EQ(Canon("a & b == c"), "eq(bitwise_and($0,$1),$2)");
   EXPECT_EQ(Canon("not a or b and c"), "logical_or(logical_not($0),logical_and($1,$2))");
@@ -81,7 +82,8 @@ TEST(ExprParser, InputsByTheirNames) {
 }
 
 TEST(ExprParser, BadExpressionsSayWhereAndWhat) {
-  EXPECT_EQ(Error("sigmod(a)"), "expression: at 0: unknown function 'sigmod' (ListOps lists the ops)");
+  EXPECT_EQ(Error("sigmod(a)"),
+            "expression: at 0: unknown function 'sigmod' (ListOps lists the ops)");
   EXPECT_EQ(Error("a + where(a, b)"), "expression: at 4: where takes 3 inputs, not 2");
   EXPECT_EQ(Error("neg(a, b)"), "expression: at 0: neg takes 1 input, not 2");
   // clamp has two forms: number bounds as attributes, or tensor bounds as inputs.
@@ -104,11 +106,15 @@ TEST(ExprParser, BadExpressionsSayWhereAndWhat) {
             "add(add(add(add(add(add(add($0,31),15),3),1000000),1.025e+11),30),5)");
   EXPECT_EQ(Canon("clamp(a, min=0, max=1,)"), "clamp($0,max=1,min=0)");
   EXPECT_NE(Error("cast(a)").find("dtype"), std::string::npos) << Error("cast(a)");
-  EXPECT_EQ(Error("add(a, b, beta=1)"), "expression: at 10: add has no attribute 'beta' (it has: alpha)");
-  EXPECT_EQ(Error("neg(a, alpha=1)"), "expression: at 7: neg has no attribute 'alpha' (it has none)");
+  EXPECT_EQ(Error("add(a, b, beta=1)"),
+            "expression: at 10: add has no attribute 'beta' (it has: alpha)");
+  EXPECT_EQ(Error("neg(a, alpha=1)"),
+            "expression: at 7: neg has no attribute 'alpha' (it has none)");
   EXPECT_EQ(Error("clamp(a, min=1, min=2)"), "expression: at 16: attribute 'min' given twice");
-  EXPECT_EQ(Error("clamp(min=1, a)"), "expression: at 13: an input after an attribute: inputs come first");
-  EXPECT_EQ(Error("a < b < c"), "expression: at 6: comparisons do not chain: write (a < b) and (b < c)");
+  EXPECT_EQ(Error("clamp(min=1, a)"),
+            "expression: at 13: an input after an attribute: inputs come first");
+  EXPECT_EQ(Error("a < b < c"),
+            "expression: at 6: comparisons do not chain: write (a < b) and (b < c)");
   EXPECT_EQ(Error(""), "expression: at 0: the expression is empty");
   EXPECT_EQ(Error("   "), "expression: at 0: the expression is empty");
   EXPECT_EQ(Error("a b"), "expression: at 2: unexpected 'b' after a complete expression");
@@ -116,17 +122,21 @@ TEST(ExprParser, BadExpressionsSayWhereAndWhat) {
   EXPECT_EQ(Error(std::string("a + \x01")), "expression: at 4: unexpected byte 0x01");
   EXPECT_EQ(Error("a + 99999999999999999999"),
             "expression: at 4: '99999999999999999999' does not fit 64 bits");
-  EXPECT_EQ(Error("a + 0x8000000000000000"), "expression: at 4: '0x8000000000000000' does not fit 64 bits");
+  EXPECT_EQ(Error("a + 0x8000000000000000"),
+            "expression: at 4: '0x8000000000000000' does not fit 64 bits");
   EXPECT_EQ(Error("a + 0x"), "expression: at 4: '0x' is not a number");
   EXPECT_EQ(Error("a + 0b102"), "expression: at 4: '0b102' is not a number");
   EXPECT_EQ(Error("a + 1__0"), "expression: at 4: '1__0' is not a number: '_' goes between digits");
   EXPECT_EQ(Error("a + 1_.5"), "expression: at 4: '1_.5' is not a number: '_' goes between digits");
   EXPECT_EQ(Error("a + 00"), "");
-  EXPECT_EQ(Error("neg(a,,)"), "expression: at 6: expected a number, an input, a call or '(', found ','");
-  EXPECT_EQ(Error("neg(,)"), "expression: at 4: expected a number, an input, a call or '(', found ','");
+  EXPECT_EQ(Error("neg(a,,)"),
+            "expression: at 6: expected a number, an input, a call or '(', found ','");
+  EXPECT_EQ(Error("neg(,)"),
+            "expression: at 4: expected a number, an input, a call or '(', found ','");
   EXPECT_EQ(Error("a * 1e999"), "expression: at 4: '1e999' overflows float64");
   EXPECT_EQ(Error("a + 1.2.3"), "expression: at 4: '1.2.3' is not a number");
-  EXPECT_EQ(Error("a + * b"), "expression: at 4: expected a number, an input, a call or '(', found '*'");
+  EXPECT_EQ(Error("a + * b"),
+            "expression: at 4: expected a number, an input, a call or '(', found '*'");
   EXPECT_EQ(Error("gelu(a, approximate=\"tanh)"), "expression: at 20: the string is not closed");
   // (Checks that depend on the dtype, such as gelu's approximate or an integral alpha, come
   // with typing: the parser checks names, arity and attribute types.)

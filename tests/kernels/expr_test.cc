@@ -1,11 +1,11 @@
 // Expressions on the CPU backend (or, with TC_TEST_BACKEND=cuda, on GPU 0: kernels generated
 // and compiled at run time, checked against the GPU's own op kernels; TC_TEST_EXPR_STEPS=
 // always runs every expression as its ops one by one instead, as a new one runs while its
-// kernel compiles, and while_compiling mixes both as the server does): typing (PyTorch's promotion with Python scalars, the
-// catalog's checks at the right position), and evaluation against two references: the same
-// tree run op by op through the engine (bit for bit, over random trees, dtypes and layouts:
-// broadcasts, permutations, negative strides, misaligned offsets, short and long rows), and
-// hand-written double arithmetic for fixed expressions (one rounding at the output).
+// kernel compiles, and while_compiling mixes both as the server does): typing (PyTorch's promotion
+// with Python scalars, the catalog's checks at the right position), and evaluation against two
+// references: the same tree run op by op through the engine (bit for bit, over random trees, dtypes
+// and layouts: broadcasts, permutations, negative strides, misaligned offsets, short and long
+// rows), and hand-written double arithmetic for fixed expressions (one rounding at the output).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -65,10 +65,9 @@ testing::ElementWriter Filler(DType dtype, std::mt19937_64& rng) {
   };
 }
 
-constexpr DType kAllDTypes[] = {DType::kBool,    DType::kUInt8,   DType::kInt8,
-                                DType::kInt16,   DType::kInt32,   DType::kInt64,
-                                DType::kFloat16, DType::kBFloat16, DType::kFloat32,
-                                DType::kFloat64};
+constexpr DType kAllDTypes[] = {DType::kBool,    DType::kUInt8,  DType::kInt8,    DType::kInt16,
+                                DType::kInt32,   DType::kInt64,  DType::kFloat16, DType::kBFloat16,
+                                DType::kFloat32, DType::kFloat64};
 
 // The backend every test here runs on, expressions and their op-by-op references alike. With
 // TC_TEST_BACKEND=cuda, TC_TEST_SMALL_FIRST=1 runs what fits the way the server runs small
@@ -87,11 +86,13 @@ Backend& TestBackend() {
       // Kernels only, unless told.
       const char* steps = std::getenv("TC_TEST_EXPR_STEPS");
       const std::string mode = steps == nullptr ? "never" : steps;
-      cuda::ExprKernelCache::Shared().SetStepMode(
-          mode == "always" ? cuda::StepMode::kAlways
-          : mode == "while_compiling" ? cuda::StepMode::kWhileCompiling : cuda::StepMode::kNever);
+      cuda::ExprKernelCache::Shared().SetStepMode(mode == "always" ? cuda::StepMode::kAlways
+                                                  : mode == "while_compiling"
+                                                      ? cuda::StepMode::kWhileCompiling
+                                                      : cuda::StepMode::kNever);
       const char* small = std::getenv("TC_TEST_SMALL_FIRST");
-      return new runtime::DeviceBackend(d->release(), small != nullptr && std::string(small) == "1");
+      return new runtime::DeviceBackend(d->release(),
+                                        small != nullptr && std::string(small) == "1");
     }();
     return *gpu;
   }
@@ -112,7 +113,9 @@ std::string Explain(const PreparedOp& p, const std::vector<OwnedTensor>& in) {
 #if TC_WITH_CUDA
   if (TestBackend().name() != "cpu" && p.expression != nullptr) {
     std::vector<char*> base(in.size() + 1, nullptr);
-    for (size_t k = 0; k < in.size(); ++k) base[k + 1] = const_cast<char*>(in[k].view.data ? reinterpret_cast<const char*>(in[k].view.data) : nullptr);
+    for (size_t k = 0; k < in.size(); ++k)
+      base[k + 1] = const_cast<char*>(
+          in[k].view.data ? reinterpret_cast<const char*>(in[k].view.data) : nullptr);
     s += rtc::GenerateSource(*p.expression, expr::VectorFor(*p.expression, base.data()));
   }
 #else
@@ -129,7 +132,8 @@ absl::StatusOr<PreparedOp> Prepare(const std::string& text, const std::vector<Ow
 }
 
 // Runs a prepared expression; the output as a tensor with the plan's strides.
-OwnedTensor Evaluate(const PreparedOp& p, const std::vector<OwnedTensor>& in, absl::Status* status) {
+OwnedTensor Evaluate(const PreparedOp& p, const std::vector<OwnedTensor>& in,
+                     absl::Status* status) {
   Backend& backend = TestBackend();
   OwnedTensor out;
   out.view.dtype = p.plan.out_dtype;
@@ -162,7 +166,8 @@ TEST(ExprTyping, PromotesLikePyTorchWithPythonScalars) {
   const OwnedTensor f16 = Contiguous(DType::kFloat16, {4}), f32 = Contiguous(DType::kFloat32, {4}),
                     i8 = Contiguous(DType::kInt8, {4}), i32 = Contiguous(DType::kInt32, {4}),
                     u8 = Contiguous(DType::kUInt8, {4}), b = Contiguous(DType::kBool, {4}),
-                    f64_0d = Contiguous(DType::kFloat64, {}), i64_0d = Contiguous(DType::kInt64, {});
+                    f64_0d = Contiguous(DType::kFloat64, {}),
+                    i64_0d = Contiguous(DType::kInt64, {});
   EXPECT_EQ(TypeOf("a * 2.5", {f16}), DType::kFloat16);
   EXPECT_EQ(TypeOf("a + 1.5", {i8}), DType::kFloat32);  // a float scalar: the default float
   EXPECT_EQ(TypeOf("a + 100", {i8}), DType::kInt8);
@@ -183,8 +188,10 @@ TEST(ExprTyping, PromotesLikePyTorchWithPythonScalars) {
 TEST(ExprTyping, RefusesWhatTheOpsRefuseAtTheirPosition) {
   const OwnedTensor f32 = Contiguous(DType::kFloat32, {4}), i8 = Contiguous(DType::kInt8, {4}),
                     u8 = Contiguous(DType::kUInt8, {4});
-  EXPECT_EQ(Error("a + 300", {i8}), "expression: at 4: 300 does not fit int8, the type 'add' computes in here");
-  EXPECT_EQ(Error("a + (-256)", {u8}), "expression: at 5: -256 does not fit uint8, the type 'add' computes in here");
+  EXPECT_EQ(Error("a + 300", {i8}),
+            "expression: at 4: 300 does not fit int8, the type 'add' computes in here");
+  EXPECT_EQ(Error("a + (-256)", {u8}),
+            "expression: at 5: -256 does not fit uint8, the type 'add' computes in here");
   EXPECT_EQ(Error("sqrt(a) & 1", {f32}),
             "expression: at 0: op 'bitwise_and' does not accept dtype float32 (arguments: "
             "float32, int64); it accepts: bool, uint8, int8, int16, int32, int64");
@@ -229,11 +236,20 @@ TEST(ExprTyping, AgreesWithTheEngineOnEveryOpAndDtype) {
         }
         AttrMap with = m;
         switch (a.type) {
-          case AttrType::kFloat: with[a.name] = 0.5; break;
-          case AttrType::kInt: with[a.name] = int64_t{1}; break;
-          case AttrType::kBool: with[a.name] = false; break;
-          case AttrType::kString: with[a.name] = std::string(); break;
-          case AttrType::kDType: break;
+          case AttrType::kFloat:
+            with[a.name] = 0.5;
+            break;
+          case AttrType::kInt:
+            with[a.name] = int64_t{1};
+            break;
+          case AttrType::kBool:
+            with[a.name] = false;
+            break;
+          case AttrType::kString:
+            with[a.name] = std::string();
+            break;
+          case AttrType::kDType:
+            break;
         }
         next.push_back(with);
       }
@@ -294,14 +310,12 @@ struct TreeOp {
   const char* name;
   int arity;
 };
-const std::vector<TreeOp> kFloatOps = {{"add", 2},     {"sub", 2},     {"mul", 2},
-                                       {"maximum", 2}, {"minimum", 2}, {"neg", 1},
-                                       {"abs", 1},     {"sigmoid", 1}, {"tanh", 1},
-                                       {"sin", 1},     {"clamp", 3}};
-const std::vector<TreeOp> kIntOps = {{"add", 2},         {"sub", 2},     {"mul", 2},
-                                     {"bitwise_and", 2}, {"bitwise_xor", 2}, {"maximum", 2},
-                                     {"minimum", 2},     {"neg", 1},     {"abs", 1},
-                                     {"clamp", 3}};
+const std::vector<TreeOp> kFloatOps = {{"add", 2},     {"sub", 2}, {"mul", 2},  {"maximum", 2},
+                                       {"minimum", 2}, {"neg", 1}, {"abs", 1},  {"sigmoid", 1},
+                                       {"tanh", 1},    {"sin", 1}, {"clamp", 3}};
+const std::vector<TreeOp> kIntOps = {
+    {"add", 2},     {"sub", 2},     {"mul", 2}, {"bitwise_and", 2}, {"bitwise_xor", 2},
+    {"maximum", 2}, {"minimum", 2}, {"neg", 1}, {"abs", 1},         {"clamp", 3}};
 
 // A random expression over `inputs` names, every input used, with literals of the inputs'
 // category, comparisons feeding where() now and then (whose last argument is never a literal:
@@ -331,8 +345,7 @@ std::string RandomTree(std::mt19937_64& rng, int inputs, bool floating, int dept
   if (with_where && rng() % 8 == 0) {
     return "where(" + RandomTree(rng, inputs, floating, depth - 1, used) + " > " +
            RandomTree(rng, inputs, floating, depth - 1, used) + ", " +
-           RandomTree(rng, inputs, floating, depth - 1, used) + ", " +
-           input() + ")";
+           RandomTree(rng, inputs, floating, depth - 1, used) + ", " + input() + ")";
   }
   const TreeOp& op = ops[rng() % ops.size()];
   std::string s = std::string(op.name) + "(";
@@ -366,10 +379,13 @@ struct CatalogTree {
   }
   std::string Literal() {
     switch (rng() % 5) {
-      case 0: return "True";
+      case 0:
+        return "True";
       case 1:
-      case 2: return std::to_string(static_cast<int>(rng() % 7));
-      default: return std::to_string(static_cast<int>(rng() % 7) - 3) + ".5";
+      case 2:
+        return std::to_string(static_cast<int>(rng() % 7));
+      default:
+        return std::to_string(static_cast<int>(rng() % 7) - 3) + ".5";
     }
   }
   std::string Attrs(const OpSpec& spec) {
@@ -378,11 +394,21 @@ struct CatalogTree {
       if (!a.required && rng() % 4 != 0) continue;
       s += ", " + a.name + "=";
       switch (a.type) {
-        case AttrType::kDType: s += std::string(DTypeName(kAllDTypes[rng() % std::size(kAllDTypes)])); break;
-        case AttrType::kFloat: s += a.required ? "0.75" : (rng() % 2 ? "2" : "-1.5"); break;
-        case AttrType::kInt: s += rng() % 2 ? "1" : "-2"; break;
-        case AttrType::kBool: s += "True"; break;
-        case AttrType::kString: s += "\"tanh\""; break;
+        case AttrType::kDType:
+          s += std::string(DTypeName(kAllDTypes[rng() % std::size(kAllDTypes)]));
+          break;
+        case AttrType::kFloat:
+          s += a.required ? "0.75" : (rng() % 2 ? "2" : "-1.5");
+          break;
+        case AttrType::kInt:
+          s += rng() % 2 ? "1" : "-2";
+          break;
+        case AttrType::kBool:
+          s += "True";
+          break;
+        case AttrType::kString:
+          s += "\"tanh\"";
+          break;
       }
     }
     return s;
@@ -448,7 +474,8 @@ absl::StatusOr<OwnedTensor> OneByOne(const Expression& e, const std::vector<Owne
                             TypeTier::kWrappedNumber});
       } else {
         const TensorView& v = values[static_cast<size_t>(n.args[k])].view;
-        operands.push_back({v.dtype, v.shape.empty() ? TypeTier::kZeroDim : TypeTier::kDimensioned});
+        operands.push_back(
+            {v.dtype, v.shape.empty() ? TypeTier::kZeroDim : TypeTier::kDimensioned});
       }
     }
     const DType promoted = ResultType(operands);
@@ -499,8 +526,9 @@ TEST(ExprEval, RandomTreesMatchTheOpsRunOneByOne) {
   for (int round = 0; checked < 150 && round < 2000; ++round) {
     const DType base = kAllDTypes[rng() % std::size(kAllDTypes)];
     const int ninputs = 1 + static_cast<int>(rng() % 4);
-    const DimVector out_shape = round % 3 == 0 ? fixed[rng() % fixed.size()]
-                                               : testing::RandomShape(1 + static_cast<int>(rng() % 4), rng, 3000);
+    const DimVector out_shape =
+        round % 3 == 0 ? fixed[rng() % fixed.size()]
+                       : testing::RandomShape(1 + static_cast<int>(rng() % 4), rng, 3000);
     CatalogTree gen{rng, ninputs, std::vector<bool>(static_cast<size_t>(ninputs), false)};
     bool has_input = false;
     std::string text = gen.Tree(1 + static_cast<int>(rng() % 4), has_input);
@@ -537,8 +565,8 @@ TEST(ExprEval, RandomTreesMatchTheOpsRunOneByOne) {
       // Integer division by zero: the same error either way. (A GPU kernel names every op of
       // the tree that may raise it, "in 'floor_divide' or 'remainder'"; one op names itself.)
       ASSERT_EQ(status.code(), want.status().code()) << status << " / " << want.status();
-      const std::string op = std::string(want.status().message()).substr(
-          std::string(want.status().message()).find('\''));
+      const std::string op = std::string(want.status().message())
+                                 .substr(std::string(want.status().message()).find('\''));
       ASSERT_NE(std::string(status.message()).find(op.substr(0, op.size() - 1)), std::string::npos)
           << status << " / " << want.status();
       ++errors;
@@ -607,17 +635,18 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
   const uint64_t seed = testing::TestSeed();
   SCOPED_TRACE(::testing::Message() << "TC_TEST_SEED=" << seed);
   std::mt19937_64 rng(seed);
-  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                          DType::kInt32,   DType::kInt8,    DType::kInt16,   DType::kUInt8,
-                          DType::kInt64};
+  const DType dtypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                          DType::kBFloat16, DType::kInt32,   DType::kInt8,
+                          DType::kInt16,    DType::kUInt8,   DType::kInt64};
   for (int round = 0; round < 80; ++round) {
     const DType dtype = dtypes[rng() % std::size(dtypes)];
     const bool fl = IsFloating(dtype);
     // Every node's value kept in the dtype, as its op alone keeps it.
     const DType storage = dtype;
     const int ninputs = 1 + static_cast<int>(rng() % 4);
-    const DimVector out_shape = round % 4 == 0 ? DimVector{3, 20000}
-                                               : testing::RandomShape(1 + static_cast<int>(rng() % 4), rng, 2000);
+    const DimVector out_shape =
+        round % 4 == 0 ? DimVector{3, 20000}
+                       : testing::RandomShape(1 + static_cast<int>(rng() % 4), rng, 2000);
     std::vector<bool> used(static_cast<size_t>(ninputs), false);
     std::string text;
     do {
@@ -651,7 +680,8 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
         const Node& n = e->nodes[k];
         if (n.kind == NodeKind::kInput) {
           const TensorView& view = in[static_cast<size_t>(n.input)].view;
-          const ref::Value r = ref::Read(dtype, testing::ElementAt(view, testing::Project(view, idx)));
+          const ref::Value r =
+              ref::Read(dtype, testing::ElementAt(view, testing::Project(view, idx)));
           v[k] = {r.f, r.i};
         } else if (n.kind == NodeKind::kLiteral) {
           wrapped[k] = true;
@@ -665,7 +695,8 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
           for (int a : n.args) {
             RefValue x = v[static_cast<size_t>(a)];
             if (!all_wrapped && wrapped[static_cast<size_t>(a)]) {
-              x = fl ? RefValue{ref::RoundToFloat(storage, x.f), 0} : RefValue{0, ref::Wrap(dtype, x.i)};
+              x = fl ? RefValue{ref::RoundToFloat(storage, x.f), 0}
+                     : RefValue{0, ref::Wrap(dtype, x.i)};
             }
             args.push_back(x);
           }
@@ -694,13 +725,16 @@ TEST(ExprEval, RandomTreesMatchTheDoubleReference) {
         return;
       }
       const double want = ref::RoundToFloat(dtype, v.back().f), gf = ref::Read(dtype, g).f;
-      const int out_bits = dtype == DType::kFloat16 ? 10 : dtype == DType::kBFloat16 ? 7
-                           : dtype == DType::kFloat32 ? 23 : 52;
+      const int out_bits = dtype == DType::kFloat16    ? 10
+                           : dtype == DType::kBFloat16 ? 7
+                           : dtype == DType::kFloat32  ? 23
+                                                       : 52;
       const double eps = std::ldexp(1.0, -out_bits);
-      const double out_ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(want), 1e-30)) - out_bits);
+      const double out_ulp =
+          std::ldexp(1.0, std::ilogb(std::max(std::fabs(want), 1e-30)) - out_bits);
       if (!(std::fabs(gf - want) <= 64 * eps * largest + out_ulp) && bad++ < 3) {
-        ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << ": got "
-                      << gf << ", reference " << want << " (largest value " << largest << ")";
+        ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << ": got " << gf
+                      << ", reference " << want << " (largest value " << largest << ")";
       }
     });
     if (bad > 0) {
@@ -728,7 +762,9 @@ TEST(ExprEval, HalfValuesRoundAsTheirOpsDo) {
     const int bits = dtype == DType::kFloat16 ? 10 : 7;
     auto r = [&](double v) { return ref::RoundToFloat(dtype, static_cast<float>(v)); };
     testing::ForEachIndex(got.view.shape, [&](const std::vector<int64_t>& idx) {
-      auto x = [&](int i) { return ref::Read(dtype, testing::ElementAt(in[static_cast<size_t>(i)].view, idx)).f; };
+      auto x = [&](int i) {
+        return ref::Read(dtype, testing::ElementAt(in[static_cast<size_t>(i)].view, idx)).f;
+      };
       // a * b and + c are exact in float32 before their rounding; sigmoid may differ from
       // this formula by a unit of float32, so by one of the half type after rounding.
       const double ab = r(x(0) * x(1));
@@ -737,7 +773,8 @@ TEST(ExprEval, HalfValuesRoundAsTheirOpsDo) {
       const double g = ref::Read(dtype, testing::ElementAt(got.view, idx)).f;
       const double tolerance = std::ldexp(1.0, std::ilogb(std::max(std::abs(want), 1e-4)) - bits) +
                                std::ldexp(1.0, -1 - bits);
-      ASSERT_LE(std::abs(g - want), tolerance) << DTypeName(dtype) << " at " << idx[0] << "," << idx[1];
+      ASSERT_LE(std::abs(g - want), tolerance)
+          << DTypeName(dtype) << " at " << idx[0] << "," << idx[1];
     });
   }
 }
@@ -752,7 +789,9 @@ TEST(ExprEval, IntegerExpressionsAreExact) {
   absl::Status status;
   OwnedTensor got = Evaluate(*p, in, &status);
   ASSERT_TRUE(status.ok()) << status;
-  auto floordiv = [](int64_t x, int64_t y) { return x / y - ((x % y != 0) && ((x < 0) != (y < 0))); };
+  auto floordiv = [](int64_t x, int64_t y) {
+    return x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
+  };
   testing::ForEachIndex(got.view.shape, [&](const std::vector<int64_t>& idx) {
     const int64_t a = ref::Read(DType::kInt32, testing::ElementAt(in[0].view, idx)).i;
     const int64_t b = ref::Read(DType::kInt32, testing::ElementAt(in[1].view, {idx[1]})).i;
@@ -783,7 +822,8 @@ TEST(ExprEval, IntegerDivisionByZeroIsAnError) {
 
 // Values of a small tensor, as doubles.
 OwnedTensor Values(DType dtype, const std::vector<double>& v, bool zero_dim = false) {
-  OwnedTensor t = Contiguous(dtype, zero_dim ? DimVector{} : DimVector{static_cast<int64_t>(v.size())});
+  OwnedTensor t =
+      Contiguous(dtype, zero_dim ? DimVector{} : DimVector{static_cast<int64_t>(v.size())});
   for (size_t i = 0; i < v.size(); ++i) {
     ref::Value x;
     x.is_int = !IsFloating(dtype);
@@ -795,7 +835,7 @@ OwnedTensor Values(DType dtype, const std::vector<double>& v, bool zero_dim = fa
 }
 
 std::vector<double> RunExpr(const std::string& text, const std::vector<OwnedTensor>& in,
-                        std::optional<DType> out = std::nullopt) {
+                            std::optional<DType> out = std::nullopt) {
   OutputOptions output;
   output.dtype = out;
   auto p = Prepare(text, in, output);
@@ -820,10 +860,11 @@ TEST(ExprEval, MeansExactlyItsOps) {
   EXPECT_EQ(RunExpr("cast(a, float16)", {Values(DType::kFloat32, {0.1})}, DType::kFloat32),
             std::vector<double>{0.0999755859375});
   EXPECT_EQ(RunExpr("a * b", {Values(DType::kFloat16, {0.1}), Values(DType::kFloat16, {3})},
-                DType::kFloat32),
+                    DType::kFloat32),
             std::vector<double>{0.2998046875});
   // A half op's arguments of other dtypes are rounded to it first.
-  EXPECT_EQ(RunExpr("a + b", {Values(DType::kFloat16, {0.5, -65504}), Values(DType::kInt32, {2049, 100000})}),
+  EXPECT_EQ(RunExpr("a + b", {Values(DType::kFloat16, {0.5, -65504}),
+                              Values(DType::kInt32, {2049, 100000})}),
             (std::vector<double>{2048, inf}));
   EXPECT_EQ(RunExpr("a < b", {Values(DType::kFloat16, {2048}), Values(DType::kInt32, {2049})}),
             std::vector<double>{0});
@@ -832,7 +873,7 @@ TEST(ExprEval, MeansExactlyItsOps) {
   EXPECT_EQ(RunExpr("a * 0.1", {Values(DType::kFloat16, {3})}), std::vector<double>{0.2998046875});
   // A half intermediate is rounded where its op would round it.
   EXPECT_EQ(RunExpr("cast(a * b, float32) - 0.2998046875",
-                {Values(DType::kFloat16, {0.1}), Values(DType::kFloat16, {3})}),
+                    {Values(DType::kFloat16, {0.1}), Values(DType::kFloat16, {3})}),
             std::vector<double>{0});
   // Signs of zero.
   EXPECT_EQ(RunExpr("1 / -a", {Values(DType::kFloat32, {0})}), std::vector<double>{-inf});
@@ -874,13 +915,16 @@ TEST(ExprEval, NumbersAreComputedAsPythonComputesThem) {
   EXPECT_EQ(RunExpr("neg(a,)", {i}), std::vector<double>{-3});
   EXPECT_EQ(RunExpr("clamp(a, min=0, max=2,)", {i}), std::vector<double>{2});
   EXPECT_EQ(RunExpr("a * (7 // -2) + 7 % -2", {i}), std::vector<double>{-13});
-  EXPECT_EQ(RunExpr("a * (1 / 3)", {Values(DType::kFloat64, {3})}), std::vector<double>{3 * (1.0 / 3)});
+  EXPECT_EQ(RunExpr("a * (1 / 3)", {Values(DType::kFloat64, {3})}),
+            std::vector<double>{3 * (1.0 / 3)});
   EXPECT_EQ(RunExpr("a * (1 < 2)", {i}), std::vector<double>{3});
   EXPECT_EQ(Error("a + 007", {i}),
             "expression: at 4: '007' has a leading zero, which Python does not allow in a decimal "
             "integer (write 0o... for octal)");
-  EXPECT_EQ(Error("a + 1_", {i}), "expression: at 4: '1_' is not a number: '_' goes between digits");
-  EXPECT_EQ(Error("a + 2j", {i}), "expression: at 4: '2j' is a complex number; there are none here");
+  EXPECT_EQ(Error("a + 1_", {i}),
+            "expression: at 4: '1_' is not a number: '_' goes between digits");
+  EXPECT_EQ(Error("a + 2j", {i}),
+            "expression: at 4: '2j' is a complex number; there are none here");
   EXPECT_EQ(Error("a ** -1", {i}),
             "expression: at 5: an integer to a negative integer power (-1) is refused, as PyTorch "
             "refuses it: write a float exponent, or cast the base to a float");
@@ -906,7 +950,8 @@ TEST(ExprEval, NumbersAreComputedAsPythonComputesThem) {
             "expression: at 5: zero to a negative power (Python raises ZeroDivisionError)");
   EXPECT_EQ(Error("a * (0.0 ** -0.5)", {f}),
             "expression: at 5: zero to a negative power (Python raises ZeroDivisionError)");
-  EXPECT_EQ(Error("a * (1 << -1)", {i}), "expression: at 5: a negative shift count (Python raises ValueError)");
+  EXPECT_EQ(Error("a * (1 << -1)", {i}),
+            "expression: at 5: a negative shift count (Python raises ValueError)");
   EXPECT_EQ(Error("a * (2 and 3)", {i}),
             "expression: at 5: 'logical_and' (and, or) over numbers takes True and False only: "
             "Python's would give one of the numbers back");
@@ -924,10 +969,13 @@ TEST(ExprEval, AttributesLiteralsAndExplicitCasts) {
     OwnedTensor out = Evaluate(*p, {a}, &status);
     EXPECT_TRUE(status.ok()) << status;
     std::vector<double> v;
-    for (int i = 0; i < 6; ++i) v.push_back(ref::Read(out.view.dtype, out.storage.data() + i * ItemSize(out.view.dtype)).AsDouble());
+    for (int i = 0; i < 6; ++i)
+      v.push_back(
+          ref::Read(out.view.dtype, out.storage.data() + i * ItemSize(out.view.dtype)).AsDouble());
     return v;
   };
-  EXPECT_EQ(run("clamp(a, min=0, max=1)"), (std::vector<double>{0, 0, 0, 0.30000001192092896, 1, 1}));
+  EXPECT_EQ(run("clamp(a, min=0, max=1)"),
+            (std::vector<double>{0, 0, 0, 0.30000001192092896, 1, 1}));
   EXPECT_EQ(run("cast(a * 2.5, int32)"), (std::vector<double>{-5, -1, 0, 0, 2, 17}));
   EXPECT_EQ(run("a > 0.3"), (std::vector<double>{0, 0, 0, 0, 1, 1}));
   EXPECT_EQ(run("(a > 0) & (a < 5)"), (std::vector<double>{0, 0, 0, 1, 1, 0}));
@@ -942,42 +990,45 @@ TEST(ExprEval, AttributesLiteralsAndExplicitCasts) {
 // their value: folded once on the CPU, computed per element in a GPU kernel.
 TEST(ExprEval, CallsOnLiteralsAlone) {
   for (DType dtype : {DType::kInt16, DType::kInt64, DType::kFloat32})
-  for (bool permuted : {false, true}) {
-    SCOPED_TRACE(std::string(DTypeName(dtype)) + (permuted ? " permuted" : ""));
-    // Values -12..11 in order; the permuted view walks them in the same logical order.
-    OwnedTensor a = Contiguous(dtype, {2, 3, 4});
-    if (permuted) a.view.strides = {1, 2, 6};
-    for (int i = 0; i < 24; ++i) {
-      ref::Value v;
-      v.is_int = !IsFloating(dtype);
-      v.i = i - 12;
-      v.f = i - 12;
-      const int at = permuted ? (i / 12) + ((i / 4) % 3) * 2 + (i % 4) * 6 : i;
-      ref::Write(dtype, v, a.storage.data() + at * ItemSize(dtype));
-    }
-    auto run = [&](const std::string& text) {
-      auto p = Prepare(text, {a});
-      EXPECT_TRUE(p.ok()) << text << ": " << p.status();
-      absl::Status status;
-      OwnedTensor out = Evaluate(*p, {a}, &status);
-      EXPECT_TRUE(status.ok()) << status;
-      std::vector<double> v;
-      for (int i = 0; i < 24; i += 5) {
-        v.push_back(ref::Read(out.view.dtype, out.storage.data() + i * ItemSize(out.view.dtype)).AsDouble());
+    for (bool permuted : {false, true}) {
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + (permuted ? " permuted" : ""));
+      // Values -12..11 in order; the permuted view walks them in the same logical order.
+      OwnedTensor a = Contiguous(dtype, {2, 3, 4});
+      if (permuted) a.view.strides = {1, 2, 6};
+      for (int i = 0; i < 24; ++i) {
+        ref::Value v;
+        v.is_int = !IsFloating(dtype);
+        v.i = i - 12;
+        v.f = i - 12;
+        const int at = permuted ? (i / 12) + ((i / 4) % 3) * 2 + (i % 4) * 6 : i;
+        ref::Write(dtype, v, a.storage.data() + at * ItemSize(dtype));
       }
-      return v;
-    };
-    EXPECT_EQ(run("minimum(a, neg(3))"), (std::vector<double>{-12, -7, -3, -3, -3})) << "minimum(a, neg(3))";
-    EXPECT_EQ(run("a + neg(3)"), (std::vector<double>{-15, -10, -5, 0, 5}));
-    EXPECT_EQ(run("minimum(a + 5, neg(3))"), (std::vector<double>{-7, -3, -3, -3, -3}));
-    EXPECT_EQ(run("a * (2 - 5)"), (std::vector<double>{36, 21, 6, -9, -24}));
-    EXPECT_EQ(run("neg(a) - neg(neg(2))"), (std::vector<double>{10, 5, 0, -5, -10}));
-    if (!IsFloating(dtype)) {
-      EXPECT_EQ(run("minimum(bitwise_and(5, a), neg(3))"), (std::vector<double>{-3, -3, -3, -3, -3}));
-      EXPECT_EQ(run("minimum(bitwise_and(5, a), minimum(a, neg(3))) * (a - 1)"),
-                (std::vector<double>{156, 56, 9, -6, -21}));
+      auto run = [&](const std::string& text) {
+        auto p = Prepare(text, {a});
+        EXPECT_TRUE(p.ok()) << text << ": " << p.status();
+        absl::Status status;
+        OwnedTensor out = Evaluate(*p, {a}, &status);
+        EXPECT_TRUE(status.ok()) << status;
+        std::vector<double> v;
+        for (int i = 0; i < 24; i += 5) {
+          v.push_back(ref::Read(out.view.dtype, out.storage.data() + i * ItemSize(out.view.dtype))
+                          .AsDouble());
+        }
+        return v;
+      };
+      EXPECT_EQ(run("minimum(a, neg(3))"), (std::vector<double>{-12, -7, -3, -3, -3}))
+          << "minimum(a, neg(3))";
+      EXPECT_EQ(run("a + neg(3)"), (std::vector<double>{-15, -10, -5, 0, 5}));
+      EXPECT_EQ(run("minimum(a + 5, neg(3))"), (std::vector<double>{-7, -3, -3, -3, -3}));
+      EXPECT_EQ(run("a * (2 - 5)"), (std::vector<double>{36, 21, 6, -9, -24}));
+      EXPECT_EQ(run("neg(a) - neg(neg(2))"), (std::vector<double>{10, 5, 0, -5, -10}));
+      if (!IsFloating(dtype)) {
+        EXPECT_EQ(run("minimum(bitwise_and(5, a), neg(3))"),
+                  (std::vector<double>{-3, -3, -3, -3, -3}));
+        EXPECT_EQ(run("minimum(bitwise_and(5, a), minimum(a, neg(3))) * (a - 1)"),
+                  (std::vector<double>{156, 56, 9, -6, -21}));
+      }
     }
-  }
 }
 
 TEST(ExprEval, EmptyAndZeroDimTensors) {

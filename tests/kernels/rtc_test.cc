@@ -46,7 +46,8 @@ Operands Layout(DType dtype, int layout) {
   o.views = {a, b};
   // Layout 1: every pointer one element past a 16-byte boundary, so no vector access.
   const uintptr_t skew = layout == 1 ? static_cast<uintptr_t>(ItemSize(dtype)) : 0;
-  for (uintptr_t k = 0; k < 3; ++k) o.base.push_back(reinterpret_cast<char*>(4096 * (k + 1) + skew));
+  for (uintptr_t k = 0; k < 3; ++k)
+    o.base.push_back(reinterpret_cast<char*>(4096 * (k + 1) + skew));
   return o;
 }
 
@@ -56,7 +57,8 @@ std::string Call(const CatalogEntry& e) {
   if (s.name == "cast") return "cast(a, float64)";
   if (s.name == "clamp") return "clamp(a, min=0.5)";
   std::vector<std::string> args;
-  for (int k = 0; k < s.arity; ++k) args.push_back(k == s.condition_input ? "a == b" : k % 2 ? "b" : "a");
+  for (int k = 0; k < s.arity; ++k)
+    args.push_back(k == s.condition_input ? "a == b" : k % 2 ? "b" : "a");
   for (const AttrSpec& at : s.attrs) {
     if (!at.required) continue;
     if (at.type != AttrType::kFloat) return "";
@@ -78,12 +80,16 @@ TEST(ExpressionKernels, EveryOpAndDtypeCompilesInEveryWalk) {
         const std::string call = Call(e);
         if (call.empty() || !Accepts(e.spec, dtype)) continue;
         const std::string term = absl::StrCat("cast(", call, ", float64)");
-        if (!expr::PrepareExpression(absl::StrCat(term, " + cast(a, float64) + cast(b, float64)"), {}, o.views).ok()) continue;
+        if (!expr::PrepareExpression(absl::StrCat(term, " + cast(a, float64) + cast(b, float64)"),
+                                     {}, o.views)
+                 .ok())
+          continue;
         terms.push_back(term);
         covered.insert(e.spec.name);
       }
       ASSERT_FALSE(terms.empty());
-      auto p = expr::PrepareExpression(absl::StrJoin(terms, " + ") + " + cast(a + b, float64)", {}, o.views);
+      auto p = expr::PrepareExpression(absl::StrJoin(terms, " + ") + " + cast(a + b, float64)", {},
+                                       o.views);
       ASSERT_TRUE(p.ok()) << p.status();
       const ExprWalk& w = p->expression->walk;
       EXPECT_EQ(KernelName(w.kernel), KernelName(layout < 2 ? Kernel::kRows : Kernel::kGeneral));
@@ -129,7 +135,8 @@ TEST(ExpressionKernels, SourceHoldsNeitherNamesNorValues) {
   auto source = [&](const std::string& text, std::vector<std::string> names) {
     auto p = expr::PrepareExpression(text, names, o.views);
     EXPECT_TRUE(p.ok()) << text << ": " << p.status();
-    return p.ok() ? GenerateSource(*p->expression, expr::VectorFor(*p->expression, o.base.data())) : "";
+    return p.ok() ? GenerateSource(*p->expression, expr::VectorFor(*p->expression, o.base.data()))
+                  : "";
   };
   const std::string s1 = source("clamp(weights * 2.5 + bias, min=0.25) - 7", {"weights", "bias"});
   const std::string s2 = source("clamp(x * -1e30 + y, min=-3) - 0.125", {"x", "y"});

@@ -20,7 +20,8 @@ std::string Flatten(const grpc::ByteBuffer& b) {
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(b.Dump(&slices).ok());
   std::string out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
 }
 
@@ -88,8 +89,8 @@ TEST(ChunkWireTest, ComputeResponseIsWhatProtobufWrites) {
     const std::string meta = t->SerializeAsString();
     t->set_data(data);
     std::string* held = new std::string(data);
-    grpc::Slice slice(held->data(), held->size(),
-                      [](void* p) { delete static_cast<std::string*>(p); }, held);
+    grpc::Slice slice(
+        held->data(), held->size(), [](void* p) { delete static_cast<std::string*>(p); }, held);
     const std::string wire = Flatten(ComputeResponseMessage(meta, std::move(slice)));
     ASSERT_EQ(wire, expect.SerializeAsString()) << "trial " << trial;
     v1::ComputeResponse back;
@@ -164,8 +165,8 @@ int SplitAgrees(const std::string& wire, int64_t min_bytes, std::mt19937_64& rng
   values.set_treat_nan_as_equal(true);
   google::protobuf::util::MessageDifferencer differ;
   differ.set_field_comparator(&values);
-  EXPECT_TRUE(differ.Compare(whole, rebuilt))
-      << whole.ShortDebugString() << "\n" << rebuilt.ShortDebugString();
+  EXPECT_TRUE(differ.Compare(whole, rebuilt)) << whole.ShortDebugString() << "\n"
+                                              << rebuilt.ShortDebugString();
   return static_cast<int>(split.taken().size());
 }
 
@@ -177,11 +178,13 @@ v1::ComputeRequest RandomRequest(std::mt19937_64& rng, int64_t min_bytes) {
   for (int i = 0; i < n; ++i) {
     v1::Tensor* t = r.add_inputs();
     t->set_dtype(static_cast<v1::DType>(rng() % 12));
-    for (int d = 0; d < static_cast<int>(rng() % 4); ++d) t->add_shape(static_cast<int64_t>(rng() % 300));
+    for (int d = 0; d < static_cast<int>(rng() % 4); ++d)
+      t->add_shape(static_cast<int64_t>(rng() % 300));
     if (rng() % 2) t->add_strides(-static_cast<int64_t>(rng() % 5));
     if (rng() % 2) t->set_offset(static_cast<int64_t>(rng() % 1000));
     // Empty, short of the threshold, at it, or past it.
-    const int64_t sizes[] = {0, min_bytes - 1, min_bytes, min_bytes + static_cast<int64_t>(rng() % 200)};
+    const int64_t sizes[] = {0, min_bytes - 1, min_bytes,
+                             min_bytes + static_cast<int64_t>(rng() % 200)};
     std::string data(static_cast<size_t>(std::max<int64_t>(0, sizes[rng() % 4])), '\0');
     for (char& c : data) c = static_cast<char>(rng());
     t->set_data(data);
@@ -204,7 +207,8 @@ TEST(SplitComputeRequestTest, TakesLargeInputsOutAndKeepsEverythingElse) {
   for (int k = 0; k < 2000; ++k) {
     const v1::ComputeRequest r = RandomRequest(rng, min_bytes);
     int large = 0;
-    for (const v1::Tensor& t : r.inputs()) large += static_cast<int64_t>(t.data().size()) >= min_bytes;
+    for (const v1::Tensor& t : r.inputs())
+      large += static_cast<int64_t>(t.data().size()) >= min_bytes;
     const int got = SplitAgrees(r.SerializeAsString(), min_bytes, rng);
     ASSERT_EQ(got, large) << r.ShortDebugString();
     taken += got;
@@ -223,7 +227,8 @@ TEST(SplitComputeRequestTest, AgreesWithProtobufOnDamagedMessages) {
     // Bytes changed at random.
     for (int m = 0; m < 20 && !good.empty(); ++m) {
       std::string bad = good;
-      for (int j = 0; j < 1 + static_cast<int>(rng() % 3); ++j) bad[rng() % bad.size()] = static_cast<char>(rng());
+      for (int j = 0; j < 1 + static_cast<int>(rng() % 3); ++j)
+        bad[rng() % bad.size()] = static_cast<char>(rng());
       SplitAgrees(bad, 8, rng);
     }
   }
@@ -232,7 +237,12 @@ TEST(SplitComputeRequestTest, AgreesWithProtobufOnDamagedMessages) {
 TEST(SplitComputeRequestTest, LeavesOddEncodingsToProtobuf) {
   std::mt19937_64 rng(std::random_device{}());
   // One tensor whose data comes twice: protobuf keeps the second.
-  const std::string twice("\x12\x0c\x2a\x04" "abcd" "\x2a\x04" "wxyz", 14);
+  const std::string twice(
+      "\x12\x0c\x2a\x04"
+      "abcd"
+      "\x2a\x04"
+      "wxyz",
+      14);
   v1::ComputeRequest check;
   ASSERT_TRUE(check.ParseFromString(twice));
   EXPECT_EQ(check.inputs(0).data(), "wxyz");
@@ -241,16 +251,34 @@ TEST(SplitComputeRequestTest, LeavesOddEncodingsToProtobuf) {
   EXPECT_EQ(SplitAgrees(std::string("\x12\x02\x33\x34", 4), 2, rng), -1);
   EXPECT_EQ(SplitAgrees(std::string("\x1b\x1c", 2), 2, rng), -1);
   // A tensor's length past the message's end; a data length past the tensor's end.
-  EXPECT_EQ(SplitAgrees(std::string("\x12\x09\x2a\x02" "ab", 6), 2, rng), -1);
-  EXPECT_EQ(SplitAgrees(std::string("\x12\x04\x2a\x05" "ab" "\x0a\x01" "x", 9), 2, rng), -1);
+  EXPECT_EQ(SplitAgrees(std::string("\x12\x09\x2a\x02"
+                                    "ab",
+                                    6),
+                        2, rng),
+            -1);
+  EXPECT_EQ(SplitAgrees(std::string("\x12\x04\x2a\x05"
+                                    "ab"
+                                    "\x0a\x01"
+                                    "x",
+                                    9),
+                        2, rng),
+            -1);
   // A double attribute that is NaN (found by the fuzzer): the same message either way.
   const std::string nan_attribute(
-      "\x0a\x05" "clamp" "\x12\x02\x08\x07\x1a\x10\x0a\x03" "max" "\x12\x09\x09\x00\x00\x3f\x10"
+      "\x0a\x05"
+      "clamp"
+      "\x12\x02\x08\x07\x1a\x10\x0a\x03"
+      "max"
+      "\x12\x09\x09\x00\x00\x3f\x10"
       "\xf3\xff\xff\xff",
       29);
   EXPECT_EQ(SplitAgrees(nan_attribute, 2, rng), 0);
   // A tag in six bytes (found by the fuzzer): protobuf reads tags in at most five.
-  const std::string long_tag("\x0a\x01" "a" "\x85\x8b\x8a\x8a\x8d\x00\x02\x00\x00\x00", 13);
+  const std::string long_tag(
+      "\x0a\x01"
+      "a"
+      "\x85\x8b\x8a\x8a\x8d\x00\x02\x00\x00\x00",
+      13);
   v1::ComputeRequest refused;
   EXPECT_FALSE(refused.ParseFromString(long_tag));
   EXPECT_EQ(SplitAgrees(long_tag, 2, rng), -1);

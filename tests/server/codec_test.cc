@@ -141,7 +141,8 @@ v1::ComputeResponse Parse(grpc::ByteBuffer buffer) {
   std::vector<grpc::Slice> slices;
   EXPECT_TRUE(buffer.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   v1::ComputeResponse m;
   EXPECT_TRUE(m.ParseFromString(bytes));
   return m;

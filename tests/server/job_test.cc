@@ -32,15 +32,15 @@ class JobTest : public ::testing::Test {
     std::vector<std::unique_ptr<runtime::Device>> d;
     d.push_back(std::make_unique<runtime::CpuDevice>(1, runtime::DeviceOptions{}));
     devices_ = std::make_unique<runtime::DeviceSet>(std::move(d));
-    env_ = ServiceEnv{devices_.get(), &pool_, &resident_, nullptr, &metrics_, nullptr, options_,
-                      &life_};
+    env_ = ServiceEnv{devices_.get(), &pool_,  &resident_, nullptr,
+                      &metrics_,      nullptr, options_,   &life_};
   }
 
   // `r` decoded as the v1 front door decodes it, then prepared; the spec is kept for the
   // test's life (the job's inline inputs point into it and into `r`).
   absl::StatusOr<std::unique_ptr<ComputeJob>> Prepare(const v1::ComputeRequest& r,
-                                                       bool allow_streamed = false,
-                                                       const std::string& owner = "alice") {
+                                                      bool allow_streamed = false,
+                                                      const std::string& owner = "alice") {
     auto spec = DecodeCompute(r, allow_streamed, env_.options);
     if (!spec.ok()) return spec.status();
     specs_.push_back(*std::move(spec));
@@ -111,8 +111,8 @@ TEST_F(JobTest, ResidentInputsBelongToTheirOwner) {
   ASSERT_TRUE(storage.ok());
   const float values[] = {1, 2, 3, 4};
   std::memcpy((*storage)->data(), values, 16);
-  auto kept = resident_.Add("alice", *storage, TensorView{DType::kFloat32, {4}, {1}, 0, nullptr, 16},
-                            0);
+  auto kept =
+      resident_.Add("alice", *storage, TensorView{DType::kFloat32, {4}, {1}, 0, nullptr, 16}, 0);
   ASSERT_TRUE(kept.ok());
   v1::ComputeRequest r;
   r.set_op("neg");

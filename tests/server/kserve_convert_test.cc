@@ -53,8 +53,7 @@ struct Converted {
 
 Converted Convert(const Request& r, const ServiceOptions& options = {}) {
   Converted c;
-  c.status = ToComputeSpec(r, options, /*shm=*/nullptr, /*budget=*/nullptr, &c.spec,
-                           &c.output_shm);
+  c.status = ToComputeSpec(r, options, /*shm=*/nullptr, /*budget=*/nullptr, &c.spec, &c.output_shm);
   return c;
 }
 

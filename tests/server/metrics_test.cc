@@ -25,11 +25,14 @@ TEST(Metrics, CountsCallsByMethodOpAndCode) {
   m.RecordCall("ListOps", "", "OK", absl::Microseconds(10));
   const std::string text = m.Render();
   EXPECT_TRUE(HasLine(text, "# TYPE tensorcompute_requests_total counter")) << text;
-  EXPECT_TRUE(HasLine(text, "tensorcompute_requests_total{method=\"Compute\",op=\"add\",code=\"OK\"} 2"))
+  EXPECT_TRUE(
+      HasLine(text, "tensorcompute_requests_total{method=\"Compute\",op=\"add\",code=\"OK\"} 2"))
       << text;
   EXPECT_TRUE(HasLine(
-      text, "tensorcompute_requests_total{method=\"Compute\",op=\"add\",code=\"INVALID_ARGUMENT\"} 1"));
-  EXPECT_TRUE(HasLine(text, "tensorcompute_requests_total{method=\"ListOps\",op=\"\",code=\"OK\"} 1"));
+      text,
+      "tensorcompute_requests_total{method=\"Compute\",op=\"add\",code=\"INVALID_ARGUMENT\"} 1"));
+  EXPECT_TRUE(
+      HasLine(text, "tensorcompute_requests_total{method=\"ListOps\",op=\"\",code=\"OK\"} 1"));
 }
 
 TEST(Metrics, HistogramBucketsAreCumulative) {
@@ -55,13 +58,13 @@ TEST(Metrics, BytesAndGauges) {
   int scrapes = 0;
   m.AddGauge("tensorcompute_test_gauge", "A gauge read at scrape time.", [&scrapes] {
     ++scrapes;
-    return std::vector<std::pair<std::string, double>>{{"device=\"0\"", 1.5},
-                                                       {"device=\"1\"", 2}};
+    return std::vector<std::pair<std::string, double>>{{"device=\"0\"", 1.5}, {"device=\"1\"", 2}};
   });
   const std::string text = m.Render();
   EXPECT_TRUE(HasLine(text, "tensorcompute_received_bytes_total{method=\"Upload\"} 1024")) << text;
   EXPECT_TRUE(HasLine(text, "tensorcompute_sent_bytes_total{method=\"Upload\"} 10")) << text;
-  EXPECT_TRUE(HasLine(text, "# HELP tensorcompute_test_gauge A gauge read at scrape time.")) << text;
+  EXPECT_TRUE(HasLine(text, "# HELP tensorcompute_test_gauge A gauge read at scrape time."))
+      << text;
   EXPECT_TRUE(HasLine(text, "tensorcompute_test_gauge{device=\"0\"} 1.5")) << text;
   EXPECT_TRUE(HasLine(text, "tensorcompute_test_gauge{device=\"1\"} 2")) << text;
   EXPECT_EQ(scrapes, 1);
@@ -71,9 +74,10 @@ TEST(Metrics, LabelValuesAreEscaped) {
   Metrics m;
   m.RecordCall("Compute", "we\"ird\\op\nname", "OK", absl::Microseconds(1));
   const std::string text = m.Render();
-  EXPECT_TRUE(HasLine(text,
-                      "tensorcompute_requests_total{method=\"Compute\",op=\"we\\\"ird\\\\op\\nname\","
-                      "code=\"OK\"} 1"))
+  EXPECT_TRUE(
+      HasLine(text,
+              "tensorcompute_requests_total{method=\"Compute\",op=\"we\\\"ird\\\\op\\nname\","
+              "code=\"OK\"} 1"))
       << text;
 }
 

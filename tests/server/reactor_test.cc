@@ -95,7 +95,8 @@ class TestReactor : public PooledReactor<FakeWriter> {
 class ReactorTest : public ::testing::Test {
  protected:
   ReactorTest() {
-    env_ = ServiceEnv{nullptr, &pool_, nullptr, nullptr, &metrics_, &auth_, ServiceOptions{}, &life_};
+    env_ =
+        ServiceEnv{nullptr, &pool_, nullptr, nullptr, &metrics_, &auth_, ServiceOptions{}, &life_};
   }
 
   // A reactor that refuses nothing it is not told to: with a token configured, a context
@@ -112,7 +113,8 @@ class ReactorTest : public ::testing::Test {
   }
 
   std::string Counted(const std::string& code) {
-    const std::string line = "tensorcompute_requests_total{method=\"Test\",op=\"\",code=\"" + code + "\"}";
+    const std::string line =
+        "tensorcompute_requests_total{method=\"Test\",op=\"\",code=\"" + code + "\"}";
     const std::string text = metrics_.Render();
     const size_t at = text.find(line);
     if (at == std::string::npos) return "0";

@@ -101,8 +101,7 @@ TEST_F(RegionStoreTest, AClaimedTicketIsTheCallersMemoryAndOnlyTheirs) {
   EXPECT_EQ(store_->List("alice").size(), 1u);
   EXPECT_TRUE(store_->List("bob").empty());
   // A ticket is claimed once.
-  EXPECT_EQ(store_->Claim("alice", ticket, "again").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Claim("alice", ticket, "again").status().code(), absl::StatusCode::kNotFound);
   // Only its owner unregisters it.
   EXPECT_FALSE(store_->Unregister("bob", id).ok());
   ASSERT_TRUE(store_->Unregister("alice", id).ok());

@@ -79,8 +79,8 @@ std::vector<float> RunOn(RemoteDevice& d, const std::vector<float>& x, const std
   std::promise<absl::Status> finished;
   std::function<void(absl::Status)> done = [&](absl::Status s) { finished.set_value(s); };
   if (small) {
-    const bool taken = d.TryRunSmall(*lane, *prepared, {vx, vy},
-                                     reinterpret_cast<std::byte*>(out.data()), done);
+    const bool taken =
+        d.TryRunSmall(*lane, *prepared, {vx, vy}, reinterpret_cast<std::byte*>(out.data()), done);
     EXPECT_TRUE(taken) << "a small run on an idle device was not taken";
     if (!taken) return out;
   } else {
@@ -118,7 +118,8 @@ TEST(RemoteDevice, RunsMatchTheReference) {
       if (small && 3 * n * 4 > d->max_small_bytes()) continue;
       const std::vector<float> got = RunOn(*d, x, y, "mul", small);
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_EQ(got[static_cast<size_t>(i)], x[static_cast<size_t>(i)] * y[static_cast<size_t>(i)])
+        ASSERT_EQ(got[static_cast<size_t>(i)],
+                  x[static_cast<size_t>(i)] * y[static_cast<size_t>(i)])
             << "n " << n << " at " << i << (small ? " (small)" : "");
       }
     }

@@ -58,9 +58,16 @@ Value RandomValue(DType t, std::mt19937_64& rng, bool nonzero, bool small, bool 
     v.f = uni(rng);
     if (r < 10) v.f = std::round(v.f * 2) / 2;  // ties for round, exact integers
   } else {
-    static constexpr double kSpecial[] = {0.0, -0.0, 1e30, -1e30, 1e-30, 65504, 3e38,
+    static constexpr double kSpecial[] = {0.0,
+                                          -0.0,
+                                          1e30,
+                                          -1e30,
+                                          1e-30,
+                                          65504,
+                                          3e38,
                                           std::numeric_limits<double>::infinity(),
-                                          -std::numeric_limits<double>::infinity(), NAN};
+                                          -std::numeric_limits<double>::infinity(),
+                                          NAN};
     v.f = kSpecial[rng() % std::size(kSpecial)];
   }
   if (moderate && std::isfinite(v.f) && std::fabs(v.f) > 100) v.f = uni(rng);
@@ -98,8 +105,11 @@ Value Expect(const ref::Op& op, DType compute, DType out, const std::vector<Valu
     const AttrMap& a = op.attrs;
     auto f = [&](const char* n) { return std::get<double>(a.at(n)); };
     auto z = [&](const char* n) { return static_cast<double>(std::get<int64_t>(a.at(n))); };
-    const double u = (x[0].i - z("a_zero_point")) * f("a_scale"), w = (x[1].i - z("b_zero_point")) * f("b_scale");
-    const double real = op.name == "quantized_add" ? u + w : op.name == "quantized_sub" ? u - w : u * w;
+    const double u = (x[0].i - z("a_zero_point")) * f("a_scale"),
+                 w = (x[1].i - z("b_zero_point")) * f("b_scale");
+    const double real = op.name == "quantized_add"   ? u + w
+                        : op.name == "quantized_sub" ? u - w
+                                                     : u * w;
     double q = std::nearbyint(real / f("scale")) + z("zero_point");
     q = std::min<double>(std::max<double>(q, IntMin(out)), IntMax(out));
     r.is_int = true;
@@ -107,19 +117,25 @@ Value Expect(const ref::Op& op, DType compute, DType out, const std::vector<Valu
     return r;
   }
   if (op.name == "fill") {
-    return ref::ConvertTo(out, ref::ConvertTo(compute, Value{false, 0, std::get<double>(op.attrs.at("value"))}));
+    return ref::ConvertTo(
+        out, ref::ConvertTo(compute, Value{false, 0, std::get<double>(op.attrs.at("value"))}));
   }
   if (op.name == "clamp" && op.arity == 1) {
     Value v = c[0];
     if (!(v.is_int == false && std::isnan(v.f))) {
-      auto bound = [&](const char* n) { return ref::ConvertTo(IsFloating(compute) ? DType::kFloat64 : compute, Value{false, 0, std::get<double>(op.attrs.at(n))}); };
+      auto bound = [&](const char* n) {
+        return ref::ConvertTo(IsFloating(compute) ? DType::kFloat64 : compute,
+                              Value{false, 0, std::get<double>(op.attrs.at(n))});
+      };
       if (op.attrs.count("min")) {
         const Value lo = bound("min");
-        if (v.AsDouble() < lo.AsDouble()) v = v.is_int ? Value{true, lo.i, 0} : Value{false, 0, lo.f};
+        if (v.AsDouble() < lo.AsDouble())
+          v = v.is_int ? Value{true, lo.i, 0} : Value{false, 0, lo.f};
       }
       if (op.attrs.count("max")) {
         const Value hi = bound("max");
-        if (v.AsDouble() > hi.AsDouble()) v = v.is_int ? Value{true, hi.i, 0} : Value{false, 0, hi.f};
+        if (v.AsDouble() > hi.AsDouble())
+          v = v.is_int ? Value{true, hi.i, 0} : Value{false, 0, hi.f};
       }
     }
     return ref::ConvertTo(out, v);
@@ -130,7 +146,9 @@ Value Expect(const ref::Op& op, DType compute, DType out, const std::vector<Valu
     __int128 v;
     const int width = static_cast<int>(ItemSize(compute)) * 8;
     if (op.name == "left_shift") {
-      v = (xi[1] < 0 || xi[1] >= width) ? 0 : static_cast<__int128>(static_cast<unsigned __int128>(xi[0]) << xi[1]);
+      v = (xi[1] < 0 || xi[1] >= width)
+              ? 0
+              : static_cast<__int128>(static_cast<unsigned __int128>(xi[0]) << xi[1]);
     } else if (op.name == "right_shift") {
       v = (xi[1] < 0 || xi[1] >= width) ? (xi[0] < 0 ? -1 : 0) : (xi[0] >> xi[1]);
     } else if (op.name == "bitwise_not" && compute == DType::kBool) {
@@ -167,10 +185,18 @@ bool Matches(const ref::Op& op, DType compute, DType out, const Value& want, con
   if (std::isinf(want.f) || std::isinf(got.f)) return want.f == got.f;
   double rel;
   switch (IsFloating(compute) ? compute : out) {
-    case DType::kFloat16: rel = 2e-3; break;
-    case DType::kBFloat16: rel = 1.6e-2; break;
-    case DType::kFloat32: rel = 2.5e-7 * op.tolerance; break;
-    default: rel = 1e-14 * op.tolerance; break;
+    case DType::kFloat16:
+      rel = 2e-3;
+      break;
+    case DType::kBFloat16:
+      rel = 1.6e-2;
+      break;
+    case DType::kFloat32:
+      rel = 2.5e-7 * op.tolerance;
+      break;
+    default:
+      rel = 1e-14 * op.tolerance;
+      break;
   }
   if (out == DType::kFloat16) rel = std::max(rel, 2e-3);
   if (out == DType::kBFloat16) rel = std::max(rel, 1.6e-2);
@@ -187,7 +213,8 @@ bool Matches(const ref::Op& op, DType compute, DType out, const Value& want, con
 std::string Show(const Value& v) {
   std::ostringstream s;
   s.precision(17);
-  if (v.is_int) s << v.i; else s << v.f;
+  if (v.is_int) s << v.i;
+  else s << v.f;
   return s.str();
 }
 
@@ -203,10 +230,9 @@ std::string Describe(const TensorView& v) {
 void CheckConformance(Backend& backend, uint64_t seed, const ConformanceOptions& options) {
   std::mt19937_64 rng(seed);
   const std::vector<ref::Op> ops = ref::Ops(rng);
-  static const std::vector<DType> kAll = {DType::kBool,    DType::kUInt8,   DType::kInt8,
-                                          DType::kInt16,   DType::kInt32,   DType::kInt64,
-                                          DType::kFloat16, DType::kBFloat16, DType::kFloat32,
-                                          DType::kFloat64};
+  static const std::vector<DType> kAll = {
+      DType::kBool,  DType::kUInt8,   DType::kInt8,     DType::kInt16,   DType::kInt32,
+      DType::kInt64, DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64};
   int64_t cases = 0, elements = 0;
   for (const ref::Op& op : ops) {
     int failures = 0;
@@ -247,12 +273,22 @@ void CheckConformance(Backend& backend, uint64_t seed, const ConformanceOptions&
       }
       DType compute = result, out = result;
       switch (op.kind) {
-        case ref::Kind::kToFloat: if (!IsFloating(result)) compute = out = DType::kFloat32; break;
-        case ref::Kind::kToBool: out = DType::kBool; break;
-        case ref::Kind::kCast: out = std::get<DType>(op.attrs.at("dtype")); break;
-        case ref::Kind::kQuantized: break;
-        case ref::Kind::kBoolToInt64: if (result == DType::kBool) compute = out = DType::kInt64; break;
-        case ref::Kind::kSame: break;
+        case ref::Kind::kToFloat:
+          if (!IsFloating(result)) compute = out = DType::kFloat32;
+          break;
+        case ref::Kind::kToBool:
+          out = DType::kBool;
+          break;
+        case ref::Kind::kCast:
+          out = std::get<DType>(op.attrs.at("dtype"));
+          break;
+        case ref::Kind::kQuantized:
+          break;
+        case ref::Kind::kBoolToInt64:
+          if (result == DType::kBool) compute = out = DType::kInt64;
+          break;
+        case ref::Kind::kSame:
+          break;
       }
 
       std::ostringstream where;
@@ -267,13 +303,18 @@ void CheckConformance(Backend& backend, uint64_t seed, const ConformanceOptions&
       ASSERT_EQ(plan.out_dtype, out) << DTypeName(plan.out_dtype) << " vs " << DTypeName(out);
       std::vector<char> storage(plan.out_storage_bytes + 1);
       elements += plan.numel;
-      const absl::Status run = backend.Run(*prepared, views, reinterpret_cast<std::byte*>(storage.data()));
+      const absl::Status run =
+          backend.Run(*prepared, views, reinterpret_cast<std::byte*>(storage.data()));
       ASSERT_TRUE(run.ok()) << run;
 
-      TensorView result_view{out, plan.out_shape, plan.out_strides, 0,
+      TensorView result_view{out,
+                             plan.out_shape,
+                             plan.out_strides,
+                             0,
                              reinterpret_cast<const std::byte*>(storage.data()),
                              plan.out_storage_bytes};
-      const double mult = op.attrs.count("alpha") ? std::fabs(std::get<double>(op.attrs.at("alpha")))
+      const double mult = op.attrs.count("alpha")
+                              ? std::fabs(std::get<double>(op.attrs.at("alpha")))
                           : op.attrs.count("value") && op.name == "addcmul"
                               ? std::fabs(std::get<double>(op.attrs.at("value")))
                               : 1.0;
@@ -295,9 +336,9 @@ void CheckConformance(Backend& backend, uint64_t seed, const ConformanceOptions&
         if (!Matches(op, compute, out, want, got, std::isfinite(scale) ? scale : 0)) {
           std::ostringstream in;
           for (const Value& v : x) in << Show(v) << " ";
-          ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << " inputs " << in.str()
-                        << "(" << DTypeName(compute) << " -> " << DTypeName(out) << "): got "
-                        << Show(got) << ", want " << Show(want);
+          ADD_FAILURE() << "at " << ShapeToString(DimVector(idx.begin(), idx.end())) << " inputs "
+                        << in.str() << "(" << DTypeName(compute) << " -> " << DTypeName(out)
+                        << "): got " << Show(got) << ", want " << Show(want);
           ++failures;
         }
       });

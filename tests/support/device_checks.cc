@@ -102,20 +102,18 @@ void CheckCopiesWith(const DeviceFactory& make, const DeviceOptions& options,
 void CheckCopies(const DeviceFactory& make) {
   DeviceOptions options;
   options.staging_bytes = 64 << 10;  // So that copies span many staging chunks.
-  CheckCopiesWith(make, options,
-                  {1, 7, 65535, 65536, 65537, int64_t{3} * 65536 + 11, 1000003});
+  CheckCopiesWith(make, options, {1, 7, 65535, 65536, 65537, int64_t{3} * 65536 + 11, 1000003});
   // Staging chunks large enough that the host side of each is split among copy threads (an
   // odd count, so the pieces are uneven), and copies that end inside a chunk.
   options.staging_bytes = int64_t{4} << 20;
   options.copy_threads = 3;
-  CheckCopiesWith(make, options, {(int64_t{1} << 20) + 3, (int64_t{4} << 20) - 1,
-                                  (int64_t{9} << 20) + 5});
+  CheckCopiesWith(make, options,
+                  {(int64_t{1} << 20) + 3, (int64_t{4} << 20) - 1, (int64_t{9} << 20) + 5});
 }
 
 void CheckCopiesBetween(Device& from, Device& to) {
   std::mt19937_64 rng(TestSeed() ^ 0x9E3779B9ull);
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{65537}, int64_t{1000003},
-                    int64_t{64} << 20}) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{65537}, int64_t{1000003}, int64_t{64} << 20}) {
     std::vector<unsigned char> src(n), back(n + 26);
     for (auto& b : src) b = static_cast<unsigned char>(rng());
     auto a = from.Allocate(n + 5, true, absl::InfiniteFuture());
@@ -160,8 +158,10 @@ void CheckConcurrentRuns(const DeviceFactory& make) {
         // Every third request divides by zero somewhere; only that one may fail.
         const bool zero = r % 3 == 0;
         if (zero) b[rng() % n] = 0;
-        TensorView va{DType::kInt32, {n}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()), n * 4};
-        TensorView vb{DType::kInt32, {n}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()), n * 4};
+        TensorView va{DType::kInt32, {n}, {1}, 0, reinterpret_cast<const std::byte*>(a.data()),
+                      n * 4};
+        TensorView vb{DType::kInt32, {n}, {1}, 0, reinterpret_cast<const std::byte*>(b.data()),
+                      n * 4};
         const TensorView host_inputs[] = {va, vb};
         auto op = PrepareOp("floor_divide", host_inputs, {});
         if (!op.ok()) {

@@ -1,6 +1,6 @@
 // Checks every runtime Device must pass (CPU here, CUDA on a GPU machine): the memory budget,
-// host <-> storage copies across staging-buffer boundaries, copies between two devices, concurrent requests sharing
-// lanes, and memory accounting back to zero.
+// host <-> storage copies across staging-buffer boundaries, copies between two devices, concurrent
+// requests sharing lanes, and memory accounting back to zero.
 #pragma once
 
 #include <functional>
@@ -10,7 +10,8 @@
 
 namespace tc::testing {
 
-using DeviceFactory = std::function<std::unique_ptr<runtime::Device>(const runtime::DeviceOptions&)>;
+using DeviceFactory =
+    std::function<std::unique_ptr<runtime::Device>(const runtime::DeviceOptions&)>;
 
 void CheckBudget(const DeviceFactory& make);
 void CheckCopies(const DeviceFactory& make);

@@ -20,15 +20,16 @@ OwnedTensor Tensor(DType t, DimVector shape, DimVector strides, int64_t offset,
       v.is_int = true;
       v.i = static_cast<int64_t>(rng() % 2);
     } else if (IsFloating(t)) {
-      v.f = static_cast<double>(static_cast<int64_t>(rng() % 2001) - 1000) / 8;  // exact in every float type
+      v.f = static_cast<double>(static_cast<int64_t>(rng() % 2001) - 1000) /
+            8;  // exact in every float type
     } else {
       v.is_int = true;
       v.i = static_cast<int64_t>(rng() % 200) - 100;
     }
     ref::Write(t, v, o.storage.data() + i * ItemSize(t));
   }
-  o.view = TensorView{t, std::move(shape), std::move(strides), offset, o.Data(),
-                      static_cast<int64_t>(o.storage.size())};
+  o.view = TensorView{t,      std::move(shape), std::move(strides),
+                      offset, o.Data(),         static_cast<int64_t>(o.storage.size())};
   return o;
 }
 
@@ -78,8 +79,8 @@ std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
   add("where with a bool condition", "where",
       {Dense(DType::kBool, {512}, rng), Dense(f32, {512}, rng), Dense(f32, {512}, rng)},
       Path::kContiguous, Kernel::kCastRows);
-  add("0-dim scalar", "add", {Dense(f32, {1024}, rng), Dense(f32, {}, rng)},
-      Path::kScalarBroadcast, Kernel::kRows);
+  add("0-dim scalar", "add", {Dense(f32, {1024}, rng), Dense(f32, {}, rng)}, Path::kScalarBroadcast,
+      Kernel::kRows);
   add("row broadcast", "add", {Dense(f32, {64, 128}, rng), Dense(f32, {128}, rng)},
       Path::kInnerBroadcast, Kernel::kRows);
   add("row broadcast, rows of odd length", "add", {Dense(f32, {64, 5}, rng), Dense(f32, {5}, rng)},
@@ -95,8 +96,7 @@ std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
        Dense(f32, {3, 45, 70}, rng)},
       Path::kPermuted, Kernel::kTiles);
   add("transposed input, mixed dtypes", "add",
-      {Dense(f32, {96, 80}, rng), Transposed(f16, 96, 80, rng)}, Path::kPermuted,
-      Kernel::kTiles);
+      {Dense(f32, {96, 80}, rng), Transposed(f16, 96, 80, rng)}, Path::kPermuted, Kernel::kTiles);
   add("transposed input, mixed dtypes, computed in float16", "add",
       {Dense(f16, {96, 80}, rng), Transposed(DType::kInt8, 96, 80, rng)}, Path::kPermuted,
       Kernel::kCastRows);
@@ -124,9 +124,8 @@ std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
       {Dense(f32, {16, 2, 5, 3, 3, 5, 4}, rng),
        Tensor(f32, {16, 2, 5, 3, 3, 5, 4}, {1, 48, 480, 9600, 16, 96, 2400}, 0, 28800, rng)},
       Path::kPermuted, Kernel::kTiles);
-  add("every other element", "add",
-      {Tensor(f32, {500}, {2}, 1, 1001, rng), Dense(f32, {500}, rng)}, Path::kStrided,
-      Kernel::kCastRows);
+  add("every other element", "add", {Tensor(f32, {500}, {2}, 1, 1001, rng), Dense(f32, {500}, rng)},
+      Path::kStrided, Kernel::kCastRows);
   add("rank 4, stepped in every dim", "add",
       {Tensor(f32, {4, 5, 6, 7}, {2 * 10 * 12 * 14, 2 * 12 * 14, 2 * 14, 2}, 0, 8 * 10 * 12 * 14,
               rng),
@@ -141,11 +140,11 @@ std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
       {Dense(f32, {2, 1, 3, 1, 2, 1, 3, 1}, rng), Dense(f32, {1, 3, 1, 2, 1, 2, 1, 9}, rng)},
       Path::kStrided, Kernel::kGeneral);
   add("rank 6, alternating broadcast, mixed dtypes, misaligned", "add",
-      {Dense(f16, {1, 2, 1, 3, 1, 8}, rng, 3), Dense(f32, {3, 1, 4, 1, 5, 1}, rng)},
-      Path::kStrided, Kernel::kGeneral);
+      {Dense(f16, {1, 2, 1, 3, 1, 8}, rng, 3), Dense(f32, {3, 1, 4, 1, 5, 1}, rng)}, Path::kStrided,
+      Kernel::kGeneral);
   add("rank 6, alternating broadcast, float16", "add",
-      {Dense(f16, {1, 3, 1, 4, 1, 16}, rng), Dense(f16, {2, 1, 3, 1, 5, 1}, rng)},
-      Path::kStrided, Kernel::kRows);
+      {Dense(f16, {1, 3, 1, 4, 1, 16}, rng), Dense(f16, {2, 1, 3, 1, 5, 1}, rng)}, Path::kStrided,
+      Kernel::kRows);
   add("rank 4, alternating broadcast, bool result", "eq",
       {Dense(f32, {5, 1, 7, 1}, rng), Dense(f32, {1, 3, 1, 12}, rng)}, Path::kStrided,
       Kernel::kRows);
@@ -186,7 +185,8 @@ std::string CheckKernelCase(const KernelCase& c, const PreparedOp& op,
       want = x[0].i != 0 ? x[1] : x[2];
     } else if (c.op == "addcmul") {  // int32: a + 1 * b * c, wrapped
       want.is_int = true;
-      want.i = ref::Wrap(plan.out_dtype, static_cast<__int128>(x[0].i) + static_cast<__int128>(x[1].i) * x[2].i);
+      want.i = ref::Wrap(plan.out_dtype,
+                         static_cast<__int128>(x[0].i) + static_cast<__int128>(x[1].i) * x[2].i);
     } else {
       problem = absl::StrCat("no independent result for op ", c.op);
       return;
@@ -196,8 +196,8 @@ std::string CheckKernelCase(const KernelCase& c, const PreparedOp& op,
     std::vector<char> bytes(static_cast<size_t>(ItemSize(plan.out_dtype)));
     ref::Write(plan.out_dtype, want, bytes.data());
     if (std::memcmp(bytes.data(), got.data() + at * ItemSize(plan.out_dtype), bytes.size()) != 0) {
-      const ref::Value g = ref::Read(plan.out_dtype,
-                                     reinterpret_cast<const char*>(got.data()) + at * ItemSize(plan.out_dtype));
+      const ref::Value g = ref::Read(plan.out_dtype, reinterpret_cast<const char*>(got.data()) +
+                                                         at * ItemSize(plan.out_dtype));
       problem = absl::StrCat("element ", at, ": got ", g.is_int ? g.i : g.f, ", want ",
                              want.is_int ? want.i : want.f);
     }

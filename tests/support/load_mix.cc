@@ -62,12 +62,18 @@ absl::Status Where(const absl::Status& s, const char* step) {
 
 const char* LoadKindName(LoadKind k) {
   switch (k) {
-    case LoadKind::kSmall: return "small";
-    case LoadKind::kStreamed: return "streamed";
-    case LoadKind::kResident: return "resident";
-    case LoadKind::kCancel: return "cancel";
-    case LoadKind::kDeadline: return "deadline";
-    case LoadKind::kCross: return "cross";
+    case LoadKind::kSmall:
+      return "small";
+    case LoadKind::kStreamed:
+      return "streamed";
+    case LoadKind::kResident:
+      return "resident";
+    case LoadKind::kCancel:
+      return "cancel";
+    case LoadKind::kDeadline:
+      return "deadline";
+    case LoadKind::kCross:
+      return "cross";
   }
   return "?";
 }
@@ -173,8 +179,8 @@ void LoadMix::Worker(int index) {
   std::uniform_int_distribution<int> pick(0, std::max(total_weight, 1) - 1);
   std::uniform_int_distribution<int> jitter(0, 63);
 
-  for (int64_t calls = 0; !stop_.load() && (options_.calls_per_client == 0 ||
-                                            calls < options_.calls_per_client);
+  for (int64_t calls = 0;
+       !stop_.load() && (options_.calls_per_client == 0 || calls < options_.calls_per_client);
        ++calls) {
     int r = pick(rng), k = 0;
     while (k < kLoadKinds - 1 && r >= options_.weights[k]) r -= options_.weights[k++];
@@ -313,15 +319,15 @@ void LoadMix::Worker(int index) {
                          absl::ToChronoNanoseconds(options_.deadline));
         start = absl::Now();
         auto stream = stub->ComputeStream(&ctx);
-        const v1::ComputeStreamRequest header =
-            testing::StreamHeader("neg", v1::float32, n, 4);
+        const v1::ComputeStreamRequest header = testing::StreamHeader("neg", v1::float32, n, 4);
         bool sent = stream->Write(header);
         const int64_t chunk = 1 << 20;
         const std::string data(static_cast<size_t>(chunk), '\x3f');
         for (int64_t at = 0; sent && at < n * 2; at += chunk) {
           v1::ComputeStreamRequest m;
           m.mutable_chunk()->set_offset(at);
-          m.mutable_chunk()->set_data(data.substr(0, static_cast<size_t>(std::min(chunk, n * 2 - at))));
+          m.mutable_chunk()->set_data(
+              data.substr(0, static_cast<size_t>(std::min(chunk, n * 2 - at))));
           sent = stream->Write(m);
         }
         ctx.TryCancel();
@@ -349,7 +355,8 @@ void LoadMix::Worker(int index) {
         v1::ComputeResponse resp;
         start = absl::Now();
         const grpc::Status st = stub->Compute(&ctx, req, &resp);
-        Count(kind, client::FromGrpc(st), st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED, start);
+        Count(kind, client::FromGrpc(st), st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED,
+              start);
         if (st.ok()) {
           for (float& v : a) v = v * v;
           // pow need not round exactly like a product: a few ulp.

@@ -77,12 +77,12 @@ class LoadMix {
   void Stop();
   // Waits for clients with a call budget to use it up.
   void Wait();
-  // From `margin` before `signal` on, a call may also end CANCELLED with gRPC's own "CANCELLED" message: what a
-  // gRPC 1.51 server answers to calls that reach it after its Shutdown began, instead of
-  // UNAVAILABLE (grpc/grpc#41785). Those are counted in `shutdown_cancelled`.
-  // `margin` before the signal: a call that began just before it may reach the server only
-  // after. MarkShutdown also counts the calls that began before `signal` and ended OK after
-  // it (in flight when it came) in `finished_in_drain`.
+  // From `margin` before `signal` on, a call may also end CANCELLED with gRPC's own "CANCELLED"
+  // message: what a gRPC 1.51 server answers to calls that reach it after its Shutdown began,
+  // instead of UNAVAILABLE (grpc/grpc#41785). Those are counted in `shutdown_cancelled`. `margin`
+  // before the signal: a call that began just before it may reach the server only after.
+  // MarkShutdown also counts the calls that began before `signal` and ended OK after it (in flight
+  // when it came) in `finished_in_drain`.
   void MarkShutdown(absl::Time signal, absl::Duration margin) {
     signal_ns_ = absl::ToUnixNanos(signal);
     cancel_from_ns_ = absl::ToUnixNanos(signal - margin);

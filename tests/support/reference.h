@@ -48,8 +48,8 @@ struct Op {
   Kind kind;
   std::vector<DType> dtypes;  // accepted result types
   // Element results: `x` are the inputs already converted to the compute type.
-  std::function<double(const double* x)> f;           // floating compute types
-  std::function<__int128(const int64_t* x)> i;        // integer and bool compute types
+  std::function<double(const double* x)> f;     // floating compute types
+  std::function<__int128(const int64_t* x)> i;  // integer and bool compute types
   AttrMap attrs;
   int condition_input = -1;
   // Inputs must avoid zero (integer divisors), or keep small (pow and shift exponents).
