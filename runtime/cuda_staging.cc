@@ -52,8 +52,6 @@ absl::Status CudaDevice::DoWrite(Lane& lane, Storage& dst, int64_t offset, const
 
 absl::Status CudaDevice::DoWritePieces(Lane& lane, Storage& dst, int64_t offset,
                                        const std::vector<HostPiece>& pieces) {
-  int64_t n = 0;
-  for (const HostPiece& p : pieces) n += p.bytes;
   Stream& s = *static_cast<CudaLane&>(lane).stream;
   TC_CUDA_CHECK(cudaSetDevice(impl_->index), "cudaSetDevice");
   std::lock_guard<std::mutex> lock(s.mu);

@@ -263,6 +263,10 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::Prepare(
 void ComputeJob::Leave() {
   lane_.reset();
   admission_ = runtime::Admission();
+  // A device chosen as the least loaded is chosen again when the job is admitted again: by
+  // then another may be idler, or this one failed.
+  if (chosen_on_admit_) device_ = nullptr;
+  chosen_on_admit_ = false;
 }
 
 absl::Status ComputeJob::Admit(const ComputeSpec& spec, const std::string& owner,
@@ -278,6 +282,7 @@ absl::Status ComputeJob::Admit(const ComputeSpec& spec, const std::string& owner
       device_ = *placed;
     } else {
       device_ = spec.device != nullptr ? spec.device : &env.devices->LeastLoaded();
+      chosen_on_admit_ = spec.device == nullptr;
     }
   }
   if (absl::Status h = device_->health(); !h.ok()) return h;

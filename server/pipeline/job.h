@@ -61,9 +61,10 @@ class ComputeJob {
   absl::Status Admit(const ComputeSpec& spec, const std::string& owner, const ServiceEnv& env,
                      absl::Time deadline, bool stage_inline,
                      const std::string& session = std::string());
-  // Gives the device slot and the lane back, keeping the plan and the device, for a job of
-  // inline inputs alone (nothing staged or copied yet) that is to wait before it runs: it is
-  // admitted again (Admit) when its turn comes.
+  // Gives the device slot and the lane back, keeping the plan, for a job of inline inputs
+  // alone and no output kept or placed (nothing staged, copied or reserved yet: run.cc's small
+  // path) that is to wait before it runs: it is admitted again (Admit) when its turn comes,
+  // on the least loaded device of that moment unless its spec names one.
   void Leave();
 
   const PreparedOp& prepared() const { return prepared_; }
@@ -119,6 +120,8 @@ class ComputeJob {
 
   PreparedOp prepared_;
   runtime::Device* device_ = nullptr;
+  // device_ is the least loaded device when Admit ran, not one the inputs or the spec chose.
+  bool chosen_on_admit_ = false;
   runtime::Admission admission_;
   std::unique_ptr<runtime::Lane> lane_;
   std::vector<TensorView> views_;
