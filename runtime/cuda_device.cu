@@ -156,6 +156,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(int index,
 CudaDevice::CudaDevice(DeviceInfo info, int64_t budget, const DeviceOptions& options,
                        std::unique_ptr<Impl> impl)
     : Device(std::move(info), budget, options), impl_(std::move(impl)) {
+  Offer(this, this, this);
   // Before any run: the waiters read it only after a run completes.
   for (auto& s : impl_->streams) s->device = this;
 }

@@ -23,7 +23,7 @@ struct Completion;
 struct Stream;
 }  // namespace gpu
 
-class CudaDevice final : public Device {
+class CudaDevice final : public Device, public HostMaps, public IpcMemory, public QuickRuns {
  public:
   // Number of usable CUDA devices; 0 when there is no driver or no device.
   static int Count();

@@ -141,10 +141,10 @@ absl::Status Device::WritePinned(Lane& lane, Storage& dst, int64_t offset, const
   return DoWritePinned(lane, dst, offset, src, n);
 }
 
-absl::Status Device::CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
-                                      const std::string& pool_key, int pool_fd,
-                                      const std::string& allocation, int64_t src_offset,
-                                      int64_t n) {
+absl::Status IpcMemory::CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                         const std::string& pool_key, int pool_fd,
+                                         const std::string& allocation, int64_t src_offset,
+                                         int64_t n) {
   if (src_offset < 0) return PastTheEnd("copy");
   if (absl::Status s = CheckRange(dst, offset, n, "copy"); !s.ok()) return s;
   return DoCopyFromExported(lane, dst, offset, pool_key, pool_fd, allocation, src_offset, n);
@@ -168,6 +168,14 @@ absl::Status Device::DoCopyFromDevice(Lane& /*lane*/, Storage& dst, int64_t offs
   }
   if (n > 0) std::memcpy(dst.data() + offset, src, static_cast<size_t>(n));
   return absl::OkStatus();
+}
+
+DeviceSet::DeviceSet(std::vector<std::unique_ptr<Device>> devices) : devices_(std::move(devices)) {
+  if (devices_.empty()) return;
+  tile_rule_ = devices_[0]->tile_rule();
+  for (const auto& d : devices_) {
+    if (d->tile_rule() != tile_rule_) tile_rule_ = TileRule::kDense;
+  }
 }
 
 Device& DeviceSet::LeastLoaded() const {

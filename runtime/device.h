@@ -88,7 +88,7 @@ struct SharedDeviceMemory {
 struct ReadBack {
   void* host = nullptr;
   int64_t bytes = 0;
-  // `host` lies in memory pinned by Device::PinHost: copied there directly, any size.
+  // `host` lies in memory pinned by HostMaps::PinHost: copied there directly, any size.
   bool pinned = false;
 };
 
@@ -114,6 +114,88 @@ struct DeviceOptions {
   // Other processes may map this device's memory (ExportMemoryPool): a worker process's
   // device, whose storage other workers copy from.
   bool shareable_memory = false;
+};
+
+// Optional capabilities: a device has each or has none of it (Device::host_maps(), ipc(),
+// quick_runs() are null), and stubs nothing it does not have.
+
+// Host memory the server maps from its callers (shared-memory regions), reached by the
+// device's copies without staging.
+class HostMaps {
+ public:
+  virtual ~HostMaps() = default;
+  // Pins such memory so that copies to and from it need no staging; unpinned when the
+  // returned handle goes. Null where pinning failed: copies then stage as usual.
+  virtual std::shared_ptr<void> PinHost(void* p, int64_t n, bool read_only) = 0;
+  // The same for such memory that is a file (`fd`, a memfd, valid for the call): a device of
+  // another process maps the file there too. Whether a device needs its own (`PinHost` of one
+  // device of this process serves them all): maps_shared_memory_itself().
+  virtual std::shared_ptr<void> MapShared(void* p, int64_t n, bool read_only, int /*fd*/) {
+    return PinHost(p, n, read_only);
+  }
+  virtual bool maps_shared_memory_itself() const { return false; }
+  // Whether the device reaches `n` bytes at `host` directly (WritePinned from there, a pinned
+  // ReadBack into it): true for memory PinHost or MapShared pinned for it.
+  virtual bool Reaches(const void* /*host*/, int64_t /*n*/) const { return true; }
+};
+
+// GPU memory shared between processes: memory another process offers through CUDA IPC,
+// opened here, and storage shared with another process of the server (a worker's device with
+// another's), device to device without the host.
+class IpcMemory {
+ public:
+  virtual ~IpcMemory() = default;
+  // Opens memory another process shares (`handle`: a cudaIpcMemHandle_t's bytes).
+  virtual absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view handle) = 0;
+  // The exporting side: a descriptor of the device's memory pool (owned by the caller), and
+  // what names the allocation that starts at `p`.
+  virtual absl::StatusOr<int> ExportMemoryPool() = 0;
+  virtual absl::StatusOr<std::string> ExportAllocation(const std::byte* p) = 0;
+  // The importing side copies `n` bytes from `src_offset` of such an allocation into `dst` at
+  // `offset` (its range checked here: OUT_OF_RANGE past the storage's end), done when it
+  // returns; it imports the pool once per `pool_key` (`pool_fd`, owned by the caller, may be
+  // -1 where it was sent before). FAILED_PRECONDITION where there is no path between the two
+  // devices: the caller then copies through the host.
+  absl::Status CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                const std::string& pool_key, int pool_fd,
+                                const std::string& allocation, int64_t src_offset, int64_t n);
+  // The importing side keeps an allocation mapped from one copy to the next: the exporter
+  // may free it only once this has returned here for it. Lets go of the allocations named
+  // in `allocations` of the pool `pool_key`, or, where `whole_pool`, of every one of them
+  // and of the pool itself (its exporter is gone).
+  virtual void ForgetExported(const std::string& pool_key,
+                              const std::vector<std::string>& allocations, bool whole_pool) = 0;
+
+ protected:
+  virtual absl::Status DoCopyFromExported(Lane& lane, Storage& dst, int64_t offset,
+                                          const std::string& pool_key, int pool_fd,
+                                          const std::string& allocation, int64_t src_offset,
+                                          int64_t n) = 0;
+};
+
+// Runs that take a shorter road than Device::Run from a thread that may wait.
+class QuickRuns {
+ public:
+  virtual ~QuickRuns() = default;
+  // For small requests: runs `op` straight from host memory (`host_inputs` point at the
+  // host) into `host_out` (op.plan.out_storage_bytes), packing inputs and output into one
+  // staging buffer and one device block. Never waits: returns false, leaving `done` unused,
+  // when it cannot start at once (too large, no free result slot), and the caller takes the
+  // ordinary path. Otherwise `done` is taken as with Run.
+  // Its memory is set aside when the device starts, outside the budget.
+  virtual bool TryRunSmall(Lane& lane, const PreparedOp& op,
+                           const std::vector<TensorView>& host_inputs, std::byte* host_out,
+                           std::function<void(absl::Status)>& done) = 0;
+  // The most bytes (inputs, output and padding) TryRunSmall takes.
+  virtual int64_t max_small_bytes() const = 0;
+  // Run, where it starts at once and the caller need not wait: false, leaving `done` unused,
+  // where it would first wait (no free result slot, a kernel still to compile) or fail; the
+  // caller then calls Run from a thread that may wait. Otherwise `done` is taken as with Run.
+  virtual bool TryRun(Lane& /*lane*/, const PreparedOp& /*op*/,
+                      const std::vector<TensorView>& /*inputs*/, std::byte* /*out*/,
+                      std::function<void(absl::Status)>& /*done*/) {
+    return false;
+  }
 };
 
 class Device {
@@ -168,88 +250,28 @@ class Device {
                               const std::byte* src, int64_t n);
   // Storage -> host, in lane order: returns once the bytes are in `dst`.
   absl::Status Read(Lane& lane, const Storage& src, int64_t offset, void* dst, int64_t n);
-  // The same into memory the device reaches directly (Reaches(dst, n): pinned by PinHost),
-  // without staging.
+  // The same into memory the device reaches directly (Reaches(dst, n): pinned by
+  // HostMaps::PinHost), without staging.
   absl::Status ReadPinned(Lane& lane, const Storage& src, int64_t offset, void* dst, int64_t n);
-  // Write from memory pinned by PinHost: queued on the lane without staging (Sync waits for
-  // it). `src` must stay valid until then.
+  // Write from memory pinned by HostMaps::PinHost: queued on the lane without staging (Sync waits
+  // for it). `src` must stay valid until then.
   absl::Status WritePinned(Lane& lane, Storage& dst, int64_t offset, const void* src, int64_t n);
   // Waits for everything issued on the lane so far.
   virtual absl::Status Sync(Lane& lane) = 0;
 
-  // Pins host memory the server maps from its callers (shared-memory regions) so that copies
-  // to and from it need no staging; unpinned when the returned handle goes. Null where that
-  // does not apply (the device computes on host memory) or pinning failed: copies then stage
-  // as usual.
-  virtual std::shared_ptr<void> PinHost(void* /*p*/, int64_t /*n*/, bool /*read_only*/) {
-    return nullptr;
+  // The optional capabilities the device has; null where it has none.
+  HostMaps* host_maps() const { return host_maps_; }
+  IpcMemory* ipc() const { return ipc_; }
+  QuickRuns* quick_runs() const { return quick_runs_; }
+  // Whether the device reaches `n` bytes at `host` directly: a device on host memory does;
+  // a GPU where its HostMaps says so.
+  bool Reaches(const void* host, int64_t n) const {
+    return host_maps_ != nullptr ? host_maps_->Reaches(host, n) : host_memory();
   }
-  // The same for such memory that is a file (`fd`, a memfd, valid for the call): a device of
-  // another process maps the file there too. Whether a device needs its own (`PinHost` of one
-  // device of this process serves them all): maps_shared_memory_itself().
-  virtual std::shared_ptr<void> MapShared(void* p, int64_t n, bool read_only, int /*fd*/) {
-    return PinHost(p, n, read_only);
-  }
-  virtual bool maps_shared_memory_itself() const { return false; }
-  // Whether the device reaches `n` bytes at `host` directly (WritePinned from there, a pinned
-  // ReadBack into it): true for memory PinHost or MapShared pinned for it.
-  virtual bool Reaches(const void* /*host*/, int64_t /*n*/) const { return true; }
-  // Opens memory another process shares through CUDA IPC (`handle`: a cudaIpcMemHandle_t's
-  // bytes); UNIMPLEMENTED where the device has no such thing.
-  virtual absl::StatusOr<SharedDeviceMemory> OpenIpc(absl::string_view /*handle*/) {
-    return absl::UnimplementedError("this device does not open CUDA IPC handles");
-  }
-  // Sharing storage with another process of the server (a worker's device with another's),
-  // device to device without the host. The first two are the exporting side: a descriptor of
-  // the device's memory pool (owned by the caller), and what names the allocation that
-  // starts at `p`. The importing side copies `n` bytes from `src_offset` of such an
-  // allocation into `dst` at `offset`, done when it returns; it imports the pool once per
-  // `pool_key` (`pool_fd`, owned by the caller, may be -1 where it was sent before).
-  // UNIMPLEMENTED or FAILED_PRECONDITION where that cannot be (no such memory, no path
-  // between the two devices): the caller then copies through the host.
-  virtual absl::StatusOr<int> ExportMemoryPool() {
-    return absl::UnimplementedError("this device does not share its memory");
-  }
-  virtual absl::StatusOr<std::string> ExportAllocation(const std::byte* /*p*/) {
-    return absl::UnimplementedError("this device does not share its memory");
-  }
-  absl::Status CopyFromExported(Lane& lane, Storage& dst, int64_t offset,
-                                const std::string& pool_key, int pool_fd,
-                                const std::string& allocation, int64_t src_offset, int64_t n);
-  // The importing side keeps an allocation mapped from one copy to the next: the exporter
-  // may free it only once this has returned here for it. Lets go of the allocations named
-  // in `allocations` of the pool `pool_key`, or, where `whole_pool`, of every one of them
-  // and of the pool itself (its exporter is gone).
-  virtual void ForgetExported(const std::string& /*pool_key*/,
-                              const std::vector<std::string>& /*allocations*/,
-                              bool /*whole_pool*/) {}
 
   using ReadBack = runtime::ReadBack;
   // The largest ReadBack Run accepts (0: none; read with Read instead).
   virtual int64_t max_read_back() const { return 0; }
-
-  // For small requests: runs `op` straight from host memory (`host_inputs` point at the
-  // host) into `host_out` (op.plan.out_storage_bytes), packing inputs and output into one
-  // staging buffer and one device block. Never waits: returns false, leaving `done` unused,
-  // when it cannot start at once (too large, no free result slot), and the caller takes the
-  // ordinary path. Otherwise `done` is taken as with Run.
-  // Its memory is set aside when the device starts, outside the budget.
-  virtual bool TryRunSmall(Lane& /*lane*/, const PreparedOp& /*op*/,
-                           const std::vector<TensorView>& /*host_inputs*/, std::byte* /*host_out*/,
-                           std::function<void(absl::Status)>& /*done*/) {
-    return false;
-  }
-  // The most bytes (inputs, output and padding) TryRunSmall takes; 0 where it never does.
-  virtual int64_t max_small_bytes() const { return 0; }
-
-  // Run, where it starts at once and the caller need not wait: false, leaving `done` unused,
-  // where it would first wait (no free result slot, a kernel still to compile) or fail; the
-  // caller then calls Run from a thread that may wait. Otherwise `done` is taken as with Run.
-  virtual bool TryRun(Lane& /*lane*/, const PreparedOp& /*op*/,
-                      const std::vector<TensorView>& /*inputs*/, std::byte* /*out*/,
-                      std::function<void(absl::Status)>& /*done*/) {
-    return false;
-  }
 
   // Runs `op` over `inputs` (views whose data point at this device's memory) into `out`
   // (laid out as op.plan.out_strides, op.plan.out_storage_bytes long), then copies `read_back`
@@ -318,13 +340,6 @@ class Device {
                                      int64_t n) {
     return DoWrite(lane, dst, offset, src, n);
   }
-  virtual absl::Status DoCopyFromExported(Lane& /*lane*/, Storage& /*dst*/, int64_t /*offset*/,
-                                          const std::string& /*pool_key*/, int /*pool_fd*/,
-                                          const std::string& /*allocation*/, int64_t /*src_offset*/,
-                                          int64_t /*n*/) {
-    return absl::UnimplementedError("this device does not import shared memory");
-  }
-
   // The raw allocator: RESOURCE_EXHAUSTED when the memory is not there, any other error when
   // the device could not allocate at all (a failed GPU context). `tag` is kept with the
   // storage and passed back to RawFree.
@@ -335,6 +350,12 @@ class Device {
   bool InjectFaultNow() { return fault_.Now(); }
   // For the CPU device, the budget default and the info come from the subclass.
   DeviceInfo info_;
+  // A backend's constructor names the capabilities it has.
+  void Offer(HostMaps* host_maps, IpcMemory* ipc, QuickRuns* quick_runs) {
+    host_maps_ = host_maps;
+    ipc_ = ipc;
+    quick_runs_ = quick_runs;
+  }
 
  private:
   friend class Storage;
@@ -349,15 +370,22 @@ class Device {
   std::function<void(const Device&, const absl::Status&)> on_failure_;
   std::function<void(const Device&)> on_recovery_;
   std::atomic<int64_t> generation_{0};
+  HostMaps* host_maps_ = nullptr;
+  IpcMemory* ipc_ = nullptr;
+  QuickRuns* quick_runs_ = nullptr;
 };
 
 // The devices a server uses. Requests go to the least loaded one unless resident inputs pin
 // them.
 class DeviceSet {
  public:
-  explicit DeviceSet(std::vector<std::unique_ptr<Device>> devices) : devices_(std::move(devices)) {}
+  explicit DeviceSet(std::vector<std::unique_ptr<Device>> devices);
   int size() const { return static_cast<int>(devices_.size()); }
   Device& at(int i) const { return *devices_[i]; }
+  // The rule requests are planned with before their device is chosen: the devices' own
+  // where they agree (every device of a server runs one backend), else the one every
+  // backend's tile kernel takes (TileRule::kDense).
+  TileRule tile_rule() const { return tile_rule_; }
   // The device with the fewest requests in flight (then one not nearly out of budget); ties
   // taken in turn, so that requests that never overlap still spread. Failed devices only when
   // every device has failed.
@@ -370,6 +398,7 @@ class DeviceSet {
 
  private:
   std::vector<std::unique_ptr<Device>> devices_;
+  TileRule tile_rule_ = TileRule::kDense;
   mutable std::atomic<unsigned> next_{0};
 };
 

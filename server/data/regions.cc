@@ -123,13 +123,17 @@ std::string RegionStore::Ticket(Offer pending) {
 absl::StatusOr<std::shared_ptr<Region>> RegionStore::Materialize(const Offer& p) {
   if (p.fd == nullptr) {
     if (p.device->failed()) return p.device->health();
-    auto opened = p.device->OpenIpc(p.ipc_handle);
+    runtime::IpcMemory* ipc = p.device->ipc();
+    if (ipc == nullptr) {
+      return absl::InvalidArgumentError("this server's devices do not open CUDA IPC handles");
+    }
+    auto opened = ipc->OpenIpc(p.ipc_handle);
     if (!opened.ok()) return absl::InvalidArgumentError(opened.status().message());
     // Its size against the owner's quota: checked by the claim once it is known.
     auto charge = mapped_->Charge(opened->bytes, "the CUDA IPC memory");
     if (!charge.ok()) return charge.status();
-    return std::make_shared<Region>(opened->data, opened->bytes, true, p.connection,
-                                    std::move(opened->closer), p.device, *std::move(charge));
+    return std::make_shared<Region>(DeviceMemory{opened->data, p.device, std::move(opened->closer)},
+                                    opened->bytes, true, p.connection, *std::move(charge));
   }
   auto charge = mapped_->Charge(p.bytes, "the region");
   if (!charge.ok()) return charge.status();
@@ -147,8 +151,8 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Materialize(const Offer& p)
     return errno == ENOMEM ? absl::ResourceExhaustedError(why) : absl::InvalidArgumentError(why);
   }
   std::shared_ptr<void> mapping(m, [size](void* q) { munmap(q, size); });
-  return std::make_shared<Region>(static_cast<std::byte*>(m), p.bytes, writable, p.connection,
-                                  std::move(mapping), nullptr, *std::move(charge));
+  return std::make_shared<Region>(HostMapping{static_cast<std::byte*>(m), std::move(mapping), {}},
+                                  p.bytes, writable, p.connection, *std::move(charge));
 }
 
 absl::Status RegionStore::QuotaLocked(const std::string& owner, int64_t bytes) const {
@@ -191,23 +195,23 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Claim(const std::string& ow
   std::shared_ptr<Region> region = *std::move(made);
   // One pin serves every device of this process; a device computed for by another process
   // (a worker) maps the file there itself.
-  if (options_.pin && region->device == nullptr && region->base != nullptr) {
+  if (const auto* host = std::get_if<HostMapping>(&region->memory()); options_.pin && host) {
     std::vector<std::shared_ptr<void>> pins;
     bool pinned_here = false;
     for (int i = 0; i < devices_->size(); ++i) {
-      runtime::Device& d = devices_->at(i);
-      if (!d.maps_shared_memory_itself() && pinned_here) continue;
+      runtime::HostMaps* maps = devices_->at(i).host_maps();
+      if (maps == nullptr || (!maps->maps_shared_memory_itself() && pinned_here)) continue;
       const int fd = p.fd != nullptr ? *p.fd : -1;
-      auto pin = d.MapShared(region->base, region->bytes, !region->writable, fd);
+      auto pin = maps->MapShared(host->base, region->bytes, !region->writable, fd);
       if (pin == nullptr) continue;
-      pinned_here = pinned_here || !d.maps_shared_memory_itself();
+      pinned_here = pinned_here || !maps->maps_shared_memory_itself();
       pins.push_back(std::move(pin));
     }
     if (pins.size() == 1) {
-      region->pin = std::move(pins[0]);
+      region->SetPin(std::move(pins[0]));
     } else if (!pins.empty()) {
       auto all = std::make_shared<std::vector<std::shared_ptr<void>>>(std::move(pins));
-      region->pin = std::shared_ptr<void>(all, all.get());
+      region->SetPin(std::shared_ptr<void>(all, all.get()));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -255,7 +259,7 @@ absl::StatusOr<std::shared_ptr<Region>> RegionStore::Find(const std::string& own
     return absl::NotFoundError(absl::StrCat(
         "no such region '", Echo(id), "' (unknown, unregistered, or its client disconnected)"));
   }
-  if (it->second->file != nullptr) {
+  if (it->second->file() != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "region '", Echo(id), "' is system shared memory, which KServe v2 requests name"));
   }
@@ -347,7 +351,7 @@ std::vector<std::shared_ptr<Region>> RegionStore::List(const std::string& owner)
   std::vector<std::shared_ptr<Region>> out;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, r] : regions_) {
-    if (r->owner == owner && r->file == nullptr) out.push_back(r);
+    if (r->owner == owner && r->file() == nullptr) out.push_back(r);
   }
   return out;
 }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,58 +31,91 @@ namespace tc::server {
 // Registered outside any socket connection: by gRPC (KServe v2), until unregistered.
 inline constexpr uint64_t kNoConnection = 0;
 
-// Memory a caller shares: a mapping of its memfd (host memory), its GPU memory opened through
-// CUDA IPC (on `device`), or a system shared-memory object (`file`; nothing mapped).
+// The memory behind a region, one of three kinds.
+// A mapping of the caller's sealed memfd: host memory the engine reads and writes in place.
+struct HostMapping {
+  std::byte* base = nullptr;
+  // Unmaps it when the last user lets go.
+  std::shared_ptr<void> mapping;
+  // The devices' pin of the mapping (HostMaps::PinHost), dropped before it is unmapped; null
+  // where copies stage instead.
+  std::shared_ptr<void> pin;
+};
+// The caller's GPU memory, opened through CUDA IPC on `device`.
+struct DeviceMemory {
+  std::byte* base = nullptr;
+  runtime::Device* device = nullptr;
+  // Closes the IPC mapping when the last user lets go.
+  std::shared_ptr<void> opened;
+};
+// A system shared-memory object (KServe v2): nothing mapped; read and written through its
+// descriptor (pread, pwrite).
+struct SharedFile {
+  std::shared_ptr<const SystemShm> file;
+};
+
+// Memory a caller shares, bound to its owner once registered.
 struct Region {
-  // `memory` unmaps or closes it when the last user lets go.
-  // `charge`: its bytes counted against the server-wide cap, given back after `memory` goes.
-  Region(std::byte* base, int64_t bytes, bool writable, uint64_t connection,
-         std::shared_ptr<void> memory, runtime::Device* device = nullptr,
+  using Memory = std::variant<HostMapping, DeviceMemory, SharedFile>;
+  // `connection`: the socket connection it came over (kNoConnection: registered by gRPC).
+  // `charge`: its bytes counted against the server-wide cap, given back after the memory goes.
+  Region(Memory memory, int64_t bytes, bool writable, uint64_t connection,
          std::shared_ptr<void> charge = nullptr)
-      : base(base),
-        bytes(bytes),
+      : bytes(bytes),
         writable(writable),
         connection(connection),
-        device(device),
         charge_(std::move(charge)),
         memory_(std::move(memory)) {}
   // System shared memory, registered by name (no connection).
   Region(std::shared_ptr<const SystemShm> file, std::shared_ptr<void> charge)
-      : base(nullptr),
-        bytes(file->bytes),
+      : bytes(file->bytes),
         writable(true),
         connection(kNoConnection),
-        device(nullptr),
-        file(std::move(file)),
-        charge_(std::move(charge)) {}
-  ~Region() {
-    pin.reset();
-    memory_.reset();
-  }
+        charge_(std::move(charge)),
+        memory_(SharedFile{std::move(file)}) {}
   Region(const Region&) = delete;
   Region& operator=(const Region&) = delete;
 
-  // The memory; null for system shared memory.
-  std::byte* const base;
+  const Memory& memory() const { return memory_; }
+  // The bytes the engine reads and writes in place; null for system shared memory.
+  std::byte* base() const {
+    if (const auto* h = std::get_if<HostMapping>(&memory_)) return h->base;
+    if (const auto* d = std::get_if<DeviceMemory>(&memory_)) return d->base;
+    return nullptr;
+  }
+  // The GPU whose memory it is; null for host memory and files.
+  runtime::Device* device() const {
+    const auto* d = std::get_if<DeviceMemory>(&memory_);
+    return d != nullptr ? d->device : nullptr;
+  }
+  // System shared memory's object; null for memory mapped or opened here.
+  const SystemShm* file() const {
+    const auto* f = std::get_if<SharedFile>(&memory_);
+    return f != nullptr ? f->file.get() : nullptr;
+  }
+  // A host mapping's pin for the devices; null where there is none.
+  const std::shared_ptr<void>& pin() const {
+    static const std::shared_ptr<void> kNone;
+    const auto* h = std::get_if<HostMapping>(&memory_);
+    return h != nullptr ? h->pin : kNone;
+  }
+  // Pins a host mapping (a no-op for the other kinds): before the region is published.
+  void SetPin(std::shared_ptr<void> pin) {
+    if (auto* h = std::get_if<HostMapping>(&memory_)) h->pin = std::move(pin);
+  }
+
   const int64_t bytes;
   // False when the caller sealed the file against writing.
   const bool writable;
-  // The socket connection it was registered over.
   const uint64_t connection;
-  // The GPU whose memory it is; null for host memory.
-  runtime::Device* const device;
-  // System shared memory: read and written through its descriptor (pread, pwrite).
-  const std::shared_ptr<const SystemShm> file;
   std::string id;
   std::string owner;
   std::string name;
-  // The devices' pin of a host mapping (Device::PinHost), dropped before it is unmapped; null
-  // where copies stage instead.
-  std::shared_ptr<void> pin;
 
  private:
+  // Declared first, so given back after the memory goes.
   std::shared_ptr<void> charge_;
-  std::shared_ptr<void> memory_;
+  Memory memory_;
 };
 
 struct RegionOptions {

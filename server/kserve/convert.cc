@@ -156,7 +156,7 @@ absl::StatusOr<ShmParams> TensorParameters(
   return shm;
 }
 
-absl::StatusOr<SharedRegion> FindRegion(const ShmLookup& shm, const std::string& name) {
+absl::StatusOr<std::shared_ptr<Region>> FindRegion(const ShmLookup& shm, const std::string& name) {
   if (!shm) {
     return absl::InvalidArgumentError(
         "shared-memory tensors need a server started with --system_shared_memory (or a GPU "
@@ -325,7 +325,7 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
       }
       auto region = FindRegion(shm, params->region);
       if (!region.ok()) return region.status();
-      if (region->system != nullptr) {
+      if (const SystemShm* file = (*region)->file(); file != nullptr) {
         if (bytes > options.max_request_bytes - copied) {
           return absl::ResourceExhaustedError(
               absl::StrCat("the inputs in shared memory come to more than this server's limit of ",
@@ -339,15 +339,15 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
         }
         out->device = budget->device;
         std::string& read = out->owned.emplace_back();
-        if (absl::Status s = region->system->Read(params->offset, bytes, &read); !s.ok()) {
+        if (absl::Status s = file->Read(params->offset, bytes, &read); !s.ok()) {
           return s;
         }
         tensor.bytes = read;
       } else {
         // GPU memory: the engine reads it where it lies (range and alignment checked there).
         tensor.source = InputSource::kRegion;
-        tensor.region = region->cuda->id;
-        tensor.found_region = region->cuda;
+        tensor.region = (*region)->id;
+        tensor.found_region = *std::move(region);
         tensor.region_offset = params->offset;
         tensor.storage_bytes = bytes;
       }
@@ -426,9 +426,9 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
     if (!params->region.empty()) {
       auto region = FindRegion(shm, params->region);
       if (!region.ok()) return region.status();
-      if (region->cuda != nullptr) {
-        out->output_region = region->cuda->id;
-        out->found_output_region = region->cuda;
+      if ((*region)->file() == nullptr) {
+        out->output_region = (*region)->id;
+        out->found_output_region = *region;
         out->output_region_offset = params->offset;
       }
       *output_shm = ShmTarget{*std::move(region), params->offset, params->bytes};
@@ -491,8 +491,8 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request, ComputeResul
                                                      " bytes, shared_memory_byte_size gives ",
                                                      output_shm->bytes));
     }
-    if (output_shm->region.system != nullptr) {
-      if (absl::Status s = output_shm->region.system->Write(
+    if (const SystemShm* file = output_shm->region ? output_shm->region->file() : nullptr) {
+      if (absl::Status s = file->Write(
               output_shm->offset, absl::string_view(reinterpret_cast<const char*>(result.bytes()),
                                                     static_cast<size_t>(result.byte_size())));
           !s.ok()) {

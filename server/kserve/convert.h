@@ -27,20 +27,14 @@ namespace v1 = ::tensorcompute::v1;
 
 namespace inf = ::inference;
 
-// A shared-memory region a tensor names: the caller's system shared memory, or GPU memory it
-// registered by CUDA IPC handle (held as a tensorcompute.v1 region, which the engine reads
-// and writes in place).
-struct SharedRegion {
-  std::shared_ptr<const SystemShm> system;
-  std::shared_ptr<Region> cuda;
-};
-
-// The caller's region of a name; null where the server serves no shared memory.
-using ShmLookup = std::function<absl::StatusOr<SharedRegion>(const std::string& name)>;
+// The caller's shared-memory region of a name: its system shared memory (read and written
+// through the object), or GPU memory it registered by CUDA IPC handle (which the engine reads
+// and writes in place). The lookup is null where the server serves no shared memory.
+using ShmLookup = std::function<absl::StatusOr<std::shared_ptr<Region>>(const std::string& name)>;
 
 // Where an output goes in shared memory.
 struct ShmTarget {
-  SharedRegion region;
+  std::shared_ptr<Region> region;
   int64_t offset = 0;
   int64_t bytes = 0;
 };

@@ -50,7 +50,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
         };
         // Writing the output into system shared memory is work for the request pool, not for
         // a device's completion thread; the drain counts it until the reply is out.
-        if (s.ok() && state->output_shm && state->output_shm->region.system != nullptr &&
+        if (s.ok() && state->output_shm && state->output_shm->region->file() != nullptr &&
             env->life->Enter()) {
           env->pool->Schedule([env, finish] {
             finish(absl::OkStatus());
@@ -150,7 +150,7 @@ class StreamInferReactor final : public PooledReactor<StreamInferBase> {
     auto call = std::make_shared<Call>(
         &env_, "ModelStreamInfer", ModelLabel(request_.model_name()),
         [this](const absl::Status& s) {
-          if (s.ok() && output_shm_ && output_shm_->region.system != nullptr) {
+          if (s.ok() && output_shm_ && output_shm_->region->file() != nullptr) {
             Post([this] { Respond(absl::OkStatus()); });
           } else {
             Respond(s);

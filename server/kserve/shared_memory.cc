@@ -26,7 +26,7 @@ InferenceServiceImpl::InferenceServiceImpl(ServiceEnv env, bool system_shm)
 
 ShmLookup InferenceServiceImpl::LookupFor(const std::string& owner) const {
   if (env_.regions == nullptr) return nullptr;
-  return [this, owner](const std::string& name) -> absl::StatusOr<SharedRegion> {
+  return [this, owner](const std::string& name) -> absl::StatusOr<std::shared_ptr<Region>> {
     auto r = env_.regions->FindNamed(owner, name);
     if (!r.ok()) {
       return absl::NotFoundError(absl::StrCat(
@@ -35,8 +35,7 @@ ShmLookup InferenceServiceImpl::LookupFor(const std::string& owner) const {
                       : "; system shared memory is off on this server "
                         "(--system_shared_memory)"));
     }
-    if ((*r)->file != nullptr) return SharedRegion{(*r)->file, nullptr};
-    return SharedRegion{nullptr, *std::move(r)};
+    return r;
   };
 }
 
@@ -56,7 +55,7 @@ absl::StatusOr<std::vector<std::shared_ptr<Region>>> InferenceServiceImpl::Named
   std::vector<std::shared_ptr<Region>> out;
   if (env_.regions != nullptr) {
     for (std::shared_ptr<Region>& r : env_.regions->ListNamed(owner, name)) {
-      if ((r->file != nullptr) == system) out.push_back(std::move(r));
+      if ((r->file() != nullptr) == system) out.push_back(std::move(r));
     }
   }
   if (!name.empty() && out.empty()) {
@@ -155,7 +154,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryRegister(
 
 absl::StatusOr<std::shared_ptr<Region>> InferenceServiceImpl::OpenCudaRegion(
     runtime::Device& device, const std::string& handle, int64_t bytes) {
-  auto opened = device.OpenIpc(handle);
+  runtime::IpcMemory* ipc = device.ipc();
+  auto opened = ipc != nullptr
+                    ? ipc->OpenIpc(handle)
+                    : absl::UnimplementedError("this device does not open CUDA IPC handles");
   if (!opened.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the CUDA IPC handle cannot be opened: ", opened.status().message()));
@@ -167,8 +169,8 @@ absl::StatusOr<std::shared_ptr<Region>> InferenceServiceImpl::OpenCudaRegion(
   // The whole allocation is open, so the whole of it counts.
   auto charge = env_.regions->mapped()->Charge(opened->bytes, "the CUDA shared memory");
   if (!charge.ok()) return charge.status();
-  return std::make_shared<Region>(opened->data, bytes, /*writable=*/true, kNoConnection,
-                                  std::move(opened->closer), &device, *std::move(charge));
+  return std::make_shared<Region>(DeviceMemory{opened->data, &device, std::move(opened->closer)},
+                                  bytes, /*writable=*/true, kNoConnection, *std::move(charge));
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryUnregister(
@@ -204,7 +206,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::CudaSharedMemoryStatus(
   for (const auto& r : regions) {
     auto& status = (*response->mutable_regions())[r->name];
     status.set_name(r->name);
-    status.set_device_id(static_cast<uint64_t>(r->device->info().index));
+    status.set_device_id(static_cast<uint64_t>(r->device()->info().index));
     status.set_byte_size(static_cast<uint64_t>(r->bytes));
   }
   call.Finish(absl::OkStatus());
@@ -239,9 +241,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::SystemSharedMemoryStatus(
   for (const auto& r : *regions) {
     auto& status = (*response->mutable_regions())[r->name];
     status.set_name(r->name);
-    status.set_key(r->file->key);
-    status.set_offset(static_cast<uint64_t>(r->file->offset));
-    status.set_byte_size(static_cast<uint64_t>(r->file->bytes));
+    status.set_key(r->file()->key);
+    status.set_offset(static_cast<uint64_t>(r->file()->offset));
+    status.set_byte_size(static_cast<uint64_t>(r->file()->bytes));
   }
   call.Finish(absl::OkStatus());
   return call.reactor;

@@ -101,11 +101,11 @@ absl::StatusOr<std::pair<TensorView, std::shared_ptr<Region>>> RegionView(const 
       !s.ok()) {
     return s;
   }
-  v.data = (*r)->base + in.region_offset;
+  v.data = (*r)->base() + in.region_offset;
   if (auto s = ValidateView(v, what); !s.ok()) return s;
   // GPU memory cannot be read from here: its bool bytes are the caller's to keep 0 or 1 (any
   // other value only changes that caller's result).
-  if (v.dtype == DType::kBool && (*r)->device == nullptr) {
+  if (v.dtype == DType::kBool && (*r)->device() == nullptr) {
     if (auto s = CheckBoolView(v, what); !s.ok()) return s;
   }
   return std::make_pair(std::move(v), *std::move(r));
@@ -166,7 +166,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
         auto view = RegionView(in, owner, env);
         if (!view.ok()) return view.status();
         v = view->first;
-        job->input_device_[i] = view->second->device;
+        job->input_device_[i] = view->second->device();
         job->regions_[i] = std::move(view->second);
         break;
       }
@@ -199,7 +199,7 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
   {
     runtime::Device* out_device = nullptr;
     // Only its device here; the region is checked below.
-    if (out_region.ok() && *out_region != nullptr) out_device = (*out_region)->device;
+    if (out_region.ok() && *out_region != nullptr) out_device = (*out_region)->device();
     if (auto placed = job->PlaceByInputs(out_device); !placed.ok()) return placed;
   }
   // Every view was checked with ValidateView above.
@@ -207,9 +207,10 @@ absl::StatusOr<std::unique_ptr<ComputeJob>> ComputeJob::PlanOnly(const ComputeSp
   if (spec.op == nullptr) {
     prepared = expr::PrepareExpression(spec.expression, spec.input_names, job->views_, spec.output);
   } else {
-    // Every device of the server runs one backend: its tile rule is theirs.
-    prepared = PrepareValidated(*spec.op, job->views_, spec.attrs, spec.output,
-                                env.devices->at(0).tile_rule());
+    // The device's own rule where it is known now, else the one all the devices take.
+    const runtime::Device* known = job->device_ != nullptr ? job->device_ : spec.device;
+    const TileRule rule = known != nullptr ? known->tile_rule() : env.devices->tile_rule();
+    prepared = PrepareValidated(*spec.op, job->views_, spec.attrs, spec.output, rule);
   }
   if (!prepared.ok()) return prepared.status();
   job->prepared_ = *std::move(prepared);
@@ -310,7 +311,7 @@ absl::Status ComputeJob::Stage(const ComputeSpec& spec, absl::Time deadline, boo
     TensorView& v = views_[i];
     if (storages_[i] != nullptr) continue;  // Resident, or staged already.
     const bool streamed = received_[i] >= 0;
-    const bool on_device = regions_[i] != nullptr && regions_[i]->device != nullptr;
+    const bool on_device = regions_[i] != nullptr && regions_[i]->device() != nullptr;
     const bool copy = stage_inline && !streamed && !on_device && !device_->host_memory();
     if (!streamed && !copy) continue;
     auto s = device_->Allocate(v.storage_bytes, false, deadline, lane_.get());
@@ -320,7 +321,7 @@ absl::Status ComputeJob::Stage(const ComputeSpec& spec, absl::Time deadline, boo
       // straight from there; anything else through staging.
       runtime::Device& d = *device_;
       const InputSpec& in = spec.inputs[static_cast<size_t>(i)];
-      const bool pinned_host = (regions_[i] != nullptr && regions_[i]->pin != nullptr) ||
+      const bool pinned_host = (regions_[i] != nullptr && regions_[i]->pin() != nullptr) ||
                                (in.source == InputSource::kInline && in.pinned &&
                                 reinterpret_cast<const char*>(v.data) == in.bytes.data());
       const bool pinned = pinned_host && d.Reaches(v.data, v.storage_bytes);
@@ -468,12 +469,14 @@ void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
 // wrapped one on, and giving the slot back twice gives it back once.
 bool ComputeJob::TryRun(std::byte* out, std::function<void(absl::Status)>& done) {
   done = LeavingFirst(std::move(done));
-  return device_->TryRun(*lane_, prepared_, views_, out, done);
+  runtime::QuickRuns* quick = device_->quick_runs();
+  return quick != nullptr && quick->TryRun(*lane_, prepared_, views_, out, done);
 }
 
 bool ComputeJob::TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done) {
   done = LeavingFirst(std::move(done));
-  return device_->TryRunSmall(*lane_, prepared_, views_, host_out, done);
+  runtime::QuickRuns* quick = device_->quick_runs();
+  return quick != nullptr && quick->TryRunSmall(*lane_, prepared_, views_, host_out, done);
 }
 
 int64_t ComputeJob::input_bytes() const {

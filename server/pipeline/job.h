@@ -93,9 +93,9 @@ class ComputeJob {
   void Run(std::byte* out, std::function<void(absl::Status)> done,
            runtime::Device::ReadBack read_back = {});
 
-  // Device::TryRun: Run where it starts at once, without waiting.
+  // QuickRuns::TryRun: Run where it starts at once, without waiting.
   bool TryRun(std::byte* out, std::function<void(absl::Status)>& done);
-  // Device::TryRunSmall over the (host) inline inputs, into `host_out`.
+  // QuickRuns::TryRunSmall over the (host) inline inputs, into `host_out`.
   bool TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done);
   // Total input storage bytes.
   int64_t input_bytes() const;

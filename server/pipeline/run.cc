@@ -24,7 +24,7 @@ std::byte* DescribeRegionOutput(const ComputeJob& job, const ComputeSpec& spec,
                                 ComputeResult* result) {
   const Region& region = *job.output_region();
   result->SetRegion(job.OutputView(), region.id, spec.output_region_offset);
-  return region.base + spec.output_region_offset;
+  return region.base() + spec.output_region_offset;
 }
 
 // The output goes into the caller's region (found and checked by Prepare): computed there
@@ -36,7 +36,7 @@ void RunIntoRegion(const ServiceEnv& env, const ComputeSpec& spec, absl::Time de
                    std::shared_ptr<Call> call) {
   std::shared_ptr<Region> region = job->output_region();
   std::byte* dst = DescribeRegionOutput(*job, spec, result);
-  if (job->device().host_memory() || region->device != nullptr) {
+  if (job->device().host_memory() || region->device() != nullptr) {
     job->Run(dst, [job, call](absl::Status s) { call->Finish(s); });
     return;
   }
@@ -46,7 +46,7 @@ void RunIntoRegion(const ServiceEnv& env, const ComputeSpec& spec, absl::Time de
     return;
   }
   runtime::StoragePtr storage = *out;
-  if (region->pin != nullptr && job->device().Reaches(dst, job->plan().out_storage_bytes)) {
+  if (region->pin() != nullptr && job->device().Reaches(dst, job->plan().out_storage_bytes)) {
     job->Run(storage->data(), [job, storage, call](absl::Status s) { call->Finish(s); },
              {dst, job->plan().out_storage_bytes, /*pinned=*/true});
     return;
@@ -89,7 +89,8 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
   }
   std::shared_ptr<ComputeJob> job = *std::move(prepared);
   const Plan& plan = job->plan();
-  if (plan.out_storage_bytes + job->input_bytes() > job->device().max_small_bytes()) {
+  runtime::QuickRuns* quick = job->device().quick_runs();
+  if (quick == nullptr || plan.out_storage_bytes + job->input_bytes() > quick->max_small_bytes()) {
     call->received = 0;
     job->Leave();
     *planned = std::move(job);
@@ -118,13 +119,13 @@ bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
                      const std::string& owner) {
   // (Its regions were found by ResolveRegions.)
   const Region* out_region = spec->found_output_region.get();
-  if (out_region == nullptr || out_region->device == nullptr || spec->plan_only ||
+  if (out_region == nullptr || out_region->device() == nullptr || spec->plan_only ||
       spec->keep_output_resident) {
     return false;
   }
   for (const InputSpec& in : spec->inputs) {
     if (in.source != InputSource::kRegion || in.found_region == nullptr ||
-        in.found_region->device != out_region->device) {
+        in.found_region->device() != out_region->device()) {
       return false;
     }
   }

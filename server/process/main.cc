@@ -182,10 +182,11 @@ int Serve(int argc, char** argv) {
   // memory (one device's pin serves them all).
   std::unique_ptr<tc::server::HostBuffers> host_buffers;
   if (absl::GetFlag(FLAGS_host_buffer_bytes) > 0) {
-    tc::runtime::Device* first = &devices.at(0);
+    tc::runtime::HostMaps* first = devices.at(0).host_maps();
     host_buffers = std::make_unique<tc::server::HostBuffers>(
-        absl::GetFlag(FLAGS_host_buffer_bytes),
-        [first](void* p, int64_t n) { return first->PinHost(p, n, /*read_only=*/false); });
+        absl::GetFlag(FLAGS_host_buffer_bytes), [first](void* p, int64_t n) {
+          return first != nullptr ? first->PinHost(p, n, /*read_only=*/false) : nullptr;
+        });
   }
 
   tc::server::ResidentOptions resident_options;

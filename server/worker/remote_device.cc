@@ -118,7 +118,9 @@ RemoteDevice::RemoteDevice(const WorkerLaunch& launch, std::unique_ptr<Worker> w
       launch_(launch),
       staging_bytes_(options.staging_bytes),
       tile_rule_(TileRule::kDense),
-      worker_(std::move(worker)) {}
+      worker_(std::move(worker)) {
+  Offer(this, /*ipc=*/nullptr, this);
+}
 
 RemoteDevice::~RemoteDevice() {
   {

@@ -43,7 +43,9 @@ struct WorkerLaunch {
   int index = 0;
 };
 
-class RemoteDevice final : public runtime::Device {
+class RemoteDevice final : public runtime::Device,
+                           public runtime::HostMaps,
+                           public runtime::QuickRuns {
  public:
   // Starts the worker and waits for its device to come up.
   static absl::StatusOr<std::unique_ptr<RemoteDevice>> Start(const WorkerLaunch& launch,
@@ -59,7 +61,11 @@ class RemoteDevice final : public runtime::Device {
   absl::Status Sync(runtime::Lane& lane) override;
   int64_t max_read_back() const override { return staging_bytes_; }
   // A caller's shared memory is mapped by the worker as well (`fd` passed to it): writes
-  // from it and read-backs into it need no staging buffer.
+  // from it and read-backs into it need no staging buffer. Memory that is no file cannot
+  // reach the worker: PinHost pins nothing.
+  std::shared_ptr<void> PinHost(void* /*p*/, int64_t /*n*/, bool /*read_only*/) override {
+    return nullptr;
+  }
   std::shared_ptr<void> MapShared(void* p, int64_t n, bool read_only, int fd) override;
   bool maps_shared_memory_itself() const override { return true; }
   bool Reaches(const void* host, int64_t n) const override;

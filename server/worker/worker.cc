@@ -100,7 +100,8 @@ class HostMaps {
     mapping->base = static_cast<std::byte*>(m);
     mapping->bytes = bytes;
     mapping->read_only = read_only;
-    mapping->pin = device.PinHost(m, bytes, read_only);
+    if (runtime::HostMaps* maps = device.host_maps())
+      mapping->pin = maps->PinHost(m, bytes, read_only);
     const bool pinned = mapping->pin != nullptr;
     std::shared_ptr<Mapping> before;  // Unmapped outside the lock.
     std::lock_guard<std::mutex> lock(mu_);
@@ -175,7 +176,9 @@ class Connection {
   void Serve(PollGate* gate) {
     lane_ = device_.AcquireLane();
     // Pinned, copies to and from the staging buffer need no second staging (a GPU's).
-    pin_ = device_.PinHost(staging_, staging_bytes_, /*read_only=*/false);
+    if (runtime::HostMaps* maps = device_.host_maps()) {
+      pin_ = maps->PinHost(staging_, staging_bytes_, /*read_only=*/false);
+    }
     if (!device_.host_memory()) channel_.set_spin(kPollFor, gate);
     pb::Request request;
     while (channel_.Receive(&request, &fds_).ok()) {
@@ -289,15 +292,18 @@ class Connection {
         return device_.Sync(*lane_);
       case pb::Request::kShare: {
         const auto& sh = request.share();
+        runtime::IpcMemory* ipc = device_.ipc();
+        if (ipc == nullptr)
+          return absl::UnimplementedError("this device does not share its memory");
         if (sh.pool()) {
-          auto fd = device_.ExportMemoryPool();
+          auto fd = ipc->ExportMemoryPool();
           if (!fd.ok()) return fd.status();
           reply_fds_.push_back(*fd);
           return absl::OkStatus();
         }
         auto at = allocations_.Find(sh.data(), sh.bytes());
         if (!at.ok()) return at.status();
-        auto shared = device_.ExportAllocation(at->first->data());
+        auto shared = ipc->ExportAllocation(at->first->data());
         if (!shared.ok()) return shared.status();
         reply->set_shared(*std::move(shared));
         reply->set_data(static_cast<uint64_t>(at->second));
@@ -308,9 +314,13 @@ class Connection {
         const auto& c = request.copy_shared();
         auto dst = allocations_.Find(c.data() + static_cast<uint64_t>(c.offset()), c.bytes());
         if (!dst.ok()) return dst.status();
-        return device_.CopyFromExported(*lane_, *dst->first, dst->second, c.pool_key(),
-                                        fds_.empty() ? -1 : fds_[0], c.shared(), c.src_offset(),
-                                        c.bytes());
+        runtime::IpcMemory* ipc = device_.ipc();
+        if (ipc == nullptr) {
+          return absl::UnimplementedError("this device does not import shared memory");
+        }
+        return ipc->CopyFromExported(*lane_, *dst->first, dst->second, c.pool_key(),
+                                     fds_.empty() ? -1 : fds_[0], c.shared(), c.src_offset(),
+                                     c.bytes());
       }
       case pb::Request::kMapHost: {
         const auto& m = request.map_host();
@@ -322,7 +332,9 @@ class Connection {
       }
       case pb::Request::kUnshare: {
         const auto& u = request.unshare();
-        device_.ForgetExported(u.pool_key(), {u.shared().begin(), u.shared().end()}, u.pool());
+        if (runtime::IpcMemory* ipc = device_.ipc()) {
+          ipc->ForgetExported(u.pool_key(), {u.shared().begin(), u.shared().end()}, u.pool());
+        }
         return absl::OkStatus();
       }
       case pb::Request::kRun:
@@ -437,7 +449,10 @@ class Connection {
       return std::nullopt;
     }
     std::function<void(absl::Status)> later = AnswerLater();
-    if (device_.TryRunSmall(*lane_, op, views, host_out, later)) return std::nullopt;
+    runtime::QuickRuns* quick = device_.quick_runs();
+    if (quick != nullptr && quick->TryRunSmall(*lane_, op, views, host_out, later)) {
+      return std::nullopt;
+    }
     // Not taken: nothing will answer through `later`.
     {
       std::lock_guard<std::mutex> lock(mu_);

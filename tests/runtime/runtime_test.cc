@@ -44,6 +44,54 @@ TEST(DeviceSetTest, LeastLoadedTakesIdleDevicesInTurn) {
   EXPECT_EQ(set.usable(), 2);
 }
 
+// A device of another backend, as far as planning sees it: the GPU's tile rule.
+class DenseTilesDevice final : public runtime::Device {
+ public:
+  DenseTilesDevice() : Device(runtime::DeviceInfo{}, 1 << 20, runtime::DeviceOptions{}) {}
+  bool host_memory() const override { return false; }
+  std::unique_ptr<runtime::Lane> AcquireLane() override {
+    return std::make_unique<runtime::Lane>();
+  }
+  absl::Status Sync(runtime::Lane&) override { return absl::OkStatus(); }
+  void Run(runtime::Lane&, const PreparedOp&, std::vector<TensorView>, std::byte*,
+           std::function<void(absl::Status)> done, ReadBack) override {
+    done(absl::UnimplementedError("planning only"));
+  }
+
+ protected:
+  absl::Status DoWrite(runtime::Lane&, runtime::Storage&, int64_t, const void*, int64_t) override {
+    return absl::UnimplementedError("planning only");
+  }
+  absl::Status DoRead(runtime::Lane&, const runtime::Storage&, int64_t, void*, int64_t) override {
+    return absl::UnimplementedError("planning only");
+  }
+  absl::StatusOr<std::byte*> RawAllocate(int64_t, bool, runtime::Lane*, void**) override {
+    return absl::UnimplementedError("planning only");
+  }
+  void RawFree(std::byte*, int64_t, void*) override {}
+};
+
+TEST(DeviceSetTest, TileRuleIsTheDevicesOwnWhereTheyAgree) {
+  std::vector<std::unique_ptr<runtime::Device>> same;
+  same.push_back(MakeCpu({}));
+  same.push_back(MakeCpu({}));
+  EXPECT_EQ(runtime::DeviceSet(std::move(same)).tile_rule(), TileRule::kAnyPermuted);
+  std::vector<std::unique_ptr<runtime::Device>> mixed;
+  mixed.push_back(MakeCpu({}));
+  mixed.push_back(std::make_unique<DenseTilesDevice>());
+  EXPECT_EQ(runtime::DeviceSet(std::move(mixed)).tile_rule(), TileRule::kDense);
+}
+
+TEST(DeviceSetTest, OnlyGpusHaveTheOptionalCapabilities) {
+  auto cpu = MakeCpu({});
+  EXPECT_EQ(cpu->host_maps(), nullptr);
+  EXPECT_EQ(cpu->ipc(), nullptr);
+  EXPECT_EQ(cpu->quick_runs(), nullptr);
+  // Host memory is reached directly, pinned or not.
+  std::vector<char> host(64);
+  EXPECT_TRUE(cpu->Reaches(host.data(), 64));
+}
+
 TEST(DeviceSetTest, LeastLoadedPicksFewestInFlight) {
   std::vector<std::unique_ptr<runtime::Device>> devices;
   devices.push_back(MakeCpu({}));

@@ -244,7 +244,7 @@ TEST(KServeConvert, TheResultBecomesTheModelsResponse) {
   // An output bound for shared memory too small for it.
   ComputeResult again(ComputeResult::Bytes::kString);
   again.PrepareOutput(op->plan);
-  ShmTarget tiny{SharedRegion{}, 0, n * 4 - 1};
+  ShmTarget tiny{nullptr, 0, n * 4 - 1};
   inf::ModelInferResponse refused;
   EXPECT_EQ(ToInferResponse(r, again, tiny, &refused).code(), absl::StatusCode::kInvalidArgument);
 

@@ -85,9 +85,9 @@ TEST_F(RegionStoreTest, AClaimedTicketIsTheCallersMemoryAndOnlyTheirs) {
   EXPECT_TRUE((*region)->writable);
   EXPECT_EQ((*region)->owner, "alice");
   EXPECT_EQ((*region)->name, "weights");
-  EXPECT_EQ((*region)->device, nullptr);
+  EXPECT_EQ((*region)->device(), nullptr);
   // The caller's bytes, mapped.
-  EXPECT_EQ(std::memcmp((*region)->base, content.data(), content.size()), 0);
+  EXPECT_EQ(std::memcmp((*region)->base(), content.data(), content.size()), 0);
   EXPECT_EQ(store_->count(), 1);
   EXPECT_EQ(store_->bytes(), bytes);
 
@@ -125,7 +125,7 @@ TEST_F(RegionStoreTest, ASealedMemfdIsMappedReadOnly) {
   auto region = store_->Claim("alice", parts[1], "");
   ASSERT_TRUE(region.ok()) << region.status();
   EXPECT_FALSE((*region)->writable);
-  EXPECT_EQ(std::memcmp((*region)->base, content.data(), content.size()), 0);
+  EXPECT_EQ(std::memcmp((*region)->base(), content.data(), content.size()), 0);
 }
 
 TEST_F(RegionStoreTest, QuotasAndTheServerWideCapRefuse) {
@@ -211,9 +211,9 @@ TEST_F(RegionStoreTest, AdoptedRegionsAreFoundByNameOncePerOwner) {
   std::string content;
   std::vector<char> memory(512);
   auto adopt = [&](const std::string& owner, const std::string& name) {
-    auto r = std::make_shared<Region>(reinterpret_cast<std::byte*>(memory.data()),
-                                      static_cast<int64_t>(memory.size()), true,
-                                      RegionStore::kNoConnection, nullptr);
+    auto r = std::make_shared<Region>(
+        HostMapping{reinterpret_cast<std::byte*>(memory.data()), nullptr, nullptr},
+        static_cast<int64_t>(memory.size()), true, RegionStore::kNoConnection);
     return store_->Adopt(owner, name, std::move(r));
   };
   ASSERT_TRUE(adopt("alice", "input").ok());
