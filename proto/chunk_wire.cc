@@ -167,6 +167,19 @@ grpc::ByteBuffer ComputeResponseMessage(const std::string& meta, grpc::Slice dat
   return grpc::ByteBuffer(slices, 2);
 }
 
+grpc::ByteBuffer InferResponseMessage(const std::string& meta, grpc::Slice data) {
+  constexpr uint8_t kRawOutputTag = (6 << 3) | 2;  // ModelInferResponse.raw_output_contents
+  std::string head = meta;
+  head.push_back(static_cast<char>(kRawOutputTag));
+  uint8_t len[10];
+  head.append(reinterpret_cast<const char*>(len), PutVarint(len, data.size()));
+  grpc::Slice first(head);
+  // (A repeated bytes entry is written even when empty.)
+  if (data.size() == 0) return grpc::ByteBuffer(&first, 1);
+  grpc::Slice slices[2] = {std::move(first), std::move(data)};
+  return grpc::ByteBuffer(slices, 2);
+}
+
 bool ParseChunk(const grpc::ByteBuffer& buffer, ChunkRef* out) {
   out->slices_.clear();
   if (!buffer.Dump(&out->slices_).ok()) return false;
@@ -300,6 +313,39 @@ bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, Spli
     AppendVarint(tensor.size(), &out->rest_);
     out->rest_.append(tensor);
     ++input;
+  }
+  return true;
+}
+
+bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out) {
+  constexpr uint64_t kRawInputField = 7;  // ModelInferRequest.raw_input_contents
+  out->rest_.clear();
+  out->taken_.clear();
+  out->slices_.clear();
+  if (!buffer.Dump(&out->slices_).ok()) return false;
+  const size_t total = buffer.Length();
+  Reader r(out->slices_);
+  int entry = 0;
+  while (r.position() < total) {
+    uint64_t tag = 0;
+    if (!r.Varint(&tag, 5) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
+    const int type = static_cast<int>(tag & 7);
+    AppendVarint(tag, &out->rest_);
+    if ((tag >> 3) != kRawInputField || type != kWireLength) {
+      if (!CopyField(r, type, total, &out->rest_)) return false;
+      continue;
+    }
+    uint64_t n = 0;
+    if (!r.Varint(&n, 5) || n > INT32_MAX || n > total - r.position()) return false;
+    if (n >= static_cast<uint64_t>(min_bytes) && n > 0) {
+      out->taken_.push_back({entry, r.position(), static_cast<int64_t>(n)});
+      AppendVarint(0, &out->rest_);
+      if (!r.Skip(n)) return false;
+    } else {
+      AppendVarint(n, &out->rest_);
+      if (!r.Copy(n, &out->rest_)) return false;
+    }
+    ++entry;
   }
   return true;
 }

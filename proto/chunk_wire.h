@@ -92,6 +92,8 @@ class SplitRequest {
  private:
   friend bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes,
                                   SplitRequest* out);
+  friend bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes,
+                                SplitRequest* out);
   std::string rest_;
   std::vector<Taken> taken_;
   std::vector<grpc::Slice> slices_;
@@ -102,6 +104,18 @@ class SplitRequest {
 // groups, or gives one tensor's data more than once: parse those with protobuf (which
 // decides what they mean, or what is wrong with them).
 bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out);
+
+// The same for KServe v2's ModelInferRequest: every raw_input_contents entry (field 7) at least
+// `min_bytes` long is taken out, Taken::input its index among those entries, and left in
+// rest() as an empty entry (so that the others keep their indices). False where the message
+// is not well-formed protobuf or holds groups.
+bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out);
+
+// A ModelInferResponse: `meta` (serialized, holding no field numbered above 5: no
+// raw_output_contents) followed by one raw_output_contents entry (field 6) over `data`, as
+// protobuf writes that message, the data referenced, not copied. It must stay valid until
+// the message has been sent.
+grpc::ByteBuffer InferResponseMessage(const std::string& meta, grpc::Slice data);
 
 // True when `buffer` is a message whose only field is a chunk (field 2) laid out as protobuf
 // writes it: its fields in order, each at most once, nothing unknown. False for anything

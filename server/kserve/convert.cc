@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/catalog.h"
 #include "kernels/engine.h"
+#include "proto/chunk_wire.h"
 #include "server/kserve/models.h"
 #include "server/pipeline/job.h"
 
@@ -237,7 +238,7 @@ absl::StatusOr<int64_t> CountElements(const google::protobuf::RepeatedField<int6
 
 absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceOptions& options,
                            const ShmLookup& shm, ShmReadBudget* budget, ComputeSpec* out,
-                           std::optional<ShmTarget>* output_shm) {
+                           std::optional<ShmTarget>* output_shm, const OutsideData* outside) {
   output_shm->reset();
   const std::string& model = request.model_name();
   const bool expression = model == kExpressionModel;
@@ -361,14 +362,18 @@ absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceO
             absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(),
                          " entries: one is needed per input not in shared memory, in input order"));
       }
-      const std::string& data = request.raw_input_contents(next_raw);
+      absl::string_view data = request.raw_input_contents(next_raw);
+      if (outside != nullptr && outside->At(next_raw).data() != nullptr) {
+        data = outside->At(next_raw);
+        tensor.pinned = outside->pinned[static_cast<size_t>(next_raw)];
+      }
       if (static_cast<int64_t>(data.size()) != bytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             what, ": shape [", absl::StrJoin(in.shape(), ","), "] of ", in.datatype(), " is ",
             bytes, " bytes, raw_input_contents[", next_raw, "] has ", data.size()));
       }
       ++next_raw;
-      // Computed on where it lies in the request, which outlives the spec.
+      // Computed on where it lies (in the request or outside it), which outlives the spec.
       tensor.bytes = data;
     } else {
       std::string& converted = out->owned.emplace_back();
@@ -466,7 +471,7 @@ bool ConvertsOnThePool(const inf::ModelInferRequest& request) {
 
 absl::Status ToInferResponse(const inf::ModelInferRequest& request, ComputeResult& result,
                              const std::optional<ShmTarget>& output_shm,
-                             inf::ModelInferResponse* out) {
+                             inf::ModelInferResponse* out, bool bytes_beside) {
   if (!result.has_output()) return absl::InternalError("the computation left no result");
   const TensorView& t = result.output();
   int64_t n = 1;
@@ -499,11 +504,18 @@ absl::Status ToInferResponse(const inf::ModelInferRequest& request, ComputeResul
         return s;
       }
     }
-    out->add_raw_output_contents();
+    if (!bytes_beside) out->add_raw_output_contents();
     return absl::OkStatus();
   }
-  *out->add_raw_output_contents() = result.TakeString();
+  if (!bytes_beside) *out->add_raw_output_contents() = result.TakeString();
   return absl::OkStatus();
+}
+
+grpc::ByteBuffer EncodeInferResponse(const inf::ModelInferResponse& meta, ComputeResult& result,
+                                     const std::optional<ShmTarget>& output_shm) {
+  return wire::InferResponseMessage(meta.SerializeAsString(), output_shm || !result.has_bytes()
+                                                                  ? grpc::Slice()
+                                                                  : result.TakeSlice());
 }
 
 }  // namespace tc::server

@@ -16,6 +16,7 @@
 #include "runtime/device.h"
 #include "server/data/regions.h"
 #include "server/data/system_shm.h"
+#include "server/pipeline/parse.h"
 #include "server/pipeline/request.h"
 #include "server/pipeline/result.h"
 #include "server/env/service_env.h"
@@ -68,15 +69,24 @@ bool ConvertsOnThePool(const inf::ModelInferRequest& request);
 // memory referenced), attributes from the request's parameters; `output_shm` set where the
 // output goes to shared memory. Errors are the protocol's: NOT_FOUND for an unknown model or
 // version, INVALID_ARGUMENT naming what was expected, RESOURCE_EXHAUSTED past a limit or the
-// budget.
+// budget. `outside`: raw_input_contents entries taken out of `request` as it was parsed
+// (ParseWithOutside with wire::SplitInferRequest), computed on where they lie.
 absl::Status ToComputeSpec(const inf::ModelInferRequest& request, const ServiceOptions& options,
                            const ShmLookup& shm, ShmReadBudget* budget, ComputeSpec* out,
-                           std::optional<ShmTarget>* output_shm);
+                           std::optional<ShmTarget>* output_shm,
+                           const OutsideData* outside = nullptr);
 
 // The result of the computation as the model's response: OUTPUT0 with its datatype and shape, its
 // bytes moved into raw_output_contents, or written to `output_shm` (the entry then empty).
+// `bytes_beside`: the bytes are left in `result` for EncodeInferResponse, and no entry added.
 absl::Status ToInferResponse(const inf::ModelInferRequest& request, ComputeResult& result,
                              const std::optional<ShmTarget>& output_shm,
-                             inf::ModelInferResponse* out);
+                             inf::ModelInferResponse* out, bool bytes_beside = false);
+
+// The response on the wire: `meta` (from ToInferResponse with bytes_beside) and the result's
+// bytes as its raw_output_contents entry, referenced, not copied (an empty entry where the
+// output went to shared memory).
+grpc::ByteBuffer EncodeInferResponse(const inf::ModelInferResponse& meta, ComputeResult& result,
+                                     const std::optional<ShmTarget>& output_shm);
 
 }  // namespace tc::server

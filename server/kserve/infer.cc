@@ -9,6 +9,7 @@
 #include "server/calls/reactor.h"
 #include "server/kserve/inference_service.h"
 #include "server/kserve/models.h"
+#include "server/pipeline/parse.h"
 #include "server/pipeline/run.h"
 
 namespace tc::server {
@@ -26,25 +27,35 @@ ShmReadBudget ReadBudget(const ServiceEnv& env) {
 }  // namespace
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx,
-                                                           const inf::ModelInferRequest* request,
-                                                           inf::ModelInferResponse* response) {
+                                                           const grpc::ByteBuffer* raw,
+                                                           grpc::ByteBuffer* response) {
   auto* reactor = new CountedUnaryReactor(env_.life);
   struct State {
+    explicit State(HostBuffers* buffers) : result(ComputeResult::Bytes::kBuffer, buffers) {}
+    inf::ModelInferRequest request;
+    // Large raw inputs, taken out of the message as it was parsed.
+    OutsideData outside;
     ComputeSpec spec;
-    // In a string: ToInferResponse moves it into the response.
-    ComputeResult result{ComputeResult::Bytes::kString};
+    // Sent beside the response message (InferResponseMessage), not copied into it.
+    ComputeResult result;
     std::optional<ShmTarget> output_shm;
     ShmReadBudget budget;
   };
-  auto state = std::make_shared<State>();
+  auto state = std::make_shared<State>(env_.host_buffers);
+  const absl::Status parsed = ParseWithOutside(*raw, &state->request, wire::SplitInferRequest,
+                                               env_.host_buffers, &state->outside);
+  const inf::ModelInferRequest* request = &state->request;
   const ServiceEnv* env = &env_;
   // The result answers in the model's response, converted first.
   auto call = std::make_shared<Call>(
-      env, "ModelInfer", ModelLabel(request->model_name()),
+      env, "ModelInfer", parsed.ok() ? ModelLabel(request->model_name()) : "",
       [env, state, request, response, reactor](const absl::Status& s) {
         const auto finish = [state, request, response, reactor](absl::Status out) {
           if (out.ok()) {
-            out = ToInferResponse(*request, state->result, state->output_shm, response);
+            inf::ModelInferResponse meta;
+            out = ToInferResponse(*request, state->result, state->output_shm, &meta,
+                                  /*bytes_beside=*/true);
+            if (out.ok()) *response = EncodeInferResponse(meta, state->result, state->output_shm);
           }
           reactor->Finish(ToGrpcStatus(out));
         };
@@ -61,6 +72,10 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
         finish(s);
       });
   if (!call->Admit(*reactor)) return reactor;
+  if (!parsed.ok()) {
+    call->Finish(parsed);
+    return reactor;
+  }
   state->budget = ReadBudget(env_);
   // Shared-memory regions belong to the caller's identity; where tokens are required,
   // nothing of the request is looked at without one.
@@ -80,7 +95,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelInfer(grpc::CallbackServerC
     // The request is this call's until it finishes: its raw inputs are computed on where
     // they lie.
     if (absl::Status s = ToComputeSpec(*request, env->options, lookup, &state->budget, &state->spec,
-                                       &state->output_shm);
+                                       &state->output_shm, &state->outside);
         !s.ok()) {
       call->Finish(s);
       return;

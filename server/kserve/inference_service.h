@@ -24,7 +24,13 @@
 
 namespace tc::server {
 
-class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackService {
+// ModelInfer reads and answers bytes: its large raw inputs go from gRPC's slices into the
+// server's reused buffers, and its output is sent beside the reply message, not copied into
+// it (server/pipeline/parse.h, proto/chunk_wire.h). Every other method takes messages.
+using InferenceServiceBase = inf::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+    inf::GRPCInferenceService::CallbackService>;
+
+class InferenceServiceImpl final : public InferenceServiceBase {
  public:
   // `system_shm`: serve system shared memory (off: its RPCs and tensor parameters are
   // refused). Both kinds of shared memory are registered in env.regions.
@@ -49,8 +55,8 @@ class InferenceServiceImpl final : public inf::GRPCInferenceService::CallbackSer
                                         const inf::ModelConfigRequest* request,
                                         inf::ModelConfigResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
-                                       const inf::ModelInferRequest* request,
-                                       inf::ModelInferResponse* response) override;
+                                       const grpc::ByteBuffer* raw,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<inf::ModelInferRequest, inf::ModelStreamInferResponse>* ModelStreamInfer(
       grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(

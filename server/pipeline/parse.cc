@@ -119,4 +119,38 @@ absl::Status ParseRequest(const grpc::ByteBuffer& buffer, google::protobuf::Mess
   return absl::InvalidArgumentError(absl::StrCat("the request is not a ", what, " message"));
 }
 
+absl::Status ParseWithOutside(const grpc::ByteBuffer& buffer, google::protobuf::Message* m,
+                              Splitter split_fn, HostBuffers* buffers, OutsideData* outside) {
+  outside->bytes.clear();
+  outside->pinned.clear();
+  outside->buffers.clear();
+  wire::SplitRequest split;
+  if (buffers == nullptr || static_cast<int64_t>(buffer.Length()) < kOutsideBytes ||
+      !split_fn(buffer, kOutsideBytes, &split) || split.taken().empty() ||
+      !m->ParseFromString(split.rest())) {
+    // Small, nothing large inline, or not well-formed: protobuf decides (and names what is
+    // wrong).
+    m->Clear();
+    return ParseRequest(buffer, m);
+  }
+  for (const wire::SplitRequest::Taken& t : split.taken()) {
+    HostBuffers::Lease b = buffers->Acquire(t.size);
+    if (b == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no host memory for input ", t.input, "'s ", t.size, " bytes"));
+    }
+    split.CopyTo(t, b->data());
+    const auto i = static_cast<size_t>(t.input);
+    if (i >= outside->bytes.size()) {
+      outside->bytes.resize(i + 1);
+      outside->pinned.resize(i + 1, false);
+    }
+    outside->bytes[i] =
+        absl::string_view(reinterpret_cast<const char*>(b->data()), static_cast<size_t>(t.size));
+    outside->pinned[i] = b->pinned();
+    outside->buffers.push_back(std::move(b));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tc::server

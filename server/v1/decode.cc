@@ -41,8 +41,7 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
     // The tensor's bytes: in the message, or taken out of it as it was parsed.
     absl::string_view data = t.data();
     bool pinned = false;
-    if (outside != nullptr && static_cast<size_t>(i) < outside->bytes.size() &&
-        outside->bytes[static_cast<size_t>(i)].data() != nullptr) {
+    if (outside != nullptr && outside->At(i).data() != nullptr) {
       data = outside->bytes[static_cast<size_t>(i)];
       pinned = outside->pinned[static_cast<size_t>(i)];
     }
@@ -114,35 +113,7 @@ absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, boo
 
 absl::Status ParseComputeRequest(const grpc::ByteBuffer& buffer, v1::ComputeRequest* request,
                                  HostBuffers* buffers, OutsideData* outside) {
-  outside->bytes.clear();
-  outside->pinned.clear();
-  outside->buffers.clear();
-  wire::SplitRequest split;
-  if (buffers == nullptr || static_cast<int64_t>(buffer.Length()) < kOutsideBytes ||
-      !wire::SplitComputeRequest(buffer, kOutsideBytes, &split) || split.taken().empty() ||
-      !request->ParseFromString(split.rest())) {
-    // Small, nothing large inline, or not well-formed: protobuf decides (and names what is
-    // wrong).
-    request->Clear();
-    return ParseRequest(buffer, request);
-  }
-  const auto n = static_cast<size_t>(request->inputs_size());
-  outside->bytes.resize(n);
-  outside->pinned.resize(n, false);
-  for (const wire::SplitRequest::Taken& t : split.taken()) {
-    HostBuffers::Lease b = buffers->Acquire(t.size);
-    if (b == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("no host memory for input ", t.input, "'s ", t.size, " bytes"));
-    }
-    split.CopyTo(t, b->data());
-    const auto i = static_cast<size_t>(t.input);
-    outside->bytes[i] =
-        absl::string_view(reinterpret_cast<const char*>(b->data()), static_cast<size_t>(t.size));
-    outside->pinned[i] = b->pinned();
-    outside->buffers.push_back(std::move(b));
-  }
-  return absl::OkStatus();
+  return ParseWithOutside(buffer, request, wire::SplitComputeRequest, buffers, outside);
 }
 
 }  // namespace tc::server

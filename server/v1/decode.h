@@ -6,6 +6,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "server/v1/codec.h"
 #include "server/pipeline/host_buffers.h"
+#include "server/pipeline/parse.h"
 #include "server/pipeline/request.h"
 #include "server/env/service_env.h"
 #include "tensorcompute/v1/tensor_service.pb.h"
@@ -19,27 +20,13 @@ namespace v1 = ::tensorcompute::v1;
 // attributes, output options and where the output goes; every input's shape within `limits`.
 // `allow_streamed`: inputs may announce storage_bytes and send their bytes as chunks later
 // (ComputeStream). INVALID_ARGUMENT (RESOURCE_EXHAUSTED past a limit) saying what is wrong.
-// Inline inputs' bytes that the parse took out of the message: by input index, their place
-// (a null view where the message holds them) and whether it is pinned; the buffers they lie
-// in, lent until this goes.
-struct OutsideData {
-  std::vector<absl::string_view> bytes;
-  std::vector<bool> pinned;
-  std::vector<HostBuffers::Lease> buffers;
-};
-
 // `outside`: where inputs' bytes were taken out of `request` (ParseComputeRequest).
 absl::StatusOr<ComputeSpec> DecodeCompute(const v1::ComputeRequest& request, bool allow_streamed,
                                           const ServiceOptions& limits,
                                           const OutsideData* outside = nullptr);
 
-// Inputs' data fields at least this long go outside the message.
-inline constexpr int64_t kOutsideBytes = int64_t{1} << 20;
-
-// ParseRequest for a Compute request, except that with `buffers`, inline inputs of at least
-// kOutsideBytes go from gRPC's slices straight into buffers of the pool (one copy; pinned
-// ones the devices read without staging), into `outside`, their data fields in `request`
-// left empty.
+// ParseWithOutside for a Compute request: inline inputs of at least kOutsideBytes go into
+// the pool's buffers, their data fields in `request` left empty.
 absl::Status ParseComputeRequest(const grpc::ByteBuffer& buffer, v1::ComputeRequest* request,
                                  HostBuffers* buffers, OutsideData* outside);
 

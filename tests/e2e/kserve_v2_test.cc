@@ -132,6 +132,54 @@ TEST_F(KServeV2Test, BroadcastAddMatchesTheReference) {
   }
 }
 
+// Raw inputs of a megabyte and more are taken out of the message as it is parsed and small
+// ones left in it: in any mix, and in any order of the inputs, each entry stays its input's;
+// a large output comes back beside the response message, byte for byte.
+TEST_F(KServeV2Test, LargeAndSmallRawInputsInAnyOrder) {
+  std::mt19937 rng(std::random_device{}());
+  std::normal_distribution<float> normal;
+  const int64_t rows = 601, cols = 1031;  // x: 2.4 MiB; the condition 0.6 MiB; y one row
+  std::vector<uint8_t> cond(rows * cols);
+  std::vector<float> x(rows * cols), y(cols);
+  for (uint8_t& c : cond) c = rng() % 2;
+  for (float& v : x) v = normal(rng);
+  for (float& v : y) v = normal(rng);
+  inf::ModelInferRequest req;
+  req.set_model_name("where");
+  AddInput(&req, "INPUT2", "FP32", {cols}, Bytes(y));
+  AddInput(&req, "INPUT1", "FP32", {rows, cols}, Bytes(x));
+  AddInput(&req, "INPUT0", "BOOL", {rows, cols}, Bytes(cond));
+  for (int round = 0; round < 2; ++round) {
+    inf::ModelInferResponse resp;
+    grpc::Status s = Infer(req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(resp.raw_output_contents_size(), 1);
+    const std::vector<float> out = Values<float>(resp.raw_output_contents(0));
+    ASSERT_EQ(out.size(), x.size());
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      ASSERT_EQ(out[i], cond[i] ? x[i] : y[i % cols]) << i;
+    }
+    // The second time with the large input first.
+    std::swap(*req.mutable_inputs(0), *req.mutable_inputs(1));
+    std::swap(*req.mutable_raw_input_contents(0), *req.mutable_raw_input_contents(1));
+  }
+  // Entries that do not match their inputs' sizes are refused as before.
+  std::swap(*req.mutable_raw_input_contents(0), *req.mutable_raw_input_contents(1));
+  inf::ModelInferResponse resp;
+  grpc::Status s = Infer(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // Bytes that are no ModelInferRequest get a status saying so.
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(-1);
+  auto channel =
+      grpc::CreateCustomChannel(server_->target(), grpc::InsecureChannelCredentials(), args);
+  std::string junk = req.SerializeAsString();
+  junk.resize(junk.size() - 100);  // cut inside the large entry
+  s = testing::RawUnaryCall(channel, "/inference.GRPCInferenceService/ModelInfer", junk);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  ExpectReady();
+}
+
 TEST_F(KServeV2Test, IntegerAndBoolDatatypes) {
   inf::ModelInferRequest req;
   req.set_model_name("maximum");
