@@ -34,6 +34,10 @@ class CountedUnaryReactor final : public grpc::ServerUnaryReactor {
     if (entered_) life_->Leave();
     delete this;
   }
+  // OnDone only counts and frees, so gRPC may run it on the thread that finished the call
+  // (as its own default reactor's): otherwise every call woke an executor thread for it
+  // (2-core machine, 4 KiB adds one at a time: 14% of the server's CPU time on that thread).
+  bool InternalInlineable() override { return true; }
 
  private:
   Lifecycle* const life_;

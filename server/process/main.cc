@@ -24,6 +24,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -101,6 +102,9 @@ constexpr int kShutdownBoundSeconds = 3;
 namespace {
 
 int Serve(int argc, char** argv) {
+  // Abseil built with assertions (Debian's is) checks the order of every mutex lock for
+  // cycles, gRPC's locks of every call included: a debugging aid, kept for sanitizer builds.
+  if (!TC_SANITIZED) absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage("tensorcompute gRPC server. Flags also read TENSORCOMPUTE_<FLAG>.");
   // The arguments a device's worker process starts with (besides its own).
   const std::vector<std::string> server_args(argv + 1, argv + argc);
