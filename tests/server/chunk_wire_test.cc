@@ -9,6 +9,7 @@
 #include "google/protobuf/util/field_comparator.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "inference/grpc_service.pb.h"
 #include "tensorcompute/v1/tensor_service.pb.h"
 
 namespace tc::wire {
@@ -291,6 +292,111 @@ TEST(SplitComputeRequestTest, LeavesOddEncodingsToProtobuf) {
                      std::string(40, 'c') + std::string("\x10\x05\x50\x03", 4);
   ASSERT_EQ(wire.size(), r.ByteSizeLong() + 48);
   EXPECT_EQ(SplitAgrees(wire, 32, rng), 2);
+}
+
+// KServe v2: what SplitInferRequest makes of `wire` agrees with protobuf: the taken entries
+// are empty in the rest, and putting their bytes back gives what protobuf parses from `wire`.
+// Returns how many entries were taken (-1: not split, left to protobuf).
+int SplitInferAgrees(const std::string& wire, int64_t min_bytes, std::mt19937_64& rng) {
+  SplitRequest split;
+  if (!SplitInferRequest(Sliced(wire, rng), min_bytes, &split)) return -1;
+  inference::ModelInferRequest whole, rebuilt;
+  const bool parses = whole.ParseFromString(wire);
+  const bool rest_parses = rebuilt.ParseFromString(split.rest());
+  EXPECT_EQ(parses, rest_parses);
+  if (!parses || !rest_parses) return -1;
+  for (const SplitRequest::Taken& t : split.taken()) {
+    EXPECT_GE(t.size, min_bytes);
+    EXPECT_LT(t.input, rebuilt.raw_input_contents_size());
+    if (t.input >= rebuilt.raw_input_contents_size()) return -1;
+    EXPECT_TRUE(rebuilt.raw_input_contents(t.input).empty());
+    std::string bytes(static_cast<size_t>(t.size), '\0');
+    split.CopyTo(t, bytes.data());
+    *rebuilt.mutable_raw_input_contents(t.input) = bytes;
+  }
+  google::protobuf::util::DefaultFieldComparator values;
+  values.set_treat_nan_as_equal(true);
+  google::protobuf::util::MessageDifferencer differ;
+  differ.set_field_comparator(&values);
+  EXPECT_TRUE(differ.Compare(whole, rebuilt));
+  return static_cast<int>(split.taken().size());
+}
+
+inference::ModelInferRequest RandomInferRequest(std::mt19937_64& rng, int64_t min_bytes,
+                                                int* large) {
+  inference::ModelInferRequest r;
+  r.set_model_name(rng() % 2 ? "add" : "expression");
+  if (rng() % 2) r.set_id("id-7");
+  if (rng() % 2) (*r.mutable_parameters())["alpha"].set_double_param(0.5);
+  const int n = static_cast<int>(rng() % 5);
+  *large = 0;
+  for (int i = 0; i < n; ++i) {
+    auto* in = r.add_inputs();
+    in->set_name("INPUT" + std::to_string(i));
+    in->set_datatype("FP32");
+    in->add_shape(static_cast<int64_t>(rng() % 300));
+    const int64_t sizes[] = {0, min_bytes - 1, min_bytes,
+                             min_bytes + static_cast<int64_t>(rng() % 200)};
+    std::string data(static_cast<size_t>(std::max<int64_t>(0, sizes[rng() % 4])), '\0');
+    for (char& c : data) c = static_cast<char>(rng());
+    *large += static_cast<int64_t>(data.size()) >= min_bytes && !data.empty();
+    r.add_raw_input_contents(data);
+  }
+  if (rng() % 2) r.add_outputs()->set_name("OUTPUT0");
+  return r;
+}
+
+TEST(SplitInferRequestTest, TakesLargeRawInputsOutAndKeepsTheirPlaces) {
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t min_bytes = 16;
+  int taken = 0;
+  for (int k = 0; k < 2000; ++k) {
+    int large = 0;
+    const inference::ModelInferRequest r = RandomInferRequest(rng, min_bytes, &large);
+    const int got = SplitInferAgrees(r.SerializeAsString(), min_bytes, rng);
+    ASSERT_EQ(got, large) << r.ShortDebugString();
+    taken += got;
+  }
+  EXPECT_GT(taken, 0);
+}
+
+TEST(SplitInferRequestTest, AgreesWithProtobufOnDamagedMessages) {
+  std::mt19937_64 rng(std::random_device{}());
+  google::protobuf::LogSilencer quiet;
+  for (int k = 0; k < 300; ++k) {
+    int large = 0;
+    const std::string good = RandomInferRequest(rng, 8, &large).SerializeAsString();
+    for (size_t n = 0; n < good.size(); n += 1 + rng() % 3) {
+      SplitInferAgrees(good.substr(0, n), 8, rng);
+    }
+    for (int m = 0; m < 20 && !good.empty(); ++m) {
+      std::string bad = good;
+      for (int j = 0; j < 1 + static_cast<int>(rng() % 3); ++j)
+        bad[rng() % bad.size()] = static_cast<char>(rng());
+      SplitInferAgrees(bad, 8, rng);
+    }
+  }
+}
+
+TEST(ChunkWireTest, InferResponseIsWhatProtobufWrites) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const size_t n : {size_t{0}, size_t{1}, size_t{127}, size_t{128}, size_t{70000}}) {
+    inference::ModelInferResponse meta;
+    meta.set_model_name("add");
+    meta.set_id("x");
+    auto* o = meta.add_outputs();
+    o->set_name("OUTPUT0");
+    o->set_datatype("FP32");
+    o->add_shape(static_cast<int64_t>(n));
+    std::string data(n, '\0');
+    for (char& c : data) c = static_cast<char>(rng());
+    inference::ModelInferResponse whole = meta;
+    whole.add_raw_output_contents(data);
+    EXPECT_EQ(Flatten(InferResponseMessage(meta.SerializeAsString(),
+                                           grpc::Slice(data.data(), data.size()))),
+              whole.SerializeAsString())
+        << n;
+  }
 }
 
 }  // namespace

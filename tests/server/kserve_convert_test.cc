@@ -211,7 +211,8 @@ TEST(KServeConvert, EachRefusalWithItsCode) {
 }
 
 TEST(KServeConvert, TheResultBecomesTheModelsResponse) {
-  const int n = 1 + static_cast<int>(Rng()() % 50);
+  // At least 32 bytes: a shorter string lives inside its object, and moves as a copy.
+  const int n = 8 + static_cast<int>(Rng()() % 50);
   const std::vector<float> values = RandomFloats(n);
   TensorView in{DType::kFloat32, {n}, {1}, 0, nullptr, n * 4};
   in.data = reinterpret_cast<const std::byte*>(values.data());
@@ -252,6 +253,45 @@ TEST(KServeConvert, TheResultBecomesTheModelsResponse) {
   ComputeResult none(ComputeResult::Bytes::kString);
   inf::ModelInferResponse empty;
   EXPECT_EQ(ToInferResponse(r, none, std::nullopt, &empty).code(), absl::StatusCode::kInternal);
+}
+
+// On the wire, the output goes beside the message (a slice over the result's bytes): what
+// arrives parses as the response protobuf writes, raw_output_contents and all.
+TEST(KServeConvert, TheResponseOnTheWireCarriesTheBytesBesideTheMessage) {
+  for (const int n : {0, 1, 5000, 300000}) {
+    std::vector<float> values = RandomFloats(n);
+    TensorView in{DType::kFloat32, {n}, {1}, 0, nullptr, n * 4};
+    in.data = reinterpret_cast<const std::byte*>(values.data());
+    const TensorView ins[] = {in};
+    auto op = PrepareOp("neg", ins, {});
+    ASSERT_TRUE(op.ok()) << op.status();
+    ComputeResult result(ComputeResult::Bytes::kBuffer);
+    std::byte* out = result.PrepareOutput(op->plan);
+    if (n > 0) std::memcpy(out, values.data(), values.size() * 4);
+    Request r;
+    r.set_model_name("neg");
+    r.set_id("wire");
+    inf::ModelInferResponse meta;
+    ASSERT_TRUE(ToInferResponse(r, result, std::nullopt, &meta, /*bytes_beside=*/true).ok());
+    EXPECT_EQ(meta.raw_output_contents_size(), 0);
+    grpc::ByteBuffer wire = EncodeInferResponse(meta, result, std::nullopt);
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(wire.Dump(&slices).ok());
+    std::string bytes;
+    for (const grpc::Slice& sl : slices)
+      bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    inf::ModelInferResponse parsed;
+    ASSERT_TRUE(parsed.ParseFromString(bytes)) << n;
+    EXPECT_EQ(parsed.id(), "wire");
+    ASSERT_EQ(parsed.outputs_size(), 1);
+    EXPECT_EQ(parsed.outputs(0).shape(0), n);
+    ASSERT_EQ(parsed.raw_output_contents_size(), 1);
+    EXPECT_EQ(parsed.raw_output_contents(0), RawFloats(values)) << n;
+    // Exactly what protobuf writes for the same message.
+    inf::ModelInferResponse whole = meta;
+    whole.add_raw_output_contents(RawFloats(values));
+    EXPECT_EQ(bytes, whole.SerializeAsString()) << n;
+  }
 }
 
 }  // namespace
