@@ -1,17 +1,30 @@
 // libFuzzer: bytes as a KServe v2 ModelInferRequest through the same path as the service:
 // the model, inputs, datatypes, shapes, contents and parameters turned into the pipeline's request,
 // then every check and the CPU kernels on what passes, and the result back as the model's
-// response.
+// response. The split parse the service reads large raw inputs with (wire::SplitInferRequest)
+// must leave a message protobuf parses wherever protobuf parses the whole.
 #include <cstddef>
 #include <cstdint>
 
+#include <cstdlib>
+
 #include "fuzz/fuzz_env.h"
+#include "proto/chunk_wire.h"
 #include "server/kserve/inference_service.h"
 #include "server/pipeline/result.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   inference::ModelInferRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  {
+    grpc::Slice slice(data, size);
+    grpc::ByteBuffer buffer(&slice, 1);
+    tc::wire::SplitRequest split;
+    inference::ModelInferRequest rest;
+    if (tc::wire::SplitInferRequest(buffer, 1, &split) && !rest.ParseFromString(split.rest())) {
+      std::abort();
+    }
+  }
   const tc::server::ServiceEnv& env = tc::fuzz::FuzzEnv();
   tc::server::ComputeSpec spec;
   std::optional<tc::server::ShmTarget> output_shm;

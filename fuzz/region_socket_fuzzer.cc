@@ -206,10 +206,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const std::string& owner = owners[s.Byte() & 1];
         auto r = store->Claim(owner, ticket, s.Bytes(s.Byte() % 8));
         if (r.ok()) {
-          if ((*r)->bytes <= 0 || (*r)->base == nullptr) std::abort();
+          if ((*r)->bytes <= 0 || (*r)->base() == nullptr) std::abort();
           // Every byte of a claimed region can be read (and written, where it is writable).
-          volatile std::byte first = (*r)->base[0];
-          volatile std::byte last = (*r)->base[(*r)->bytes - 1];
+          volatile std::byte first = (*r)->base()[0];
+          volatile std::byte last = (*r)->base()[(*r)->bytes - 1];
           (void)first;
           (void)last;
           regions.emplace_back(owner, (*r)->id);
