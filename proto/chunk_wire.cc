@@ -256,22 +256,31 @@ bool CopyField(Reader& r, int type, size_t end, std::string* out) {
   return r.position() <= end;
 }
 
+// A field's tag as protobuf reads it: at most 5 bytes, a field number from 1 to 2^29 - 1.
+bool ReadTag(Reader& r, uint64_t* tag) {
+  return r.Varint(tag, 5) && *tag <= UINT32_MAX && (*tag >> 3) != 0;
+}
+
 }  // namespace
+
+bool SplitRequest::Start(const grpc::ByteBuffer& buffer) {
+  rest_.clear();
+  taken_.clear();
+  slices_.clear();
+  return buffer.Dump(&slices_).ok();
+}
 
 bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out) {
   constexpr uint64_t kInputsField = 2;  // ComputeRequest.inputs
   constexpr uint64_t kDataField = 5;    // Tensor.data
-  out->rest_.clear();
-  out->taken_.clear();
-  out->slices_.clear();
-  if (!buffer.Dump(&out->slices_).ok()) return false;
+  if (!out->Start(buffer)) return false;
   const size_t total = buffer.Length();
   Reader r(out->slices_);
   int input = 0;
   std::string tensor;
   while (r.position() < total) {
     uint64_t tag = 0;
-    if (!r.Varint(&tag, 5) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
+    if (!ReadTag(r, &tag)) return false;
     const int type = static_cast<int>(tag & 7);
     if ((tag >> 3) != kInputsField || type != kWireLength) {
       AppendVarint(tag, &out->rest_);
@@ -286,7 +295,7 @@ bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, Spli
     bool has_data = false;
     while (r.position() < end) {
       uint64_t inner = 0;
-      if (!r.Varint(&inner, 5) || inner > UINT32_MAX || (inner >> 3) == 0) return false;
+      if (!ReadTag(r, &inner)) return false;
       const int inner_type = static_cast<int>(inner & 7);
       if ((inner >> 3) == kDataField && inner_type == kWireLength) {
         // A second one would replace the first (protobuf keeps the last): left to protobuf.
@@ -319,16 +328,13 @@ bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, Spli
 
 bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out) {
   constexpr uint64_t kRawInputField = 7;  // ModelInferRequest.raw_input_contents
-  out->rest_.clear();
-  out->taken_.clear();
-  out->slices_.clear();
-  if (!buffer.Dump(&out->slices_).ok()) return false;
+  if (!out->Start(buffer)) return false;
   const size_t total = buffer.Length();
   Reader r(out->slices_);
   int entry = 0;
   while (r.position() < total) {
     uint64_t tag = 0;
-    if (!r.Varint(&tag, 5) || tag > UINT32_MAX || (tag >> 3) == 0) return false;
+    if (!ReadTag(r, &tag)) return false;
     const int type = static_cast<int>(tag & 7);
     AppendVarint(tag, &out->rest_);
     if ((tag >> 3) != kRawInputField || type != kWireLength) {

@@ -94,6 +94,8 @@ class SplitRequest {
                                   SplitRequest* out);
   friend bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes,
                                 SplitRequest* out);
+  // Empties this and takes the buffer's slices; false where they cannot be read.
+  bool Start(const grpc::ByteBuffer& buffer);
   std::string rest_;
   std::vector<Taken> taken_;
   std::vector<grpc::Slice> slices_;
