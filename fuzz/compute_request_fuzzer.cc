@@ -21,7 +21,7 @@ void CheckSplit(const uint8_t* data, size_t size, bool parsed,
   grpc::Slice halves[2] = {grpc::Slice(data, size / 2),
                            grpc::Slice(data + size / 2, size - size / 2)};
   grpc::ByteBuffer buffer(halves, 2);
-  tc::wire::SplitRequest split;
+  tc::wire::SplitMessage split;
   if (!tc::wire::SplitComputeRequest(buffer, 2, &split)) return;
   tensorcompute::v1::ComputeRequest rebuilt;
   if (!rebuilt.ParseFromString(split.rest())) {
@@ -29,7 +29,7 @@ void CheckSplit(const uint8_t* data, size_t size, bool parsed,
     return;
   }
   if (!parsed) std::abort();
-  for (const tc::wire::SplitRequest::Taken& t : split.taken()) {
+  for (const tc::wire::SplitMessage::Taken& t : split.taken()) {
     if (t.input < 0 || t.input >= rebuilt.inputs_size() || t.size < 2) std::abort();
     std::string bytes(static_cast<size_t>(t.size), '\0');
     split.CopyTo(t, bytes.data());

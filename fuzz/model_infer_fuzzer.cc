@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   {
     grpc::Slice slice(data, size);
     grpc::ByteBuffer buffer(&slice, 1);
-    tc::wire::SplitRequest split;
+    tc::wire::SplitMessage split;
     inference::ModelInferRequest rest;
     if (tc::wire::SplitInferRequest(buffer, 1, &split) && !rest.ParseFromString(split.rest())) {
       std::abort();

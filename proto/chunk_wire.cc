@@ -263,16 +263,22 @@ bool ReadTag(Reader& r, uint64_t* tag) {
 
 }  // namespace
 
-bool SplitRequest::Start(const grpc::ByteBuffer& buffer) {
+bool SplitMessage::Start(const grpc::ByteBuffer& buffer) {
   rest_.clear();
   taken_.clear();
   slices_.clear();
   return buffer.Dump(&slices_).ok();
 }
 
-bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out) {
-  constexpr uint64_t kInputsField = 2;  // ComputeRequest.inputs
-  constexpr uint64_t kDataField = 5;    // Tensor.data
+namespace internal {
+
+// Takes the data (Tensor.data, field 5) of every Tensor in field `tensor_field` of the message
+// in `buffer` out where it is at least `min_bytes` long. `once`: the field is a singular one,
+// which protobuf merges where it comes more than once: such a message is left to protobuf.
+bool SplitTensorData(const grpc::ByteBuffer& buffer, uint64_t tensor_field, bool once,
+                     int64_t min_bytes, SplitMessage* out) {
+  constexpr uint64_t kDataField = 5;  // Tensor.data
+  const uint64_t kInputsField = tensor_field;
   if (!out->Start(buffer)) return false;
   const size_t total = buffer.Length();
   Reader r(out->slices_);
@@ -318,6 +324,7 @@ bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, Spli
       if (!CopyField(r, inner_type, end, &tensor)) return false;
     }
     if (r.position() != end) return false;
+    if (once && input > 0) return false;
     AppendVarint(tag, &out->rest_);
     AppendVarint(tensor.size(), &out->rest_);
     out->rest_.append(tensor);
@@ -326,7 +333,40 @@ bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, Spli
   return true;
 }
 
-bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out) {
+}  // namespace internal
+
+bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitMessage* out) {
+  return internal::SplitTensorData(buffer, 2, false, min_bytes, out);  // ComputeRequest.inputs
+}
+
+bool SplitComputeResponse(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitMessage* out) {
+  return internal::SplitTensorData(buffer, 1, true, min_bytes, out);  // ComputeResponse.output
+}
+
+grpc::ByteBuffer ComputeRequestMessage(const std::string& head, std::vector<TensorPart> inputs) {
+  constexpr uint8_t kInputsTag = (2 << 3) | 2;      // ComputeRequest.inputs
+  constexpr uint8_t kTensorDataTag = (5 << 3) | 2;  // Tensor.data
+  std::vector<grpc::Slice> slices;
+  slices.reserve(2 * inputs.size() + 1);
+  std::string framing = head;  // The bytes up to the next data slice.
+  for (TensorPart& t : inputs) {
+    const size_t n = t.data.size();
+    const size_t data_field = n == 0 ? 0 : 1 + VarintSize(n) + n;
+    framing.push_back(static_cast<char>(kInputsTag));
+    AppendVarint(t.meta.size() + data_field, &framing);
+    framing.append(t.meta);
+    if (n == 0) continue;
+    framing.push_back(static_cast<char>(kTensorDataTag));
+    AppendVarint(n, &framing);
+    slices.emplace_back(framing);
+    framing.clear();
+    slices.push_back(std::move(t.data));
+  }
+  if (!framing.empty() || slices.empty()) slices.emplace_back(framing);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitMessage* out) {
   constexpr uint64_t kRawInputField = 7;  // ModelInferRequest.raw_input_contents
   if (!out->Start(buffer)) return false;
   const size_t total = buffer.Length();
@@ -368,7 +408,7 @@ void CopyPieces(const std::vector<grpc::Slice>& slices, size_t first, int64_t si
 
 }  // namespace
 
-void SplitRequest::CopyTo(const Taken& t, void* dst) const {
+void SplitMessage::CopyTo(const Taken& t, void* dst) const {
   CopyPieces(slices_, t.first, t.size, dst);
 }
 

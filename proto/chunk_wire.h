@@ -73,9 +73,16 @@ class ChunkRef {
   std::vector<grpc::Slice> slices_;
 };
 
-// A ComputeRequest as received, its large inline inputs' bytes (Tensor.data of `inputs`, field
-// 2, then 5) left in the slices gRPC received them in.
-class SplitRequest {
+class SplitMessage;
+namespace internal {
+bool SplitTensorData(const grpc::ByteBuffer& buffer, uint64_t tensor_field, bool once,
+                     int64_t min_bytes, SplitMessage* out);
+}  // namespace internal
+
+// A message as received (a ComputeRequest, a ComputeResponse, a ModelInferRequest), its large
+// tensors' bytes (a Tensor's data, a raw_input_contents entry) left in the slices gRPC
+// received them in.
+class SplitMessage {
  public:
   // One input's bytes taken out of the message.
   struct Taken {
@@ -90,10 +97,10 @@ class SplitRequest {
   void CopyTo(const Taken& t, void* dst) const;
 
  private:
-  friend bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes,
-                                  SplitRequest* out);
+  friend bool internal::SplitTensorData(const grpc::ByteBuffer& buffer, uint64_t tensor_field,
+                                        bool once, int64_t min_bytes, SplitMessage* out);
   friend bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes,
-                                SplitRequest* out);
+                                SplitMessage* out);
   // Empties this and takes the buffer's slices; false where they cannot be read.
   bool Start(const grpc::ByteBuffer& buffer);
   std::string rest_;
@@ -105,13 +112,28 @@ class SplitRequest {
 // ComputeRequest in `buffer`. False where the message is not well-formed protobuf, holds
 // groups, or gives one tensor's data more than once: parse those with protobuf (which
 // decides what they mean, or what is wrong with them).
-bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out);
+bool SplitComputeRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitMessage* out);
+
+// The same for a ComputeResponse: its output's data (field 1, then 5), Taken::input 0. False
+// also where the output comes more than once (protobuf merges those).
+bool SplitComputeResponse(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitMessage* out);
+
+// A ComputeRequest: `head` (serialized: every field but inputs) followed by one inputs entry
+// per element of `inputs`, each its `meta` (a Tensor serialized without data) and then its
+// data (Tensor.data, field 5) over the slice, referenced, not copied: the bytes must stay
+// valid and unchanged until the message has been sent. Fields out of protobuf's own order
+// are still the same message to every parser.
+struct TensorPart {
+  std::string meta;
+  grpc::Slice data;
+};
+grpc::ByteBuffer ComputeRequestMessage(const std::string& head, std::vector<TensorPart> inputs);
 
 // The same for KServe v2's ModelInferRequest: every raw_input_contents entry (field 7) at least
 // `min_bytes` long is taken out, Taken::input its index among those entries, and left in
 // rest() as an empty entry (so that the others keep their indices). False where the message
 // is not well-formed protobuf or holds groups.
-bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitRequest* out);
+bool SplitInferRequest(const grpc::ByteBuffer& buffer, int64_t min_bytes, SplitMessage* out);
 
 // A ModelInferResponse: `meta` (serialized, holding no field numbered above 5: no
 // raw_output_contents) followed by one raw_output_contents entry (field 6) over `data`, as

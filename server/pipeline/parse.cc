@@ -124,7 +124,7 @@ absl::Status ParseWithOutside(const grpc::ByteBuffer& buffer, google::protobuf::
   outside->bytes.clear();
   outside->pinned.clear();
   outside->buffers.clear();
-  wire::SplitRequest split;
+  wire::SplitMessage split;
   if (buffers == nullptr || static_cast<int64_t>(buffer.Length()) < kOutsideBytes ||
       !split_fn(buffer, kOutsideBytes, &split) || split.taken().empty() ||
       !m->ParseFromString(split.rest())) {
@@ -133,7 +133,7 @@ absl::Status ParseWithOutside(const grpc::ByteBuffer& buffer, google::protobuf::
     m->Clear();
     return ParseRequest(buffer, m);
   }
-  for (const wire::SplitRequest::Taken& t : split.taken()) {
+  for (const wire::SplitMessage::Taken& t : split.taken()) {
     HostBuffers::Lease b = buffers->Acquire(t.size);
     if (b == nullptr) {
       return absl::ResourceExhaustedError(

@@ -41,7 +41,7 @@ inline constexpr int64_t kOutsideBytes = int64_t{1} << 20;
 
 // Finds the large inputs' bytes in a request message's wire form (wire::SplitComputeRequest,
 // wire::SplitInferRequest).
-using Splitter = bool (*)(const grpc::ByteBuffer&, int64_t, wire::SplitRequest*);
+using Splitter = bool (*)(const grpc::ByteBuffer&, int64_t, wire::SplitMessage*);
 
 // ParseRequest, except that with `buffers`, the bytes fields `split` finds of at least
 // kOutsideBytes go from gRPC's slices straight into buffers of the pool (one copy; pinned

@@ -145,14 +145,14 @@ TEST(ChunkWireTest, LeavesEverythingElseToProtobuf) {
 // parses, putting the taken bytes back gives what protobuf parses from `wire` itself. Returns
 // how many inputs' bytes were taken (-1: not split, left to protobuf).
 int SplitAgrees(const std::string& wire, int64_t min_bytes, std::mt19937_64& rng) {
-  SplitRequest split;
+  SplitMessage split;
   if (!SplitComputeRequest(Sliced(wire, rng), min_bytes, &split)) return -1;
   v1::ComputeRequest whole, rebuilt;
   const bool parses = whole.ParseFromString(wire);
   const bool rest_parses = rebuilt.ParseFromString(split.rest());
   EXPECT_EQ(parses, rest_parses);
   if (!parses || !rest_parses) return -1;
-  for (const SplitRequest::Taken& t : split.taken()) {
+  for (const SplitMessage::Taken& t : split.taken()) {
     EXPECT_GE(t.size, min_bytes);
     EXPECT_LT(t.input, rebuilt.inputs_size());
     if (t.input >= rebuilt.inputs_size()) return -1;
@@ -298,14 +298,14 @@ TEST(SplitComputeRequestTest, LeavesOddEncodingsToProtobuf) {
 // are empty in the rest, and putting their bytes back gives what protobuf parses from `wire`.
 // Returns how many entries were taken (-1: not split, left to protobuf).
 int SplitInferAgrees(const std::string& wire, int64_t min_bytes, std::mt19937_64& rng) {
-  SplitRequest split;
+  SplitMessage split;
   if (!SplitInferRequest(Sliced(wire, rng), min_bytes, &split)) return -1;
   inference::ModelInferRequest whole, rebuilt;
   const bool parses = whole.ParseFromString(wire);
   const bool rest_parses = rebuilt.ParseFromString(split.rest());
   EXPECT_EQ(parses, rest_parses);
   if (!parses || !rest_parses) return -1;
-  for (const SplitRequest::Taken& t : split.taken()) {
+  for (const SplitMessage::Taken& t : split.taken()) {
     EXPECT_GE(t.size, min_bytes);
     EXPECT_LT(t.input, rebuilt.raw_input_contents_size());
     if (t.input >= rebuilt.raw_input_contents_size()) return -1;
@@ -397,6 +397,83 @@ TEST(ChunkWireTest, InferResponseIsWhatProtobufWrites) {
               whole.SerializeAsString())
         << n;
   }
+}
+
+
+// A request written with its inline inputs' bytes beside the metadata reads back, with
+// protobuf and with the server's splitter, as the same message, for random requests (handles,
+// regions, empty data, attributes, and sizes past 2^21 for 4-byte lengths).
+TEST(ComputeRequestMessageTest, ReadsBackAsTheSameRequest) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 500; ++trial) {
+    v1::ComputeRequest r = RandomRequest(rng, 16);
+    if (trial % 100 == 7 && r.inputs_size() > 0) {
+      std::string big((size_t{3} << 20) + 3, '\0');
+      for (char& c : big) c = static_cast<char>(rng());
+      r.mutable_inputs(0)->set_data(big);
+    }
+    v1::ComputeRequest head = r;
+    head.clear_inputs();
+    std::vector<TensorPart> parts;
+    for (const v1::Tensor& t : r.inputs()) {
+      v1::Tensor meta = t;
+      meta.clear_data();
+      parts.push_back({meta.SerializeAsString(),
+                       grpc::Slice(t.data().data(), t.data().size(), grpc::Slice::STATIC_SLICE)});
+    }
+    const std::string wire =
+        Flatten(ComputeRequestMessage(head.SerializeAsString(), std::move(parts)));
+    v1::ComputeRequest back;
+    ASSERT_TRUE(back.ParseFromString(wire)) << "trial " << trial;
+    google::protobuf::util::MessageDifferencer differ;
+    EXPECT_TRUE(differ.Compare(r, back)) << r.ShortDebugString() << "\n" << back.ShortDebugString();
+    int large = 0;
+    for (const v1::Tensor& t : r.inputs()) large += t.data().size() >= 16;
+    EXPECT_EQ(SplitAgrees(wire, 16, rng), large) << "trial " << trial;
+  }
+}
+
+// A Compute reply's output bytes taken out of the received slices: the same tensor as
+// protobuf reads, for replies as the server writes them and as protobuf does.
+TEST(SplitComputeResponseTest, TakesTheOutputOutAndKeepsEverythingElse) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 300; ++trial) {
+    v1::ComputeResponse expect;
+    v1::Tensor* t = expect.mutable_output();
+    t->set_dtype(static_cast<v1::DType>(rng() % 4));
+    for (int d = 0; d < static_cast<int>(rng() % 4); ++d) t->add_shape(rng() % 3000);
+    if (trial % 3 == 0) t->set_handle("h");
+    const size_t n = trial % 7 == 0 ? 0 : trial % 50 == 1 ? (size_t{3} << 20) + 5 : rng() % 5000;
+    std::string data(n, '\0');
+    for (char& c : data) c = static_cast<char>(rng());
+    const std::string meta = t->SerializeAsString();
+    t->set_data(data);
+    const std::string wire = trial % 2 ? expect.SerializeAsString()
+                                       : Flatten(ComputeResponseMessage(
+                                             meta, grpc::Slice(data.data(), data.size())));
+    SplitMessage split;
+    ASSERT_TRUE(SplitComputeResponse(Sliced(wire, rng), 1, &split)) << "trial " << trial;
+    v1::ComputeResponse back;
+    ASSERT_TRUE(back.ParseFromString(split.rest()));
+    ASSERT_EQ(split.taken().size(), n > 0 ? 1u : 0u);
+    if (n > 0) {
+      EXPECT_EQ(split.taken()[0].input, 0);
+      ASSERT_EQ(split.taken()[0].size, static_cast<int64_t>(n));
+      EXPECT_TRUE(back.output().data().empty());
+      std::string bytes(n, '\0');
+      split.CopyTo(split.taken()[0], bytes.data());
+      back.mutable_output()->set_data(bytes);
+    }
+    google::protobuf::util::MessageDifferencer differ;
+    EXPECT_TRUE(differ.Compare(expect, back)) << "trial " << trial;
+  }
+  // An output that comes twice is merged by protobuf: left to it.
+  v1::ComputeResponse one, two;
+  one.mutable_output()->set_data("abcd");
+  two.mutable_output()->add_shape(4);
+  SplitMessage split;
+  EXPECT_FALSE(SplitComputeResponse(
+      Sliced(one.SerializeAsString() + two.SerializeAsString(), rng), 1, &split));
 }
 
 }  // namespace
