@@ -12,6 +12,7 @@
 #include <random>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -356,107 +357,15 @@ std::vector<Client::ExternalBytes> Client::DataOf(const v1::ComputeRequest& requ
   return bytes;
 }
 
-absl::StatusOr<v1::Tensor> Client::ComputeFrom(const v1::ComputeRequest& request,
-                                               const std::vector<ExternalBytes>& bytes,
-                                               const OutputAllocator& allocate) {
-  if (static_cast<int>(bytes.size()) != request.inputs_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(bytes.size(), " byte ranges for ", request.inputs_size(), " inputs"));
-  }
-  for (int i = 0; i < request.inputs_size(); ++i) {
-    if (!request.inputs(i).data().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input ", i, " has data; its bytes are to come from outside"));
-    }
-  }
-  return Dispatch(request, bytes, nullptr, allocate);
-}
-
-absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request, const Bytes& bytes,
-                                            const v1::ComputeRequest* unary,
-                                            const OutputAllocator& allocate) {
-  return Route(request, bytes,
-               [&](Client& c) { return c.DispatchOnce(request, bytes, unary, allocate); });
-}
-
-template <class Fn>
-absl::StatusOr<v1::Tensor> Client::Route(const v1::ComputeRequest& request, const Bytes& bytes,
-                                         Fn fn) {
-  // Stateless: tried on one replica after another (see ClientOptions::retry_attempts), each
-  // try on whichever road its size takes there. Stateful: on the home replica, once.
-  if (!Stateless(request)) {
-    if (peers_.empty()) return fn(*this);
-    const int h = home_.load();
-    return Noted(h, fn(*peers_[h].client));
-  }
-  int64_t size = 0;
-  for (const ExternalBytes& b : bytes) size += b.size;
-  return OnReplicas<v1::Tensor>(size, fn);
-}
-
-absl::StatusOr<v1::Tensor> Client::DispatchOnce(const v1::ComputeRequest& request,
-                                                const Bytes& bytes, const v1::ComputeRequest* unary,
-                                                const OutputAllocator& allocate) {
-  int64_t inline_bytes = 0;
-  for (int i = 0; i < request.inputs_size(); ++i) {
-    const v1::Tensor& t = request.inputs(i);
-    if (t.handle().empty() && t.region().empty()) inline_bytes += bytes[i].size;
-  }
-  // Large: over several connections at once (an output bound for a region needs no transfer).
-  if (options_.connections > 1 && inline_bytes >= options_.spread_bytes &&
-      request.output_region().empty()) {
-    return SpreadImpl(request, bytes, options_.connections, allocate);
-  }
-  // Too large for one message: the same request in chunks.
-  if (static_cast<int64_t>(request.ByteSizeLong()) + (unary == nullptr ? inline_bytes : 0) >
-      options_.max_message_bytes / 2) {
-    return StreamedImpl(request, bytes, 0, allocate);
-  }
-  if (!setup_error_.ok()) return setup_error_;
-  v1::ComputeRequest assembled;
-  if (unary == nullptr) {
-    // Small: the bytes copied into one message.
-    assembled = request;
-    for (int i = 0; i < assembled.inputs_size(); ++i) {
-      v1::Tensor* t = assembled.mutable_inputs(i);
-      if (t->handle().empty() && t->region().empty() && bytes[i].size > 0) {
-        t->set_data(bytes[i].data, static_cast<size_t>(bytes[i].size));
-      }
-    }
-    unary = &assembled;
-  }
-  v1::ComputeResponse resp;
-  {
-    grpc::ClientContext ctx;
-    SetDeadline(ctx);
-    if (grpc::Status s = stub_->Compute(&ctx, *unary, &resp); !s.ok()) return FromGrpc(s);
-  }
-  v1::Tensor* out = resp.mutable_output();
-  if (allocate && !out->data().empty()) {
-    std::byte* dst = allocate(static_cast<int64_t>(out->data().size()));
-    if (dst == nullptr) return absl::ResourceExhaustedError("no memory for the output");
-    std::memcpy(dst, out->data().data(), out->data().size());
-    out->set_storage_bytes(static_cast<int64_t>(out->data().size()));
-    out->clear_data();
-  }
-  return std::move(*out);
-}
-
-absl::StatusOr<v1::Tensor> Client::Compute(
-    absl::string_view op, std::vector<v1::Tensor> inputs,
-    std::vector<std::pair<std::string, v1::Attribute>> attrs) {
-  v1::ComputeRequest req;
-  req.set_op(std::string(op));
-  for (v1::Tensor& t : inputs) *req.add_inputs() = std::move(t);
-  for (auto& [name, value] : attrs) (*req.mutable_attributes())[name] = std::move(value);
-  return Compute(req);
-}
-
 namespace {
 
 constexpr char kUploadMethod[] = "/tensorcompute.v1.TensorService/Upload";
 constexpr char kDownloadMethod[] = "/tensorcompute.v1.TensorService/Download";
 constexpr char kComputeStreamMethod[] = "/tensorcompute.v1.TensorService/ComputeStream";
+constexpr char kComputeMethod[] = "/tensorcompute.v1.TensorService/Compute";
+// Inline inputs of at least this many bytes together go beside the message (BesideImpl), not
+// copied into it; the server reads inputs this large straight out of gRPC's slices too.
+constexpr int64_t kBesideBytes = int64_t{1} << 20;
 
 int64_t ItemBytes(int dtype) {
   static constexpr int kItem[] = {0, 1, 1, 1, 2, 4, 8, 2, 2, 4, 8};
@@ -479,6 +388,61 @@ void CopyAllBut(const M& from, std::initializer_list<absl::string_view> skip, M*
 
 bool IsInline(const v1::Tensor& t) { return t.handle().empty() && t.region().empty(); }
 
+grpc::ByteBuffer Serialized(const google::protobuf::MessageLite& m) {
+  const std::string bytes = m.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+template <class M>
+absl::Status Parse(grpc::ByteBuffer& buffer, M* m) {
+  grpc::Status s = grpc::SerializationTraits<M>::Deserialize(&buffer, m);
+  if (!s.ok()) return absl::InternalError(absl::StrCat("unreadable reply: ", s.error_message()));
+  return absl::OkStatus();
+}
+
+// A reply's output, its bytes moved to where `allocate` says (when it is given).
+absl::StatusOr<v1::Tensor> OutputOf(v1::ComputeResponse& resp,
+                                    const Client::OutputAllocator& allocate) {
+  v1::Tensor* out = resp.mutable_output();
+  if (allocate && !out->data().empty()) {
+    std::byte* dst = allocate(static_cast<int64_t>(out->data().size()));
+    if (dst == nullptr) return absl::ResourceExhaustedError("no memory for the output");
+    std::memcpy(dst, out->data().data(), out->data().size());
+    out->set_storage_bytes(static_cast<int64_t>(out->data().size()));
+    out->clear_data();
+  }
+  return std::move(*out);
+}
+
+// A ComputeResponse received in `buffer`: its output's bytes copied once, from gRPC's slices
+// to where `allocate` says (or into the tensor's data).
+absl::StatusOr<v1::Tensor> ReadComputeResponse(grpc::ByteBuffer& buffer,
+                                               const Client::OutputAllocator& allocate) {
+  v1::ComputeResponse resp;
+  wire::SplitMessage split;
+  if (!wire::SplitComputeResponse(buffer, 1, &split)) {
+    // Another valid encoding (or none): protobuf decides.
+    if (auto s = Parse(buffer, &resp); !s.ok()) return s;
+    return OutputOf(resp, allocate);
+  }
+  if (!resp.ParseFromString(split.rest())) return absl::InternalError("unreadable reply");
+  v1::Tensor out = std::move(*resp.mutable_output());
+  if (split.taken().empty()) return out;
+  const wire::SplitMessage::Taken& t = split.taken()[0];
+  std::byte* dst = nullptr;
+  if (allocate) {
+    dst = allocate(t.size);
+    if (dst == nullptr) return absl::ResourceExhaustedError("no memory for the output");
+    out.set_storage_bytes(t.size);
+  } else {
+    out.mutable_data()->resize(static_cast<size_t>(t.size));
+    dst = reinterpret_cast<std::byte*>(out.mutable_data()->data());
+  }
+  split.CopyTo(t, dst);
+  return out;
+}
+
 // The request without its inputs' inline bytes: their lengths become storage_bytes.
 v1::ComputeRequest HeaderOf(const v1::ComputeRequest& request,
                             const std::vector<Client::ExternalBytes>& bytes) {
@@ -491,19 +455,6 @@ v1::ComputeRequest HeaderOf(const v1::ComputeRequest& request,
     if (IsInline(t)) m->set_storage_bytes(bytes[i].size);
   }
   return h;
-}
-
-grpc::ByteBuffer Serialized(const google::protobuf::MessageLite& m) {
-  const std::string bytes = m.SerializeAsString();
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-template <class M>
-absl::Status Parse(grpc::ByteBuffer& buffer, M* m) {
-  grpc::Status s = grpc::SerializationTraits<M>::Deserialize(&buffer, m);
-  if (!s.ok()) return absl::InternalError(absl::StrCat("unreadable reply: ", s.error_message()));
-  return absl::OkStatus();
 }
 
 // Takes a TensorStreamMessage stream: the header, then chunks of the storage's bytes
@@ -589,6 +540,145 @@ class TensorReceiver {
 };
 
 }  // namespace
+
+absl::StatusOr<v1::Tensor> Client::ComputeFrom(const v1::ComputeRequest& request,
+                                               const std::vector<ExternalBytes>& bytes,
+                                               const OutputAllocator& allocate) {
+  if (static_cast<int>(bytes.size()) != request.inputs_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes.size(), " byte ranges for ", request.inputs_size(), " inputs"));
+  }
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    if (!request.inputs(i).data().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input ", i, " has data; its bytes are to come from outside"));
+    }
+  }
+  return Dispatch(request, bytes, nullptr, allocate);
+}
+
+absl::StatusOr<v1::Tensor> Client::Dispatch(const v1::ComputeRequest& request, const Bytes& bytes,
+                                            const v1::ComputeRequest* unary,
+                                            const OutputAllocator& allocate) {
+  return Route(request, bytes,
+               [&](Client& c) { return c.DispatchOnce(request, bytes, unary, allocate); });
+}
+
+template <class Fn>
+absl::StatusOr<v1::Tensor> Client::Route(const v1::ComputeRequest& request, const Bytes& bytes,
+                                         Fn fn) {
+  // Stateless: tried on one replica after another (see ClientOptions::retry_attempts), each
+  // try on whichever road its size takes there. Stateful: on the home replica, once.
+  if (!Stateless(request)) {
+    if (peers_.empty()) return fn(*this);
+    const int h = home_.load();
+    return Noted(h, fn(*peers_[h].client));
+  }
+  int64_t size = 0;
+  for (const ExternalBytes& b : bytes) size += b.size;
+  return OnReplicas<v1::Tensor>(size, fn);
+}
+
+absl::StatusOr<v1::Tensor> Client::DispatchOnce(const v1::ComputeRequest& request,
+                                                const Bytes& bytes, const v1::ComputeRequest* unary,
+                                                const OutputAllocator& allocate) {
+  int64_t inline_bytes = 0;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const v1::Tensor& t = request.inputs(i);
+    if (t.handle().empty() && t.region().empty()) inline_bytes += bytes[i].size;
+  }
+  // Large: over several connections at once (an output bound for a region needs no transfer).
+  if (options_.connections > 1 && inline_bytes >= options_.spread_bytes &&
+      request.output_region().empty()) {
+    return SpreadImpl(request, bytes, options_.connections, allocate);
+  }
+  // Too large for one message: the same request in chunks.
+  if (static_cast<int64_t>(request.ByteSizeLong()) + (unary == nullptr ? inline_bytes : 0) >
+      options_.max_message_bytes / 2) {
+    return StreamedImpl(request, bytes, 0, allocate);
+  }
+  if (!setup_error_.ok()) return setup_error_;
+  if (inline_bytes >= kBesideBytes) return BesideImpl(request, bytes, allocate);
+  v1::ComputeRequest assembled;
+  if (unary == nullptr) {
+    // Small: the bytes copied into one message.
+    assembled = request;
+    for (int i = 0; i < assembled.inputs_size(); ++i) {
+      v1::Tensor* t = assembled.mutable_inputs(i);
+      if (t->handle().empty() && t->region().empty() && bytes[i].size > 0) {
+        t->set_data(bytes[i].data, static_cast<size_t>(bytes[i].size));
+      }
+    }
+    unary = &assembled;
+  }
+  v1::ComputeResponse resp;
+  {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    if (grpc::Status s = stub_->Compute(&ctx, *unary, &resp); !s.ok()) return FromGrpc(s);
+  }
+  return OutputOf(resp, allocate);
+}
+
+absl::StatusOr<v1::Tensor> Client::Compute(
+    absl::string_view op, std::vector<v1::Tensor> inputs,
+    std::vector<std::pair<std::string, v1::Attribute>> attrs) {
+  v1::ComputeRequest req;
+  req.set_op(std::string(op));
+  for (v1::Tensor& t : inputs) *req.add_inputs() = std::move(t);
+  for (auto& [name, value] : attrs) (*req.mutable_attributes())[name] = std::move(value);
+  return Compute(req);
+}
+
+
+absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request,
+                                              const Bytes& bytes,
+                                              const OutputAllocator& allocate) {
+  std::string head;
+  {
+    v1::ComputeRequest h;
+    CopyAllBut(request, {"inputs"}, &h);
+    head = h.SerializeAsString();
+  }
+  std::vector<wire::TensorPart> parts(static_cast<size_t>(request.inputs_size()));
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const v1::Tensor& t = request.inputs(i);
+    wire::TensorPart& part = parts[static_cast<size_t>(i)];
+    if (!IsInline(t) || t.data().empty()) {
+      part.meta = t.SerializeAsString();
+    } else {
+      v1::Tensor m;
+      CopyAllBut(t, {"data"}, &m);
+      part.meta = m.SerializeAsString();
+    }
+    if (IsInline(t) && bytes[i].size > 0) {
+      part.data = grpc::Slice(bytes[i].data, static_cast<size_t>(bytes[i].size),
+                              grpc::Slice::STATIC_SLICE);
+    }
+  }
+  grpc::ByteBuffer message = wire::ComputeRequestMessage(head, std::move(parts));
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  bool sent = false;
+  std::optional<absl::StatusOr<v1::Tensor>> out;
+  auto next = [&](grpc::ByteBuffer* m) {
+    if (sent) return false;
+    sent = true;
+    m->Swap(&message);
+    return true;
+  };
+  auto s = RunChunkedCall(*generic_, ctx, kComputeMethod, next,
+                          [&](grpc::ByteBuffer& b) -> absl::Status {
+                            if (out.has_value()) {
+                              return absl::InternalError("server sent a second reply");
+                            }
+                            out = ReadComputeResponse(b, allocate);
+                            return out->status();
+                          });
+  if (!s.ok()) return s;
+  if (!out.has_value()) return absl::InternalError("server sent no reply");
+  return std::move(*out);
+}
 
 absl::StatusOr<v1::Tensor> Client::ComputeStreamed(const v1::ComputeRequest& request,
                                                    int64_t chunk_bytes) {

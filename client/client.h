@@ -205,6 +205,10 @@ class Client {
                                           const OutputAllocator& allocate);
   absl::StatusOr<v1::Tensor> StreamedImpl(const v1::ComputeRequest& request, const Bytes& bytes,
                                           int64_t chunk_bytes, const OutputAllocator& allocate);
+  // One Compute message whose inline inputs' bytes go as slices of `bytes` (never copied) and
+  // whose output's bytes are copied once, from the received slices to where they go.
+  absl::StatusOr<v1::Tensor> BesideImpl(const v1::ComputeRequest& request, const Bytes& bytes,
+                                        const OutputAllocator& allocate);
   absl::StatusOr<v1::Tensor> SpreadImpl(const v1::ComputeRequest& request, const Bytes& bytes,
                                         int connections, const OutputAllocator& allocate);
   // Every lane uploads its part of each of bytes[j] into resident tensor handles[j].

@@ -172,6 +172,71 @@ TEST_F(StreamingTest, StreamedComputeMatchesUnary) {
   server_->ExpectMemoryBackTo(0);
 }
 
+// Requests of a mebibyte and more go as one message with their inputs' bytes beside it (never
+// copied into it), the output read straight out of the received slices: results as computed
+// here for sizes either side of that threshold, reversed, offset and broadcast views, a
+// resident input beside an inline one, and into the caller's own memory; a bad view is still
+// refused with the input it is about.
+TEST_F(StreamingTest, LargeUnaryCallsCarryTheirBytesBesideTheMessage) {
+  const uint64_t seed = std::random_device()();
+  for (int64_t n : {131071, 131072, 131073, 262144, 1000003}) {
+    // a: reversed, its storage one element longer than the view.
+    const std::vector<float> storage = RandomFloats(n + 1, seed + n);
+    v1::Tensor a = Floats({n}, storage);
+    a.add_strides(-1);
+    a.set_offset(n);
+    const std::vector<float> b = RandomFloats(n, seed + n + 1);
+    const v1::ComputeRequest req = AddRequest(a, Floats({n}, b));
+    auto got = client().Compute(req);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::vector<float> out = Values(*got);
+    ASSERT_EQ(static_cast<int64_t>(out.size()), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], storage[n - i] + b[i]) << n << ": " << i;
+
+    // The same from the caller's memory into the caller's memory.
+    v1::ComputeRequest outside = req;
+    outside.mutable_inputs(0)->clear_data();
+    outside.mutable_inputs(1)->clear_data();
+    const std::vector<Client::ExternalBytes> bytes = {
+        {storage.data(), static_cast<int64_t>(storage.size() * 4)},
+        {b.data(), static_cast<int64_t>(b.size() * 4)}};
+    std::vector<std::byte> dst;
+    auto into = client().ComputeFrom(outside, bytes, [&dst](int64_t size) {
+      dst.resize(static_cast<size_t>(size));
+      return dst.data();
+    });
+    ASSERT_TRUE(into.ok()) << into.status();
+    EXPECT_TRUE(into->data().empty());
+    EXPECT_EQ(into->storage_bytes(), n * 4);
+    ASSERT_EQ(dst.size(), got->data().size());
+    EXPECT_EQ(std::memcmp(dst.data(), got->data().data(), dst.size()), 0) << n;
+  }
+  // Broadcast, the large input offset by one element, the small one resident.
+  const int64_t rows = 301, cols = 1031;
+  const std::vector<float> x = RandomFloats(rows * cols + 1, seed + 1);
+  v1::Tensor big = Floats({rows, cols}, x);
+  big.set_offset(1);
+  const std::vector<float> y = RandomFloats(cols, seed + 2);
+  auto up = client().Upload(Floats({cols}, y));
+  ASSERT_TRUE(up.ok()) << up.status();
+  v1::Tensor resident;
+  resident.set_handle(up->tensor().handle());
+  auto mixed = client().Compute(AddRequest(big, resident));
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  const std::vector<float> m = Values(*mixed);
+  ASSERT_EQ(static_cast<int64_t>(m.size()), rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(m[i], x[1 + i] + y[i % cols]) << i;
+  ASSERT_TRUE(client().Release({up->tensor().handle()}).ok());
+  // A view past its storage.
+  v1::Tensor past = Floats({rows, cols}, x);
+  past.set_offset(2);
+  auto bad = client().Compute(AddRequest(past, Floats({cols}, y)));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("input 0"), std::string::npos) << bad.status();
+  server_->ExpectMemoryBackTo(0);
+  server_->ExpectHealthy();
+}
+
 // Compute spread over several connections (parts uploaded in parallel, one Compute, parts
 // downloaded in parallel) gives what one unary call gives, on strided, offset and broadcast
 // views, odd sizes and odd chunks, and leaves nothing resident behind.
