@@ -89,6 +89,7 @@ Client::Client(const std::string& target, ClientOptions options) : options_(opti
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   }
+  for (const auto& [name, value] : options_.grpc_args) args.SetInt(name, value);
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!options_.tls_ca_file.empty()) {
     grpc::SslCredentialsOptions ssl;
@@ -640,6 +641,9 @@ absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request,
     CopyAllBut(request, {"inputs"}, &h);
     head = h.SerializeAsString();
   }
+  // The inputs go as slices over the caller's memory: it is not given back before gRPC has
+  // let go of them (after the call, also one that ended early).
+  wire::LentBytes lent;
   std::vector<wire::TensorPart> parts(static_cast<size_t>(request.inputs_size()));
   for (int i = 0; i < request.inputs_size(); ++i) {
     const v1::Tensor& t = request.inputs(i);
@@ -652,8 +656,7 @@ absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request,
       part.meta = m.SerializeAsString();
     }
     if (IsInline(t) && bytes[i].size > 0) {
-      part.data = grpc::Slice(bytes[i].data, static_cast<size_t>(bytes[i].size),
-                              grpc::Slice::STATIC_SLICE);
+      part.data = lent.Lend(bytes[i].data, static_cast<size_t>(bytes[i].size));
     }
   }
   grpc::ByteBuffer message = wire::ComputeRequestMessage(head, std::move(parts));
@@ -692,6 +695,7 @@ absl::StatusOr<v1::Tensor> Client::StreamedImpl(const v1::ComputeRequest& reques
                                                 const OutputAllocator& allocate) {
   if (!setup_error_.ok()) return setup_error_;
   const int64_t chunk = chunk_bytes > 0 ? chunk_bytes : options_.chunk_bytes;
+  wire::LentBytes lent;  // The chunks' bytes, until gRPC has let go of them.
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   const v1::ComputeStreamRequest header = [&] {
@@ -713,8 +717,9 @@ absl::StatusOr<v1::Tensor> Client::StreamedImpl(const v1::ComputeRequest& reques
       const int64_t size = bytes[input].size;
       if (!IsInline(t) || at >= size) continue;
       const int64_t n = std::min(chunk, size - at);
-      *out = wire::ChunkMessage(input, at, static_cast<const char*>(bytes[input].data) + at,
-                                static_cast<size_t>(n));
+      *out = wire::ChunkMessage(
+          input, at,
+          lent.Lend(static_cast<const char*>(bytes[input].data) + at, static_cast<size_t>(n)));
       at += n;
       return true;
     }
@@ -733,6 +738,7 @@ absl::Status Client::SendUpload(grpc::GenericStub& stub, const v1::UploadRequest
                                 v1::UploadResponse* response, int64_t chunk_bytes,
                                 const Progress& progress) {
   const int64_t chunk = chunk_bytes > 0 ? chunk_bytes : options_.chunk_bytes;
+  wire::LentBytes lent;  // The chunks' bytes, until gRPC has let go of them.
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   LaneCall(stub, ctx);
@@ -746,7 +752,7 @@ absl::Status Client::SendUpload(grpc::GenericStub& stub, const v1::UploadRequest
     }
     if (at >= end) return false;
     const int64_t n = std::min(chunk, end - at);
-    *out = wire::ChunkMessage(0, at, data + at, static_cast<size_t>(n));
+    *out = wire::ChunkMessage(0, at, lent.Lend(data + at, static_cast<size_t>(n)));
     at += n;
     if (progress) progress(at - begin, end - begin);
     return true;

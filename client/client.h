@@ -71,6 +71,9 @@ struct ClientOptions {
   // froze); zero: each try may take the whole `timeout`.
   absl::Duration try_timeout = absl::Seconds(5);
   double try_bytes_per_second = 10e6;
+  // More gRPC channel arguments for the client's connections (name, integer value), set
+  // after the client's own: e.g. {"grpc.http2.lookahead_bytes", 8 << 20}.
+  std::vector<std::pair<std::string, int>> grpc_args;
 };
 
 class Client;
@@ -126,7 +129,9 @@ class Client {
   // memory must stay unchanged until the call returns. Large ones are spread or streamed as
   // in Compute, straight from that memory. With `allocate`, the output's storage bytes are
   // written into the memory it returns (the returned Tensor then has no data); a large
-  // output is written there by several threads at once, untouched before.
+  // output is written there by several threads at once, untouched before. `allocate` may be
+  // called on one of gRPC's threads, as the reply arrives and before the call's status is
+  // known, and again on a retry: it must not block or call this client.
   absl::StatusOr<v1::Tensor> ComputeFrom(const v1::ComputeRequest& request,
                                          const std::vector<ExternalBytes>& bytes,
                                          const OutputAllocator& allocate = nullptr);

@@ -127,8 +127,24 @@ size_t ChunkHead(int32_t tensor, int64_t offset, size_t n, uint8_t head[48]) {
 
 }  // namespace
 
-grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, const void* data, size_t n) {
-  return ChunkMessage(tensor, offset, grpc::Slice(data, n, grpc::Slice::STATIC_SLICE));
+grpc::Slice LentBytes::Lend(const void* data, size_t n) {
+  if (n == 0) return grpc::Slice();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++lent_;
+  }
+  return grpc::Slice(const_cast<void*>(data), n, &LentBytes::Returned, this);
+}
+
+void LentBytes::Returned(void* self) {
+  auto* lender = static_cast<LentBytes*>(self);
+  std::lock_guard<std::mutex> lock(lender->mu_);
+  if (--lender->lent_ == 0) lender->returned_.notify_all();
+}
+
+void LentBytes::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  returned_.wait(lock, [this] { return lent_ == 0; });
 }
 
 grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, grpc::Slice data) {

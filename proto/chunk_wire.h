@@ -9,8 +9,10 @@
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,9 +21,29 @@
 
 namespace tc::wire {
 
-// A chunk message over [data, data + n). The bytes are not copied: they must stay valid and
-// unchanged until the call that sends the message has finished.
-grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, const void* data, size_t n);
+// Slices over memory their lender owns, for gRPC to send without a copy. gRPC may hold such a
+// slice after the call that sent it has ended: a call cancelled, past its deadline or refused
+// mid-send leaves its frames on the connection's write queue until they are written or the
+// connection closes. The memory stays valid and unchanged until Wait() has returned (the
+// destructor waits too), which is when gRPC has let go of every slice lent.
+class LentBytes {
+ public:
+  LentBytes() = default;
+  ~LentBytes() { Wait(); }
+  LentBytes(const LentBytes&) = delete;
+  LentBytes& operator=(const LentBytes&) = delete;
+
+  grpc::Slice Lend(const void* data, size_t n);
+  void Wait();
+
+ private:
+  static void Returned(void* self);
+
+  std::mutex mu_;
+  std::condition_variable returned_;
+  int64_t lent_ = 0;
+};
+
 // A chunk message over `data`, which the message keeps a reference to.
 grpc::ByteBuffer ChunkMessage(int32_t tensor, int64_t offset, grpc::Slice data);
 

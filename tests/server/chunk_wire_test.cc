@@ -2,8 +2,12 @@
 // with the received bytes split into slices at random places.
 #include "proto/chunk_wire.h"
 
+#include <atomic>
+#include <chrono>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "google/protobuf/util/field_comparator.h"
@@ -47,7 +51,7 @@ TEST(ChunkWireTest, WritesWhatProtobufWritesAndReadsItBack) {
     std::string data(trial % 7 == 0 ? 0 : rng() % 5000, '\0');
     for (char& c : data) c = static_cast<char>(rng());
 
-    grpc::ByteBuffer ours = ChunkMessage(tensor, offset, data.data(), data.size());
+    grpc::ByteBuffer ours = ChunkMessage(tensor, offset, grpc::Slice(data));
     v1::UploadRequest expect;
     expect.mutable_chunk()->set_tensor(tensor);
     expect.mutable_chunk()->set_offset(offset);
@@ -100,8 +104,34 @@ TEST(ChunkWireTest, ComputeResponseIsWhatProtobufWrites) {
   }
 }
 
+// Lent bytes are sent as they are, not copied, and Wait() returns only once every slice
+// over them has been let go.
+TEST(LentBytesTest, WaitsUntilEverySliceIsLetGo) {
+  std::string data(100000, 'x');
+  LentBytes lent;
+  auto message = std::make_unique<grpc::ByteBuffer>(
+      ChunkMessage(3, 9, lent.Lend(data.data(), data.size())));
+  auto second = std::make_unique<grpc::ByteBuffer>(ChunkMessage(4, 0, lent.Lend(data.data(), 7)));
+  EXPECT_EQ(lent.Lend(data.data(), 0).size(), 0u);  // Nothing lent, nothing to wait for.
+  data[5] = 'y';  // Seen by the message: the slice is over the lender's memory.
+  v1::UploadRequest m;
+  ASSERT_TRUE(m.ParseFromString(Flatten(*message)));
+  EXPECT_EQ(m.chunk().data(), data);
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    lent.Wait();
+    returned = true;
+  });
+  message.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(returned);  // The second message still holds a slice.
+  second.reset();
+  waiter.join();
+  EXPECT_TRUE(returned);
+}
+
 TEST(ChunkWireTest, NegativeTensorIndexRoundTrips) {
-  grpc::ByteBuffer b = ChunkMessage(-5, 7, "ab", 2);
+  grpc::ByteBuffer b = ChunkMessage(-5, 7, grpc::Slice("ab", 2));
   v1::ComputeStreamRequest m;
   ASSERT_TRUE(m.ParseFromString(Flatten(b)));
   EXPECT_EQ(m.chunk().tensor(), -5);
