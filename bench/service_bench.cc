@@ -73,6 +73,9 @@ ABSL_FLAG(std::string, expression_elements, "1024,16777216",
           "as one expression request against four op requests; empty: none.");
 ABSL_FLAG(int, expression_reps, 0, "Repetitions of each expression run; 0: by size.");
 ABSL_FLAG(std::string, label, "", "Machine description for the results.");
+ABSL_FLAG(std::string, client_grpc_args, "",
+          "More gRPC channel arguments for the benchmark's own connections and its client "
+          "library's, NAME=INTEGER,... (the server's: --server_flags=--grpc_args=...).");
 
 namespace {
 
@@ -163,11 +166,29 @@ double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// --client_grpc_args, parsed (a malformed pair ends the benchmark).
+std::vector<std::pair<std::string, int>> ClientGrpcArgs() {
+  std::vector<std::pair<std::string, int>> out;
+  for (absl::string_view arg :
+       absl::StrSplit(absl::GetFlag(FLAGS_client_grpc_args), ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
+    int value = 0;
+    if (kv.first.empty() || !absl::SimpleAtoi(kv.second, &value)) {
+      std::fprintf(stderr, "--client_grpc_args: \"%s\" is not NAME=INTEGER\n",
+                   std::string(arg).c_str());
+      std::exit(2);
+    }
+    out.emplace_back(std::move(kv.first), value);
+  }
+  return out;
+}
+
 std::shared_ptr<grpc::Channel> Channel(const std::string& target, int id) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessage);
   args.SetMaxSendMessageSize(kMaxMessage);
   args.SetInt("tc.bench.channel", id);  // Distinct arguments: a connection of its own.
+  for (const auto& [name, value] : ClientGrpcArgs()) args.SetInt(name, value);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
@@ -834,6 +855,7 @@ int main(int argc, char** argv) {
       tc::client::ClientOptions copts;
       copts.max_message_bytes = kMaxMessage;
       copts.connections = static_cast<int>(spread.size());
+      copts.grpc_args = ClientGrpcArgs();
       tc::client::Client client(t.address, copts);
       copts.connections = 1;
       tc::client::Client single(t.address, copts);

@@ -54,6 +54,9 @@ ABSL_FLAG(int, request_threads, 8,
           "Threads that decode, copy and plan requests (kernels run on the devices).");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20,
           "Largest request and response message, in bytes (at most 2 GiB - 1).");
+ABSL_FLAG(std::string, grpc_args, "",
+          "More gRPC channel arguments for the server's connections, NAME=INTEGER,... (e.g. "
+          "grpc.http2.lookahead_bytes=8388608), set after the server's own.");
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{64} << 30,
           "Largest sum of one request's input storage (streamed and resident included).");
 ABSL_FLAG(int64_t, max_elements, int64_t{1} << 36, "Most elements in one input or output.");
@@ -140,6 +143,7 @@ void ApplyEnvironment() {
                            "cpu_threads",
                            "request_threads",
                            "max_message_bytes",
+                           "grpc_args",
                            "max_request_bytes",
                            "max_elements",
                            "max_rank",

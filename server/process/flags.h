@@ -29,6 +29,7 @@ ABSL_DECLARE_FLAG(int, worker_parent);
 ABSL_DECLARE_FLAG(int, cpu_threads);
 ABSL_DECLARE_FLAG(int, request_threads);
 ABSL_DECLARE_FLAG(int64_t, max_message_bytes);
+ABSL_DECLARE_FLAG(std::string, grpc_args);
 ABSL_DECLARE_FLAG(int64_t, max_request_bytes);
 ABSL_DECLARE_FLAG(int64_t, max_elements);
 ABSL_DECLARE_FLAG(int, max_rank);

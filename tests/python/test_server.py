@@ -80,6 +80,28 @@ class ServerTest(unittest.TestCase):
         self.assertIn("--expression_steps: 'sometimes' is not while_compiling, never or always",
                       r.stderr)
 
+    def test_grpc_args_flag(self):
+        r = subprocess.run([ARGS.server, "--backend=cpu", "--port=0", "--metrics_port=-1",
+                            "--grpc_args=grpc.http2.lookahead_bytes=lots"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn('--grpc_args: "grpc.http2.lookahead_bytes=lots" is not NAME=INTEGER',
+                      r.stderr)
+        # The arguments reach the server's connections: a server whose frames may be 16 MiB
+        # and whose windows start at 8 MiB adds 16 MiB arrays right.
+        proc, target = start_server(ARGS.server, "--grpc_args=grpc.http2.max_frame_size=16777215,"
+                                                 "grpc.http2.lookahead_bytes=8388608")
+        try:
+            with grpc.insecure_channel(target, options=[
+                    ("grpc.max_receive_message_length", 64 << 20),
+                    ("grpc.max_send_message_length", 64 << 20)]) as channel:
+                a = np.arange(4 << 20, dtype=np.float32)
+                req = pb.ComputeRequest(op="add", inputs=[tensor_of(a), tensor_of(a)])
+                out = array_of(pb_grpc.TensorServiceStub(channel).Compute(req, timeout=60).output)
+                np.testing.assert_array_equal(out, a + a)
+        finally:
+            stop_server(proc)
+
     def test_health(self):
         self.assert_serving()
         r = self.health.Check(health_pb2.HealthCheckRequest(
