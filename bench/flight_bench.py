@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """A float32 add of two large arrays from Python, through tensorcompute beside Apache Arrow
 Flight, the transport a Python user would otherwise pick for moving arrays to a compute
-service, in one run on one machine.
+service, in one run on one machine, Flight tuned as its users tune it.
 
-Flight: a pyarrow Flight server in a process of its own (this script with --serve_flight), on
-loopback TCP, adding with pyarrow.compute:
+Flight: a pyarrow Flight server adding with pyarrow.compute, on loopback TCP, in a process of
+its own (this script with --serve_flight) and in the client's own process (no second Python
+interpreter between the bytes and the add), with record batches of several sizes:
 - DoExchange: the two inputs go as record batches of two columns, each batch's sum comes back
   on the same call while the next ones are still being sent;
 - DoPut + DoGet: the inputs stored under a key, then their sum fetched;
 each over one stream, and over --streams streams at once (the arrays cut into equal parts,
 each part on its own client and connection). The sum stays in Flight's record batches (no
-copy into one array is timed).
+copy into one array is timed). Flight's best of all of these, per size and stream count, is
+the anchor.
 
 tensorcompute: the server (--server_binary) on loopback TCP, the Python client
 (tensorcompute_client) over one connection and over --streams, with its native library
@@ -33,7 +35,9 @@ import numpy as np
 from python_bench import start_server, wait_port
 
 
-def serve_flight(port_file):
+def flight_server():
+    """A Flight server adding two columns, serving on a loopback port (server.port) from the
+    moment it is made; server.shutdown() stops it."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.flight as fl
@@ -68,11 +72,18 @@ def serve_flight(port_file):
                        for b in table.to_batches()]
             return fl.RecordBatchStream(pa.Table.from_batches(batches))
 
-    server = AddServer()
+    return AddServer()
+
+
+def serve_flight(port_file):
+    server = flight_server()
     with open(port_file + ".tmp", "w") as f:
         f.write(str(server.port))
     os.rename(port_file + ".tmp", port_file)
     server.serve()
+
+
+PLACES = {"process": "its own process", "in-process": "the client's process"}
 
 
 def median_time(fn, reps):
@@ -131,24 +142,30 @@ class Flight:
 
     def run(self, kind, a, b):
         """The sum's record batches, in order."""
-        parts = np.array_split(np.arange(len(a)), len(self.clients))
-        results = [None] * len(parts)
+        k = len(self.clients)
+        bounds = [(i * len(a) // k, (i + 1) * len(a) // k) for i in range(k)]
+        results = [None] * k
+        self.key += 1
+        key = self.key
 
         def one(i):
-            lo, hi = (parts[i][0], parts[i][-1] + 1) if len(parts[i]) else (0, 0)
+            lo, hi = bounds[i]
             c = self.clients[i]
             if kind == "exchange":
                 results[i] = self.exchange_part(c, a[lo:hi], b[lo:hi])
             else:
-                self.key += 1
-                results[i] = self.put_get_part(c, a[lo:hi], b[lo:hi], f"k{self.key}-{i}".encode())
+                results[i] = self.put_get_part(c, a[lo:hi], b[lo:hi], f"k{key}-{i}".encode())
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(parts))]
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(k)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         return [batch for r in results for batch in r]
+
+    def close(self):
+        for c in self.clients:
+            c.close()
 
 
 def check(name, got, expect):
@@ -161,11 +178,14 @@ def main():
     ap.add_argument("--serve_flight", help=argparse.SUPPRESS)
     ap.add_argument("--server_binary", help="tensorcompute-server (omit: Flight alone)")
     ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--mib", type=int, default=256, help="MiB per input")
+    ap.add_argument("--mib", default="16,256", help="MiB per input (comma-separated)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--streams", type=int, default=8)
-    ap.add_argument("--batch_mib", default="4,16,64",
+    ap.add_argument("--batch_mib", default="1,4,16,64",
                     help="Flight record batch sizes to run, MiB per column (comma-separated)")
+    ap.add_argument("--flight_servers", default="process,in-process",
+                    help="where Flight's server runs: its own process, the client's, both, "
+                         "or neither (empty: tensorcompute alone)")
     ap.add_argument("--json")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
@@ -174,80 +194,128 @@ def main():
         return
 
     import pyarrow
-    n = args.mib << 18
+    flight_name = f"Arrow Flight {pyarrow.__version__}"
+    sizes = [int(m) for m in args.mib.split(",")]
+    stream_counts = sorted({1, args.streams})
     rng = np.random.default_rng()
-    a = rng.standard_normal(n, dtype=np.float32)
-    b = rng.standard_normal(n, dtype=np.float32)
-    expect = a + b
-    gb = 3 * n * 4 / 1e9
     rows = []
     procs = []
+    servers = {}
+    tc = {}
     try:
-        port_file = os.path.join(tempfile.mkdtemp(prefix="tc-flight-"), "port")
-        flight_proc = subprocess.Popen([sys.executable, os.path.abspath(__file__),
-                                        f"--serve_flight={port_file}"])
-        procs.append(flight_proc)
-        port = wait_port(flight_proc, port_file, "the Flight server")
-        for streams, batch_mib in [(s, m) for s in (1, args.streams)
-                                   for m in args.batch_mib.split(",")]:
-            flight = Flight(port, streams, max(1, int(float(batch_mib) * (1 << 18))))
-            for kind, label in (("exchange", "DoExchange"), ("putget", "DoPut + DoGet")):
-                last = {}
-
-                def call():
-                    last["out"] = None  # The previous result goes before the next call.
-                    last["out"] = flight.run(kind, a, b)
-
-                secs = median_time(call, args.reps)
-                out = np.concatenate([x.column(0).to_numpy() for x in last["out"]])
-                check(label, out, expect)
-                rows.append({"system": f"Arrow Flight {pyarrow.__version__}",
-                             "mode": f"{label}, {streams} stream{'s' * (streams > 1)}, "
-                                     f"batches of {batch_mib} MiB",
-                             "seconds": secs, "gbps": gb / secs})
-                print(f"flight {label} x{streams} {batch_mib} MiB: {gb / secs:.2f} GB/s",
-                      file=sys.stderr)
+        for where in filter(None, args.flight_servers.split(",")):
+            if where == "process":
+                port_file = os.path.join(tempfile.mkdtemp(prefix="tc-flight-"), "port")
+                proc = subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                                         f"--serve_flight={port_file}"])
+                procs.append(proc)
+                servers[where] = (wait_port(proc, port_file, "the Flight server"), None)
+            elif where == "in-process":  # Serving from the moment it is made.
+                server = flight_server()
+                servers[where] = (server.port, server)
+            else:
+                raise SystemExit(f"--flight_servers: unknown {where!r}")
         if args.server_binary:
             import tensorcompute_client as tcc
             from tensorcompute_client import native as native_mod
             server, target = start_server(args.server_binary, args.backend,
                                           ["--max_message_bytes=1073741824"])
             procs.append(server)
-            lib = native_mod.load()
-            modes = [("native library", True, c) for c in (1, args.streams)] if lib else []
+            modes = [("native library", True, c) for c in stream_counts] \
+                if native_mod.load() else []
             modes.append(("grpcio", False, 1))
             for transport, native, connections in modes:
-                c = tcc.Client(target, shared_memory=False, native=native, timeout=600,
-                               connections=connections, max_message_bytes=1 << 30)
+                tc[(transport, connections)] = tcc.Client(
+                    target, shared_memory=False, native=native, timeout=600,
+                    connections=connections, max_message_bytes=1 << 30)
+        for mib in sizes:
+            n = mib << 18
+            a = rng.standard_normal(n, dtype=np.float32)
+            b = rng.standard_normal(n, dtype=np.float32)
+            expect = a + b
+            gb = 3 * n * 4 / 1e9
+            for streams in stream_counts:
+                for where, (port, _) in servers.items():
+                    for batch_mib in args.batch_mib.split(","):
+                        if float(batch_mib) > mib:
+                            continue
+                        flight = Flight(port, streams, max(1, int(float(batch_mib) * (1 << 18))))
+                        for kind, label in (("exchange", "DoExchange"),
+                                            ("putget", "DoPut + DoGet")):
+                            last = {}
+
+                            def call():
+                                last["out"] = None  # The previous result goes first.
+                                last["out"] = flight.run(kind, a, b)
+
+                            secs = median_time(call, args.reps)
+                            out = np.concatenate([x.column(0).to_numpy() for x in last["out"]])
+                            check(label, out, expect)
+                            last.clear()
+                            rows.append({"system": flight_name, "mib": mib, "streams": streams,
+                                         "mode": f"{label}, server in {PLACES[where]}, "
+                                                 f"batches of "
+                                                 f"{batch_mib} MiB",
+                                         "seconds": secs, "gbps": gb / secs})
+                            print(f"{mib} MiB flight {label} x{streams} {where} {batch_mib} MiB: "
+                                  f"{gb / secs:.2f} GB/s", file=sys.stderr)
+                        flight.close()
+            for (transport, connections), c in tc.items():
                 last = {}
 
                 def call():
                     last["out"] = None
                     last["out"] = c.compute("add", a, b)
 
-                secs = median_time(call, args.reps if native else 1)
+                secs = median_time(call, args.reps if transport != "grpcio" else 1)
                 check(transport, last["out"], expect)
-                c.close()
-                rows.append({"system": "tensorcompute (Python client)",
+                last.clear()
+                rows.append({"system": "tensorcompute (Python client)", "mib": mib,
+                             "streams": connections,
                              "mode": f"{transport}, {connections} connection"
                                      f"{'s' * (connections > 1)}",
                              "seconds": secs, "gbps": gb / secs})
-                print(f"tensorcompute {transport} x{connections}: {gb / secs:.2f} GB/s",
+                print(f"{mib} MiB tensorcompute {transport} x{connections}: {gb / secs:.2f} GB/s",
                       file=sys.stderr)
     finally:
+        for c in tc.values():
+            c.close()
+        for _, server in servers.values():
+            if server is not None:
+                server.shutdown()
         for p in procs:
             p.terminate()
             p.wait(timeout=30)
-    print(f"\nfloat32 add of two {args.mib} MiB inputs from Python over loopback TCP; GB/s "
-          f"counts 2 inputs + 1 output; median of {args.reps} (grpcio: one call); Flight's "
-          f"record batches in MiB per column. {args.label}\n")
-    print("| system | mode | seconds | GB/s |\n|---|---|---:|---:|")
+    print(f"\nfloat32 add of two arrays from Python over loopback TCP; GB/s counts 2 inputs + "
+          f"1 output; median of {args.reps} (grpcio: one call); Flight's record batches in MiB "
+          f"per column. {args.label}\n")
+    print("| MiB per input | streams | system | mode | seconds | GB/s |\n|---:|---:|---|---|---:|---:|")
     for r in rows:
-        print(f"| {r['system']} | {r['mode']} | {r['seconds']:.4f} | {r['gbps']:.2f} |")
+        print(f"| {r['mib']} | {r['streams']} | {r['system']} | {r['mode']} | "
+              f"{r['seconds']:.4f} | {r['gbps']:.2f} |")
+    summary = []
+    for mib in sizes:
+        for streams in stream_counts:
+            flights = [r for r in rows if r["system"] == flight_name and r["mib"] == mib
+                       and r["streams"] == streams]
+            ours = [r for r in rows if r["system"] != flight_name and r["mib"] == mib
+                    and r["streams"] == streams and r["mode"].startswith("native")]
+            if flights and ours:
+                best = max(flights, key=lambda r: r["gbps"])
+                summary.append({"mib": mib, "streams": streams, "flight_best": best["mode"],
+                                "flight_gbps": best["gbps"], "tensorcompute_gbps": ours[0]["gbps"],
+                                "ratio": ours[0]["gbps"] / best["gbps"]})
+    if summary:
+        print("\nAgainst Flight's best configuration of those above:\n")
+        print("| MiB per input | streams | Flight's best | GB/s | tensorcompute, native | "
+              "ratio |\n|---:|---:|---|---:|---:|---:|")
+        for s in summary:
+            print(f"| {s['mib']} | {s['streams']} | {s['flight_best']} | {s['flight_gbps']:.2f} "
+                  f"| {s['tensorcompute_gbps']:.2f} | {s['ratio']:.2f}x |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"mib": args.mib, "reps": args.reps, "batch_mib": args.batch_mib,
-                       "label": args.label, "rows": rows}, f, indent=1)
+            json.dump({"mib": sizes, "reps": args.reps, "batch_mib": args.batch_mib,
+                       "label": args.label, "rows": rows, "against_best": summary}, f, indent=1)
 
 
 if __name__ == "__main__":
