@@ -73,6 +73,11 @@ ABSL_FLAG(std::string, expression_elements, "1024,16777216",
           "as one expression request against four op requests; empty: none.");
 ABSL_FLAG(int, expression_reps, 0, "Repetitions of each expression run; 0: by size.");
 ABSL_FLAG(std::string, label, "", "Machine description for the results.");
+ABSL_FLAG(int64_t, client_slice_bytes, -1,
+          "The client library's ClientOptions::slice_bytes (-1: its default; 0: no slices).");
+ABSL_FLAG(int64_t, client_slice_part_bytes, -1, "ClientOptions::slice_part_bytes (-1: default).");
+ABSL_FLAG(int, client_slices_per_connection, -1,
+          "ClientOptions::slices_per_connection (-1: default).");
 ABSL_FLAG(std::string, client_grpc_args, "",
           "More gRPC channel arguments for the benchmark's own connections and its client "
           "library's, NAME=INTEGER,... (the server's: --server_flags=--grpc_args=...).");
@@ -856,6 +861,13 @@ int main(int argc, char** argv) {
       copts.max_message_bytes = kMaxMessage;
       copts.connections = static_cast<int>(spread.size());
       copts.grpc_args = ClientGrpcArgs();
+      if (int64_t v = absl::GetFlag(FLAGS_client_slice_bytes); v >= 0) copts.slice_bytes = v;
+      if (int64_t v = absl::GetFlag(FLAGS_client_slice_part_bytes); v > 0) {
+        copts.slice_part_bytes = v;
+      }
+      if (int v = absl::GetFlag(FLAGS_client_slices_per_connection); v > 0) {
+        copts.slices_per_connection = v;
+      }
       tc::client::Client client(t.address, copts);
       copts.connections = 1;
       tc::client::Client single(t.address, copts);

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
 #include "client/chunked_call.h"
 #include "client/replicas.h"
@@ -588,6 +589,10 @@ absl::StatusOr<v1::Tensor> Client::DispatchOnce(const v1::ComputeRequest& reques
     const v1::Tensor& t = request.inputs(i);
     if (t.handle().empty() && t.region().empty()) inline_bytes += bytes[i].size;
   }
+  // Large and cut by rows: pipelined slices, over one connection or several.
+  if (options_.slice_bytes > 0 && inline_bytes >= options_.slice_bytes && setup_error_.ok()) {
+    if (auto sliced = SlicedImpl(request, bytes, allocate)) return std::move(*sliced);
+  }
   // Large: over several connections at once (an output bound for a region needs no transfer).
   if (options_.connections > 1 && inline_bytes >= options_.spread_bytes &&
       request.output_region().empty()) {
@@ -633,8 +638,9 @@ absl::StatusOr<v1::Tensor> Client::Compute(
 
 
 absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request,
-                                              const Bytes& bytes,
-                                              const OutputAllocator& allocate) {
+                                              const Bytes& bytes, const OutputAllocator& allocate,
+                                              grpc::GenericStub* stub) {
+  if (stub == nullptr) stub = generic_.get();
   std::string head;
   {
     v1::ComputeRequest h;
@@ -662,6 +668,7 @@ absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request,
   grpc::ByteBuffer message = wire::ComputeRequestMessage(head, std::move(parts));
   grpc::ClientContext ctx;
   SetDeadline(ctx);
+  LaneCall(*stub, ctx);
   bool sent = false;
   std::optional<absl::StatusOr<v1::Tensor>> out;
   auto next = [&](grpc::ByteBuffer* m) {
@@ -670,7 +677,7 @@ absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request,
     m->Swap(&message);
     return true;
   };
-  auto s = RunChunkedCall(*generic_, ctx, kComputeMethod, next,
+  auto s = RunChunkedCall(*stub, ctx, kComputeMethod, next,
                           [&](grpc::ByteBuffer& b) -> absl::Status {
                             if (out.has_value()) {
                               return absl::InternalError("server sent a second reply");
@@ -858,6 +865,194 @@ std::pair<int64_t, int64_t> PartOf(int64_t size, int p, int k) {
 }
 
 }  // namespace
+
+namespace {
+
+// Where slice [r0, r1) of a view reaches in its storage, in elements: [lo, hi]. The view is
+// `shape` and `strides` from element `offset`, its first dimension cut to [r0, r1).
+struct Span {
+  absl::int128 lo, hi;
+};
+Span SpanOf(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+            int64_t offset, int64_t r0, int64_t r1) {
+  const absl::int128 base = absl::int128(offset) + absl::int128(r0) * strides[0];
+  Span span{base, base};
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const int64_t n = d == 0 ? r1 - r0 : shape[d];
+    const absl::int128 reach = absl::int128(strides[d]) * (n - 1);
+    if (reach < 0) {
+      span.lo += reach;
+    } else {
+      span.hi += reach;
+    }
+  }
+  return span;
+}
+
+}  // namespace
+
+std::optional<absl::StatusOr<v1::Tensor>> Client::SlicedImpl(const v1::ComputeRequest& request,
+                                                             const Bytes& bytes,
+                                                             const OutputAllocator& allocate) {
+  // Every input inline, with a known item size and a sane view; the output not kept or placed.
+  if (request.inputs_size() == 0 || !request.output_region().empty() ||
+      request.keep_output_resident()) {
+    return std::nullopt;
+  }
+  int rank = 0;
+  for (const v1::Tensor& t : request.inputs()) {
+    if (!IsInline(t) || ItemBytes(t.dtype()) == 0) return std::nullopt;
+    if (t.strides_size() != 0 && t.strides_size() != t.shape_size()) return std::nullopt;
+    rank = std::max(rank, t.shape_size());
+  }
+  if (rank == 0) return std::nullopt;
+  // The output's shape, by NumPy's broadcasting (anything else is left to the server to refuse).
+  std::vector<int64_t> out_shape(static_cast<size_t>(rank), 1);
+  for (const v1::Tensor& t : request.inputs()) {
+    for (int d = 0; d < t.shape_size(); ++d) {
+      const int64_t n = t.shape(d);
+      int64_t& o = out_shape[static_cast<size_t>(rank - t.shape_size() + d)];
+      if (n <= 0) return std::nullopt;
+      if (n == o || n == 1) continue;
+      if (o != 1) return std::nullopt;
+      o = n;
+    }
+  }
+  const int64_t rows = out_shape[0];
+  if (rows < 2) return std::nullopt;
+
+  // Each input is cut along the output's first dimension (it spans it) or sent whole with
+  // every slice (it broadcasts along it): those must be small beside the rest.
+  struct Input {
+    bool cut;
+    int64_t item;
+    std::vector<int64_t> shape, strides;
+  };
+  std::vector<Input> inputs;
+  int64_t cut_bytes = 0, whole_bytes = 0;
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    const v1::Tensor& t = request.inputs(i);
+    Input in{t.shape_size() == rank && t.shape(0) == rows, ItemBytes(t.dtype()),
+             {t.shape().begin(), t.shape().end()}, {}};
+    if (t.strides_size() != 0) {
+      in.strides.assign(t.strides().begin(), t.strides().end());
+    } else {
+      in.strides.assign(in.shape.size(), 1);
+      for (int d = static_cast<int>(in.shape.size()) - 2; d >= 0; --d) {
+        in.strides[static_cast<size_t>(d)] =
+            in.strides[static_cast<size_t>(d) + 1] * in.shape[static_cast<size_t>(d) + 1];
+      }
+    }
+    (in.cut ? cut_bytes : whole_bytes) += bytes[static_cast<size_t>(i)].size;
+    inputs.push_back(std::move(in));
+  }
+  const int64_t part = std::max<int64_t>(1, options_.slice_part_bytes);
+  const int64_t k = std::clamp<int64_t>((cut_bytes + part - 1) / part, 2, rows);
+  if (cut_bytes == 0 || whole_bytes * k > (cut_bytes + whole_bytes) / 8) return std::nullopt;
+
+  // The slices: rows [r0, r1), each cut input's bytes only the storage its rows reach (which
+  // must lie inside what the caller gave; overlapping reaches, as a transposed input's, would
+  // send its bytes many times: such a request is not cut).
+  struct Slice {
+    int64_t r0, r1;
+    v1::ComputeRequest request;
+    Bytes bytes;
+  };
+  std::vector<Slice> slices(static_cast<size_t>(k));
+  std::vector<int64_t> sent(inputs.size(), 0);
+  for (int64_t j = 0; j < k; ++j) {
+    Slice& sl = slices[static_cast<size_t>(j)];
+    sl.r0 = rows * j / k;
+    sl.r1 = rows * (j + 1) / k;
+    CopyAllBut(request, {"inputs"}, &sl.request);
+    for (int i = 0; i < request.inputs_size(); ++i) {
+      const v1::Tensor& t = request.inputs(i);
+      const Input& in = inputs[static_cast<size_t>(i)];
+      const ExternalBytes& b = bytes[static_cast<size_t>(i)];
+      v1::Tensor* m = sl.request.add_inputs();
+      CopyAllBut(t, {"data", "storage_bytes"}, m);
+      if (!in.cut) {
+        sl.bytes.push_back(b);
+        continue;
+      }
+      const Span span = SpanOf(in.shape, in.strides, t.offset(), sl.r0, sl.r1);
+      if (span.lo < 0 || (span.hi + 1) * in.item > b.size) return std::nullopt;
+      const int64_t lo = static_cast<int64_t>(span.lo);
+      const int64_t n = static_cast<int64_t>(span.hi) - lo + 1;
+      sent[static_cast<size_t>(i)] += n * in.item;
+      m->set_shape(0, sl.r1 - sl.r0);
+      m->clear_strides();
+      for (int64_t st : in.strides) m->add_strides(st);
+      m->set_offset(t.offset() + sl.r0 * in.strides[0] - lo);
+      sl.bytes.push_back({static_cast<const std::byte*>(b.data) + lo * in.item, n * in.item});
+    }
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].cut && sent[i] > bytes[i].size + bytes[i].size / 4) return std::nullopt;
+  }
+
+  // The output: C-contiguous, so slice [r0, r1) is its rows' bytes. Its size is known from
+  // the first reply (bytes per row); the memory comes from `allocate` or is the tensor's own.
+  std::mutex mu;
+  int64_t row_bytes = -1;
+  std::byte* base = nullptr;
+  std::string assembled;
+  std::optional<v1::Tensor> first;
+  absl::Status failed;
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> stop{false};
+  const int connections = std::max(1, options_.connections);
+  std::vector<grpc::GenericStub*> stubs =
+      connections > 1 ? Lanes(connections) : std::vector<grpc::GenericStub*>{generic_.get()};
+  const int per = std::max(1, options_.slices_per_connection);
+  const int workers = static_cast<int>(std::min<int64_t>(k, int64_t{connections} * per));
+  Client::Within within(std::min(absl::Now() + options_.timeout, t_deadline));
+  auto status = OnEveryLane(workers, [&](int w) -> absl::Status {
+    grpc::GenericStub* stub = stubs[static_cast<size_t>(w % connections)];
+    for (int64_t j = next++; j < k && !stop; j = next++) {
+      Slice& sl = slices[static_cast<size_t>(j)];
+      auto place = [&](int64_t n) -> std::byte* {
+        std::lock_guard<std::mutex> lock(mu);
+        const int64_t slice_rows = sl.r1 - sl.r0;
+        if (row_bytes < 0) {
+          if (n % slice_rows != 0) return nullptr;
+          row_bytes = n / slice_rows;
+          if (allocate) {
+            base = allocate(row_bytes * rows);
+          } else {
+            assembled.resize(static_cast<size_t>(row_bytes * rows));
+            base = reinterpret_cast<std::byte*>(assembled.data());
+          }
+        }
+        if (base == nullptr || n != row_bytes * slice_rows) return nullptr;
+        return base + sl.r0 * row_bytes;
+      };
+      absl::StatusOr<v1::Tensor> got = BesideImpl(sl.request, sl.bytes, place, stub);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!got.ok()) {
+        stop = true;
+        if (failed.ok()) failed = got.status();
+        return failed;
+      }
+      if (j == 0) first = std::move(*got);
+    }
+    return absl::OkStatus();
+  });
+  if (!failed.ok()) return absl::StatusOr<v1::Tensor>(failed);
+  if (!status.ok()) return absl::StatusOr<v1::Tensor>(status);
+  if (!first.has_value() || first->shape_size() == 0 || row_bytes < 0) {
+    return absl::StatusOr<v1::Tensor>(absl::InternalError("a sliced call's output is missing"));
+  }
+  v1::Tensor out = std::move(*first);
+  out.set_shape(0, rows);
+  if (allocate) {
+    out.set_storage_bytes(row_bytes * rows);
+  } else {
+    out.clear_storage_bytes();
+    *out.mutable_data() = std::move(assembled);
+  }
+  return absl::StatusOr<v1::Tensor>(std::move(out));
+}
 
 absl::Status Client::UploadParts(const std::vector<std::string>& handles, const Bytes& bytes,
                                  int p) {

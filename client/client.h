@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include "absl/strings/string_view.h"
 #include <utility>
@@ -45,6 +46,15 @@ struct ClientOptions {
   // every request on one connection.
   int connections = 8;
   int64_t spread_bytes = int64_t{32} << 20;
+  // Pipelined slices: a Compute whose inline inputs add up to at least `slice_bytes` and whose
+  // output can be cut by its first dimension (each input either cut along it, or small and
+  // sent whole with each slice) goes as slices of about `slice_part_bytes` of input, each a
+  // Compute of its own, `slices_per_connection` in flight on each of `connections`
+  // connections: one slice's inputs go up while another computes and a third's output comes
+  // down. Requests that cannot be cut so take the spread or the single-message road. 0: never.
+  int64_t slice_bytes = int64_t{16} << 20;
+  int64_t slice_part_bytes = int64_t{4} << 20;
+  int slices_per_connection = 2;
   // Chunk size of streamed data.
   int64_t chunk_bytes = int64_t{1} << 20;
   // Stateless Computes (inline inputs, the output returned, however they travel: one
@@ -213,7 +223,13 @@ class Client {
   // One Compute message whose inline inputs' bytes go as slices of `bytes` (never copied) and
   // whose output's bytes are copied once, from the received slices to where they go.
   absl::StatusOr<v1::Tensor> BesideImpl(const v1::ComputeRequest& request, const Bytes& bytes,
-                                        const OutputAllocator& allocate);
+                                        const OutputAllocator& allocate,
+                                        grpc::GenericStub* stub = nullptr);
+  // The request as pipelined slices (ClientOptions::slice_bytes); nullopt where it cannot be
+  // cut by its output's first dimension.
+  std::optional<absl::StatusOr<v1::Tensor>> SlicedImpl(const v1::ComputeRequest& request,
+                                                       const Bytes& bytes,
+                                                       const OutputAllocator& allocate);
   absl::StatusOr<v1::Tensor> SpreadImpl(const v1::ComputeRequest& request, const Bytes& bytes,
                                         int connections, const OutputAllocator& allocate);
   // Every lane uploads its part of each of bytes[j] into resident tensor handles[j].

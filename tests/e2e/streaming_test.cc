@@ -17,6 +17,7 @@
 #include <cerrno>
 
 #include "client/client.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/support/server_binary.h"
@@ -272,6 +273,127 @@ TEST_F(StreamingTest, CallsThatEndMidSendGiveTheCallersMemoryBack) {
   ASSERT_TRUE(sum.ok()) << sum.status();
   const std::vector<float> out = Values(*sum);
   for (int64_t i = 0; i < n; i += 4099) ASSERT_EQ(out[i], x[i] + b[i]) << i;
+  server_->ExpectHealthy();
+}
+
+// Requests served on the server's devices so far.
+int64_t RequestsServed(Client& c) {
+  auto info = c.ServerInfo();
+  EXPECT_TRUE(info.ok()) << info.status();
+  int64_t sum = 0;
+  if (info.ok()) {
+    for (const auto& d : info->devices()) sum += d.requests_total();
+  }
+  return sum;
+}
+
+// A large request cut into pipelined slices by its output's rows gives exactly what one call
+// gives (the same reply, field for field), on reversed and offset views, inputs broadcast along
+// the rows (sent whole with each slice), a column broadcast cut with the rows, mixed dtypes,
+// odd row counts, over one connection and several; into the caller's memory too. A request
+// that cannot be cut so (a transposed input would be sent many times) is one call; an error in
+// one slice is the call's error.
+TEST_F(StreamingTest, PipelinedSlicesGiveWhatOneCallGives) {
+  const uint64_t seed = std::random_device()();
+  client::ClientOptions whole_options;
+  whole_options.slice_bytes = 0;
+  Client whole(server_->target(), whole_options);
+  for (int connections : {1, 3}) {
+    client::ClientOptions o;
+    o.connections = connections;
+    o.slice_bytes = 1 << 16;
+    o.slice_part_bytes = 40000 + connections;
+    o.spread_bytes = int64_t{1} << 40;
+    Client sliced(server_->target(), o);
+    const int64_t rows = 1001 + connections, cols = 257;
+    // a: rows reversed, one element in; b: one row, broadcast; c: int16 column, cut.
+    const std::vector<float> x = RandomFloats(rows * cols + 1, seed + connections);
+    v1::Tensor a = Floats({rows, cols}, x);
+    a.add_strides(-cols);
+    a.add_strides(1);
+    a.set_offset(1 + (rows - 1) * cols);
+    const v1::Tensor b = Floats({cols}, RandomFloats(cols, seed + 7));
+    std::vector<int16_t> col(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      col[static_cast<size_t>(i)] = static_cast<int16_t>(i * 37 - 500);
+    }
+    v1::Tensor c;
+    c.set_dtype(v1::int16);
+    c.add_shape(rows);
+    c.add_shape(1);
+    c.set_data(std::string(reinterpret_cast<const char*>(col.data()), col.size() * 2));
+    v1::Tensor transposed = Floats({cols, rows}, RandomFloats(rows * cols, seed + 9));
+    transposed.add_strides(1);
+    transposed.add_strides(cols);
+    struct Case {
+      const char* name;
+      v1::ComputeRequest request;
+      bool cut;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"reversed + row", AddRequest(a, b), true});
+    cases.push_back({"reversed * int16 column", AddRequest(a, c), true});
+    cases.back().request.set_op("mul");
+    cases.push_back({"int16 column - row", AddRequest(c, b), false});  // Too little to cut.
+    cases.back().request.set_op("sub");
+    cases.push_back(
+        {"transposed + row", AddRequest(transposed, Floats({rows}, RandomFloats(rows, seed))),
+         false});
+    for (const Case& k : cases) {
+      auto one = whole.Compute(k.request);
+      ASSERT_TRUE(one.ok()) << k.name << ": " << one.status();
+      const int64_t before = RequestsServed(server_->client());
+      auto got = sliced.Compute(k.request);
+      const int64_t calls = RequestsServed(server_->client()) - before;
+      ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*one, *got))
+          << k.name << "\n" << one->ShortDebugString().substr(0, 200) << "\n"
+          << got->ShortDebugString().substr(0, 200);
+      if (k.cut) {
+        EXPECT_GT(calls, 2) << k.name;
+      } else {
+        EXPECT_EQ(calls, 1) << k.name;
+      }
+    }
+    // From the caller's memory into the caller's memory.
+    v1::ComputeRequest outside = AddRequest(a, b);
+    outside.mutable_inputs(0)->clear_data();
+    outside.mutable_inputs(1)->clear_data();
+    const std::vector<Client::ExternalBytes> bytes = {
+        {x.data(), static_cast<int64_t>(x.size() * 4)},
+        {b.data().data(), static_cast<int64_t>(b.data().size())}};
+    std::vector<std::byte> dst;
+    int allocations = 0;
+    auto into = sliced.ComputeFrom(outside, bytes, [&](int64_t size) {
+      ++allocations;
+      dst.resize(static_cast<size_t>(size));
+      return dst.data();
+    });
+    ASSERT_TRUE(into.ok()) << into.status();
+    EXPECT_EQ(allocations, 1);
+    auto one = whole.Compute(AddRequest(a, b));
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ(into->storage_bytes(), static_cast<int64_t>(one->data().size()));
+    ASSERT_EQ(dst.size(), one->data().size());
+    EXPECT_EQ(std::memcmp(dst.data(), one->data().data(), dst.size()), 0);
+    // An integer division by zero in one slice only.
+    std::vector<int32_t> num(static_cast<size_t>(rows * 64), 7), den(num.size(), 1);
+    den[den.size() - 3] = 0;
+    v1::ComputeRequest div;
+    div.set_op("floor_divide");
+    for (const auto* v : {&num, &den}) {
+      v1::Tensor* t = div.add_inputs();
+      t->set_dtype(v1::int32);
+      t->add_shape(rows);
+      t->add_shape(64);
+      t->set_data(std::string(reinterpret_cast<const char*>(v->data()), v->size() * 4));
+    }
+    auto bad_one = whole.Compute(div);
+    auto bad = sliced.Compute(div);
+    EXPECT_EQ(bad_one.status().code(), absl::StatusCode::kInvalidArgument) << bad_one.status();
+    EXPECT_EQ(bad.status().code(), bad_one.status().code()) << bad.status();
+  }
+  server_->ExpectMemoryBackTo(0);
   server_->ExpectHealthy();
 }
 
