@@ -54,7 +54,7 @@ struct ClientOptions {
   // down. Requests that cannot be cut so take the spread or the single-message road. 0: never.
   int64_t slice_bytes = int64_t{16} << 20;
   int64_t slice_part_bytes = int64_t{4} << 20;
-  int slices_per_connection = 2;
+  int slices_per_connection = 3;
   // Chunk size of streamed data.
   int64_t chunk_bytes = int64_t{1} << 20;
   // Stateless Computes (inline inputs, the output returned, however they travel: one
