@@ -45,6 +45,7 @@
 #include "inference/grpc_service.grpc.pb.h"
 #include "tensorcompute/v1/tensor_service.grpc.pb.h"
 #include "tests/support/server_process.h"
+#include "util/name_values.h"
 
 ABSL_FLAG(bool, serve_echo, false, "Run as the echo server (used by the benchmark itself).");
 ABSL_FLAG(std::string, address, "127.0.0.1", "Echo server: address.");
@@ -173,19 +174,12 @@ double Seconds(std::chrono::steady_clock::duration d) {
 
 // --client_grpc_args, parsed (a malformed pair ends the benchmark).
 std::vector<std::pair<std::string, int>> ClientGrpcArgs() {
-  std::vector<std::pair<std::string, int>> out;
-  for (absl::string_view arg :
-       absl::StrSplit(absl::GetFlag(FLAGS_client_grpc_args), ',', absl::SkipWhitespace())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
-    int value = 0;
-    if (kv.first.empty() || !absl::SimpleAtoi(kv.second, &value)) {
-      std::fprintf(stderr, "--client_grpc_args: \"%s\" is not NAME=INTEGER\n",
-                   std::string(arg).c_str());
-      std::exit(2);
-    }
-    out.emplace_back(std::move(kv.first), value);
+  auto args = tc::util::ParseNameIntegers(absl::GetFlag(FLAGS_client_grpc_args));
+  if (!args.ok()) {
+    std::fprintf(stderr, "--client_grpc_args: %s\n", std::string(args.status().message()).c_str());
+    std::exit(2);
   }
-  return out;
+  return *args;
 }
 
 std::shared_ptr<grpc::Channel> Channel(const std::string& target, int id) {

@@ -23,9 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpc/grpc.h"
@@ -45,6 +43,7 @@
 #include "server/env/metrics.h"
 #include "server/process/security.h"
 #include "server/v1/service.h"
+#include "util/name_values.h"
 #include "server/worker/worker.h"
 #include "server/pipeline/host_buffers.h"
 #include "util/thread_pool.h"
@@ -138,16 +137,10 @@ int Serve(int argc, char** argv) {
     return 2;
   }
 
-  std::vector<std::pair<std::string, int>> grpc_args;
-  for (absl::string_view arg :
-       absl::StrSplit(absl::GetFlag(FLAGS_grpc_args), ',', absl::SkipWhitespace())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
-    int value = 0;
-    if (kv.first.empty() || !absl::SimpleAtoi(kv.second, &value)) {
-      Log(absl::StrCat("--grpc_args: \"", arg, "\" is not NAME=INTEGER"));
-      return 2;
-    }
-    grpc_args.emplace_back(std::move(kv.first), value);
+  const auto grpc_args = tc::util::ParseNameIntegers(absl::GetFlag(FLAGS_grpc_args));
+  if (!grpc_args.ok()) {
+    Log(absl::StrCat("--grpc_args: ", grpc_args.status().message()));
+    return 2;
   }
 
   if (absl::GetFlag(FLAGS_request_threads) < 1) {
@@ -298,7 +291,7 @@ int Serve(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 200);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_message));
-  for (const auto& [name, value] : grpc_args) builder.AddChannelArgument(name, value);
+  for (const auto& [name, value] : *grpc_args) builder.AddChannelArgument(name, value);
   builder.SetMaxSendMessageSize(static_cast<int>(max_message));
   builder.RegisterService(&service);
   builder.RegisterService(&inference);
