@@ -193,8 +193,11 @@ def main():
         serve_flight(args.serve_flight)
         return
 
-    import pyarrow
-    flight_name = f"Arrow Flight {pyarrow.__version__}"
+    wheres = [w for w in args.flight_servers.split(",") if w]
+    flight_name = "Arrow Flight"
+    if wheres:  # Without Flight (tensorcompute alone) pyarrow is not needed.
+        import pyarrow
+        flight_name = f"Arrow Flight {pyarrow.__version__}"
     sizes = [int(m) for m in args.mib.split(",")]
     stream_counts = sorted({1, args.streams})
     rng = np.random.default_rng()
@@ -203,7 +206,7 @@ def main():
     servers = {}
     tc = {}
     try:
-        for where in filter(None, args.flight_servers.split(",")):
+        for where in wheres:
             if where == "process":
                 port_file = os.path.join(tempfile.mkdtemp(prefix="tc-flight-"), "port")
                 proc = subprocess.Popen([sys.executable, os.path.abspath(__file__),
