@@ -894,9 +894,12 @@ Span SpanOf(const std::vector<int64_t>& shape, const std::vector<int64_t>& strid
 std::optional<absl::StatusOr<v1::Tensor>> Client::SlicedImpl(const v1::ComputeRequest& request,
                                                              const Bytes& bytes,
                                                              const OutputAllocator& allocate) {
-  // Every input inline, with a known item size and a sane view; the output not kept or placed.
+  // Every input inline, with a known item size and a sane view; the output C-ordered (its
+  // rows are then runs of its bytes), neither kept nor placed, and computed.
   if (request.inputs_size() == 0 || !request.output_region().empty() ||
-      request.keep_output_resident()) {
+      request.keep_output_resident() || request.plan_only() ||
+      request.output_layout() != v1::OUTPUT_LAYOUT_CONTIGUOUS ||
+      request.output_strides_size() > 0) {
     return std::nullopt;
   }
   int rank = 0;

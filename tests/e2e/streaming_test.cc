@@ -339,6 +339,18 @@ TEST_F(StreamingTest, PipelinedSlicesGiveWhatOneCallGives) {
     cases.push_back(
         {"transposed + row", AddRequest(transposed, Floats({rows}, RandomFloats(rows, seed))),
          false});
+    // Inner dimensions transposed: cut by rows into C order, but not into the first input's
+    // order, which is not C's.
+    v1::Tensor inner = Floats({rows, 3, 5}, RandomFloats(rows * 15, seed + 11));
+    for (int64_t st : {15, 1, 3}) inner.add_strides(st);
+    const v1::Tensor dense = Floats({rows, 3, 5}, RandomFloats(rows * 15, seed + 12));
+    cases.push_back({"inner transposed + dense", AddRequest(inner, dense), true});
+    cases.push_back({"inner transposed + dense, laid out like the first",
+                     AddRequest(inner, dense), false});
+    cases.back().request.set_output_layout(v1::OUTPUT_LAYOUT_LIKE_FIRST_INPUT);
+    cases.push_back({"reversed + row, strided output", AddRequest(a, b), false});
+    cases.back().request.add_output_strides(1);
+    cases.back().request.add_output_strides(rows);
     for (const Case& k : cases) {
       auto one = whole.Compute(k.request);
       ASSERT_TRUE(one.ok()) << k.name << ": " << one.status();
