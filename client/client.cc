@@ -1010,34 +1010,46 @@ std::optional<absl::StatusOr<v1::Tensor>> Client::SlicedImpl(const v1::ComputeRe
   const int per = std::max(1, options_.slices_per_connection);
   const int workers = static_cast<int>(std::min<int64_t>(k, int64_t{connections} * per));
   Client::Within within(std::min(absl::Now() + options_.timeout, t_deadline));
+  // Slice j on `stub`; false once a slice has failed (the first failure is kept).
+  auto run = [&](int64_t j, grpc::GenericStub* stub) {
+    Slice& sl = slices[static_cast<size_t>(j)];
+    auto place = [&](int64_t n) -> std::byte* {
+      std::lock_guard<std::mutex> lock(mu);
+      const int64_t slice_rows = sl.r1 - sl.r0;
+      if (row_bytes < 0) {
+        if (n % slice_rows != 0) return nullptr;
+        row_bytes = n / slice_rows;
+        if (allocate) {
+          base = allocate(row_bytes * rows);
+        } else {
+          assembled.resize(static_cast<size_t>(row_bytes * rows));
+          base = reinterpret_cast<std::byte*>(assembled.data());
+        }
+      }
+      if (base == nullptr || n != row_bytes * slice_rows) return nullptr;
+      return base + sl.r0 * row_bytes;
+    };
+    absl::StatusOr<v1::Tensor> got = BesideImpl(sl.request, sl.bytes, place, stub);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!got.ok()) {
+      stop = true;
+      if (failed.ok()) failed = got.status();
+      return false;
+    }
+    if (j == 0) first = std::move(*got);
+    return true;
+  };
+  // Lanes wait for their connections (LaneCall): they are taken once this client's own
+  // channel is connected, so that a replica that is down fails the first slice at once (and
+  // the call moves to another) rather than every slice waiting out its deadline.
+  if (connections > 1 && channel_->GetState(false) != GRPC_CHANNEL_READY) {
+    next = 1;
+    if (!run(0, generic_.get())) return absl::StatusOr<v1::Tensor>(failed);
+  }
   auto status = OnEveryLane(workers, [&](int w) -> absl::Status {
     grpc::GenericStub* stub = stubs[static_cast<size_t>(w % connections)];
     for (int64_t j = next++; j < k && !stop; j = next++) {
-      Slice& sl = slices[static_cast<size_t>(j)];
-      auto place = [&](int64_t n) -> std::byte* {
-        std::lock_guard<std::mutex> lock(mu);
-        const int64_t slice_rows = sl.r1 - sl.r0;
-        if (row_bytes < 0) {
-          if (n % slice_rows != 0) return nullptr;
-          row_bytes = n / slice_rows;
-          if (allocate) {
-            base = allocate(row_bytes * rows);
-          } else {
-            assembled.resize(static_cast<size_t>(row_bytes * rows));
-            base = reinterpret_cast<std::byte*>(assembled.data());
-          }
-        }
-        if (base == nullptr || n != row_bytes * slice_rows) return nullptr;
-        return base + sl.r0 * row_bytes;
-      };
-      absl::StatusOr<v1::Tensor> got = BesideImpl(sl.request, sl.bytes, place, stub);
-      std::lock_guard<std::mutex> lock(mu);
-      if (!got.ok()) {
-        stop = true;
-        if (failed.ok()) failed = got.status();
-        return failed;
-      }
-      if (j == 0) first = std::move(*got);
+      if (!run(j, stub)) break;
     }
     return absl::OkStatus();
   });
