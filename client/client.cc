@@ -636,9 +636,8 @@ absl::StatusOr<v1::Tensor> Client::Compute(
   return Compute(req);
 }
 
-
-absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request,
-                                              const Bytes& bytes, const OutputAllocator& allocate,
+absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request, const Bytes& bytes,
+                                              const OutputAllocator& allocate,
                                               grpc::GenericStub* stub) {
   if (stub == nullptr) stub = generic_.get();
   std::string head;
@@ -677,14 +676,14 @@ absl::StatusOr<v1::Tensor> Client::BesideImpl(const v1::ComputeRequest& request,
     m->Swap(&message);
     return true;
   };
-  auto s = RunChunkedCall(*stub, ctx, kComputeMethod, next,
-                          [&](grpc::ByteBuffer& b) -> absl::Status {
-                            if (out.has_value()) {
-                              return absl::InternalError("server sent a second reply");
-                            }
-                            out = ReadComputeResponse(b, allocate);
-                            return out->status();
-                          });
+  auto s =
+      RunChunkedCall(*stub, ctx, kComputeMethod, next, [&](grpc::ByteBuffer& b) -> absl::Status {
+        if (out.has_value()) {
+          return absl::InternalError("server sent a second reply");
+        }
+        out = ReadComputeResponse(b, allocate);
+        return out->status();
+      });
   if (!s.ok()) return s;
   if (!out.has_value()) return absl::InternalError("server sent no reply");
   return std::move(*out);
@@ -873,8 +872,8 @@ namespace {
 struct Span {
   absl::int128 lo, hi;
 };
-Span SpanOf(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
-            int64_t offset, int64_t r0, int64_t r1) {
+Span SpanOf(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides, int64_t offset,
+            int64_t r0, int64_t r1) {
   const absl::int128 base = absl::int128(offset) + absl::int128(r0) * strides[0];
   Span span{base, base};
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -935,8 +934,10 @@ std::optional<absl::StatusOr<v1::Tensor>> Client::SlicedImpl(const v1::ComputeRe
   int64_t cut_bytes = 0, whole_bytes = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const v1::Tensor& t = request.inputs(i);
-    Input in{t.shape_size() == rank && t.shape(0) == rows, ItemBytes(t.dtype()),
-             {t.shape().begin(), t.shape().end()}, {}};
+    Input in{t.shape_size() == rank && t.shape(0) == rows,
+             ItemBytes(t.dtype()),
+             {t.shape().begin(), t.shape().end()},
+             {}};
     if (t.strides_size() != 0) {
       in.strides.assign(t.strides().begin(), t.strides().end());
     } else {

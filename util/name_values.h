@@ -10,8 +10,8 @@
 
 namespace tc::util {
 
-// The pairs of `list` in order; empty entries are skipped, entries trimmed. An entry without a name or whose
-// value is not an integer of 32 bits is an error that quotes it.
+// The pairs of `list` in order; empty entries are skipped, entries trimmed. An entry without a name
+// or whose value is not an integer of 32 bits is an error that quotes it.
 absl::StatusOr<std::vector<std::pair<std::string, int>>> ParseNameIntegers(absl::string_view list);
 
 }  // namespace tc::util

@@ -336,17 +336,16 @@ TEST_F(StreamingTest, PipelinedSlicesGiveWhatOneCallGives) {
     cases.back().request.set_op("mul");
     cases.push_back({"int16 column - row", AddRequest(c, b), false});  // Too little to cut.
     cases.back().request.set_op("sub");
-    cases.push_back(
-        {"transposed + row", AddRequest(transposed, Floats({rows}, RandomFloats(rows, seed))),
-         false});
+    cases.push_back({"transposed + row",
+                     AddRequest(transposed, Floats({rows}, RandomFloats(rows, seed))), false});
     // Inner dimensions transposed: cut by rows into C order, but not into the first input's
     // order, which is not C's.
     v1::Tensor inner = Floats({rows, 3, 5}, RandomFloats(rows * 15, seed + 11));
     for (int64_t st : {15, 1, 3}) inner.add_strides(st);
     const v1::Tensor dense = Floats({rows, 3, 5}, RandomFloats(rows * 15, seed + 12));
     cases.push_back({"inner transposed + dense", AddRequest(inner, dense), true});
-    cases.push_back({"inner transposed + dense, laid out like the first",
-                     AddRequest(inner, dense), false});
+    cases.push_back(
+        {"inner transposed + dense, laid out like the first", AddRequest(inner, dense), false});
     cases.back().request.set_output_layout(v1::OUTPUT_LAYOUT_LIKE_FIRST_INPUT);
     cases.push_back({"reversed + row, strided output", AddRequest(a, b), false});
     cases.back().request.add_output_strides(1);
@@ -359,7 +358,8 @@ TEST_F(StreamingTest, PipelinedSlicesGiveWhatOneCallGives) {
       const int64_t calls = RequestsServed(server_->client()) - before;
       ASSERT_TRUE(got.ok()) << k.name << ": " << got.status();
       EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*one, *got))
-          << k.name << "\n" << one->ShortDebugString().substr(0, 200) << "\n"
+          << k.name << "\n"
+          << one->ShortDebugString().substr(0, 200) << "\n"
           << got->ShortDebugString().substr(0, 200);
       if (k.cut) {
         EXPECT_GT(calls, 2) << k.name;

@@ -109,8 +109,8 @@ TEST(ChunkWireTest, ComputeResponseIsWhatProtobufWrites) {
 TEST(LentBytesTest, WaitsUntilEverySliceIsLetGo) {
   std::string data(100000, 'x');
   LentBytes lent;
-  auto message = std::make_unique<grpc::ByteBuffer>(
-      ChunkMessage(3, 9, lent.Lend(data.data(), data.size())));
+  auto message =
+      std::make_unique<grpc::ByteBuffer>(ChunkMessage(3, 9, lent.Lend(data.data(), data.size())));
   auto second = std::make_unique<grpc::ByteBuffer>(ChunkMessage(4, 0, lent.Lend(data.data(), 7)));
   EXPECT_EQ(lent.Lend(data.data(), 0).size(), 0u);  // Nothing lent, nothing to wait for.
   data[5] = 'y';  // Seen by the message: the slice is over the lender's memory.
@@ -429,7 +429,6 @@ TEST(ChunkWireTest, InferResponseIsWhatProtobufWrites) {
   }
 }
 
-
 // A request written with its inline inputs' bytes beside the metadata reads back, with
 // protobuf and with the server's splitter, as the same message, for random requests (handles,
 // regions, empty data, attributes, and sizes past 2^21 for 4-byte lengths).
@@ -478,9 +477,9 @@ TEST(SplitComputeResponseTest, TakesTheOutputOutAndKeepsEverythingElse) {
     for (char& c : data) c = static_cast<char>(rng());
     const std::string meta = t->SerializeAsString();
     t->set_data(data);
-    const std::string wire = trial % 2 ? expect.SerializeAsString()
-                                       : Flatten(ComputeResponseMessage(
-                                             meta, grpc::Slice(data.data(), data.size())));
+    const std::string wire =
+        trial % 2 ? expect.SerializeAsString()
+                  : Flatten(ComputeResponseMessage(meta, grpc::Slice(data.data(), data.size())));
     SplitMessage split;
     ASSERT_TRUE(SplitComputeResponse(Sliced(wire, rng), 1, &split)) << "trial " << trial;
     v1::ComputeResponse back;
@@ -502,8 +501,8 @@ TEST(SplitComputeResponseTest, TakesTheOutputOutAndKeepsEverythingElse) {
   one.mutable_output()->set_data("abcd");
   two.mutable_output()->add_shape(4);
   SplitMessage split;
-  EXPECT_FALSE(SplitComputeResponse(
-      Sliced(one.SerializeAsString() + two.SerializeAsString(), rng), 1, &split));
+  EXPECT_FALSE(SplitComputeResponse(Sliced(one.SerializeAsString() + two.SerializeAsString(), rng),
+                                    1, &split));
 }
 
 }  // namespace
