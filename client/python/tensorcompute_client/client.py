@@ -369,8 +369,10 @@ class Client:
 
         `native`: where bytes do cross the socket, requests of at least `native_threshold`
         bytes go through libtensorcompute_native (the C++ client library, see native.py) when
-        it is found: from the arrays' memory, spread over `connections` connections when they
-        reach `spread_bytes`, outside the interpreter lock. None (the default) uses it when
+        it is found: from the arrays' memory, as pipelined slices over `connections`
+        connections from 16 MiB where the request can be cut by rows, else spread over them
+        when it reaches `spread_bytes` (docs/large-tensors.md), outside the interpreter lock.
+        None (the default) uses it when
         found (not with `credentials`), and warns once where it is not; True requires it;
         False never uses it.
 
