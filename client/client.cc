@@ -587,7 +587,7 @@ absl::StatusOr<v1::Tensor> Client::DispatchOnce(const v1::ComputeRequest& reques
   int64_t inline_bytes = 0;
   for (int i = 0; i < request.inputs_size(); ++i) {
     const v1::Tensor& t = request.inputs(i);
-    if (t.handle().empty() && t.region().empty()) inline_bytes += bytes[i].size;
+    if (IsInline(t)) inline_bytes += bytes[i].size;
   }
   // Large and cut by rows: pipelined slices, over one connection or several.
   if (options_.slice_bytes > 0 && inline_bytes >= options_.slice_bytes && setup_error_.ok()) {
@@ -611,7 +611,7 @@ absl::StatusOr<v1::Tensor> Client::DispatchOnce(const v1::ComputeRequest& reques
     assembled = request;
     for (int i = 0; i < assembled.inputs_size(); ++i) {
       v1::Tensor* t = assembled.mutable_inputs(i);
-      if (t->handle().empty() && t->region().empty() && bytes[i].size > 0) {
+      if (IsInline(*t) && bytes[i].size > 0) {
         t->set_data(bytes[i].data, static_cast<size_t>(bytes[i].size));
       }
     }
