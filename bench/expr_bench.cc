@@ -25,6 +25,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -88,8 +89,9 @@ struct Case {
   std::vector<DType> dtypes;
   std::vector<DimVector> shapes;
   DType out;
-  // The first input is read transposed (a square one's strides swapped), as x.t().
-  bool transposed = false;
+  // The first input is read with the strides of these two dims swapped (of equal sizes), as
+  // x.transpose(i, j): {0, 1} is a square one's x.t(); equal dims read it as it is.
+  std::pair<int, int> swapped = {0, 0};
 };
 
 }  // namespace
@@ -149,7 +151,14 @@ int main(int argc, char** argv) {
        {F32, F32, F32},
        {{M, M}, {M, M}, {M, M}},
        F32,
-       true},
+       {0, 1}},
+      // Four dims that neither coalesce nor tile: the general walk.
+      {"permuted_rank4_f32",
+       "a * b + c",
+       {F32, F32, F32},
+       {{64, 64, 64, 64}, {64, 64, 64, 64}, {64, 64, 64, 64}},
+       F32,
+       {1, 2}},
   };
 
   struct Row {
@@ -168,7 +177,7 @@ int main(int argc, char** argv) {
       in_bufs.push_back(Random(k.dtypes[i], Numel(k.shapes[i]), 11 + i));
       in.push_back(View(in_bufs.back(), k.dtypes[i], k.shapes[i]));
     }
-    if (k.transposed) std::swap(in[0].strides[0], in[0].strides[1]);
+    std::swap(in[0].strides[k.swapped.first], in[0].strides[k.swapped.second]);
     OutputOptions output;
     output.dtype = k.out;
     auto prepared = expr::PrepareExpression(k.text, {}, in, output);

@@ -27,6 +27,8 @@ def cases():
     yield "where_f32", lambda a, b: torch.where(a > 0, a * 0.1, b), [r((N,), f32, 0), r((N,), f32, 1)]
     yield "transposed_f32", lambda a, b, c: torch.sigmoid(a.t()) * b + c, [
         r((M, M), f32, 0), r((M, M), f32, 1), r((M, M), f32, 2)]
+    yield "permuted_rank4_f32", lambda a, b, c: a.transpose(1, 2) * b + c, [
+        r((64,) * 4, f32, i) for i in range(3)]
 
 
 def median_ms(fn, reps):
