@@ -6,26 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/gpu/general_args.h"
 
 namespace tc {
-
-absl::string_view PathName(Path p) {
-  switch (p) {
-    case Path::kContiguous:
-      return "contiguous";
-    case Path::kScalarBroadcast:
-      return "scalar_broadcast";
-    case Path::kInnerBroadcast:
-      return "inner_broadcast";
-    case Path::kOuterBroadcast:
-      return "outer_broadcast";
-    case Path::kPermuted:
-      return "permuted";
-    case Path::kStrided:
-      return "strided";
-  }
-  return "unknown";
-}
 
 absl::string_view KernelName(Kernel k) {
   switch (k) {
@@ -81,19 +64,11 @@ bool ShouldSwap(const Dims& d, int a, int b) {
   return false;
 }
 
-Path ChoosePath(const Plan& p) {
-  auto item = [&](int op) { return ItemSize(p.dtypes[op]); };
-  if (p.ndim == 1) {
-    bool dense = true, dense_or_scalar = p.strides[0][0] == item(0);
-    for (int op = 1; op < p.num_operands; ++op) {
-      dense &= p.strides[op][0] == item(op);
-      dense_or_scalar &= p.strides[op][0] == item(op) || p.strides[op][0] == 0;
-    }
-    if (dense_or_scalar) return dense ? Path::kContiguous : Path::kScalarBroadcast;
-  }
-  // Permuted: some operand that moves along dim 0 moves faster along another dim (smallest
-  // non-zero |stride| elsewhere). One that is constant along dim 0 reads the same element for a
-  // whole row, which needs no tiling.
+// Some operand that moves along dim 0 moves faster along another dim (its smallest non-zero
+// |stride| elsewhere): a transposed input or output, worth tiling so that both sides stay
+// cache-friendly. One that is constant along dim 0 reads the same element for a whole row,
+// which needs no tiling.
+bool Permuted(const Plan& p) {
   for (int op = 0; op < p.num_operands; ++op) {
     if (p.strides[op][0] == 0) continue;
     int fastest = -1;
@@ -105,29 +80,14 @@ Path ChoosePath(const Plan& p) {
         best = s;
       }
     }
-    if (fastest > 0) return Path::kPermuted;
+    if (fastest > 0) return true;
   }
-  if (p.ndim == 2 && p.strides[0][0] == item(0) && p.strides[0][1] == p.sizes[0] * item(0)) {
-    bool inner = true, outer = false;
-    for (int op = 1; op < p.num_operands; ++op) {
-      const int64_t s0 = p.strides[op][0], s1 = p.strides[op][1];
-      const bool dense = s0 == item(op) && s1 == p.sizes[0] * item(op);
-      const bool row = s0 == item(op) && s1 == 0;
-      const bool column = s0 == 0 && (s1 == item(op) || p.sizes[1] == 1);
-      const bool scalar = s0 == 0 && s1 == 0;
-      inner &= dense || row || scalar;
-      if (column && !scalar) outer = true;
-      if (!(dense || row || column || scalar)) return Path::kStrided;
-    }
-    if (outer) return Path::kOuterBroadcast;
-    if (inner) return Path::kInnerBroadcast;
-  }
-  return Path::kStrided;
+  return false;
 }
 
 // TileRule::kAnyPermuted: every permuted plan; inputs faster along dim 1 than dim 0 staged.
 bool ChooseAnyPermutedTiles(Plan& p) {
-  if (p.path != Path::kPermuted || p.ndim < 2) return false;
+  if (p.ndim < 2 || !Permuted(p)) return false;
   int staged = 0;
   for (int k = 1; k < p.num_operands; ++k) {
     const int64_t a0 = std::abs(p.strides[k][0]), a1 = std::abs(p.strides[k][1]);
@@ -207,53 +167,64 @@ void ChooseKernel(Plan& p, bool bool_result, TileRule tiles, bool converting_til
 
 }  // namespace
 
-std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit) {
-  std::vector<Plan> done, todo = {plan};
+std::vector<IndexPiece> SplitForIndexing(const IterationDims& space, int64_t numel,
+                                         const int64_t* item, int64_t limit) {
+  const int nops = space.num_operands;
+  const auto stride = [&](int op, int d) -> int64_t {
+    return space.strides[op][d] < 0 ? -space.strides[op][d] : space.strides[op][d];
+  };
+  IndexPiece whole;
+  whole.numel = numel;
+  std::copy(space.sizes, space.sizes + space.ndim, whole.sizes);
+  std::vector<IndexPiece> done, todo = {whole};
   while (!todo.empty()) {
-    Plan p = todo.back();
+    IndexPiece p = todo.back();
     todo.pop_back();
-    // The dim whose extent (size x largest |stride| among operands) is largest is split in two.
-    int worst = -1;
-    int64_t worst_extent = 0;
     bool fits = p.numel <= limit;
-    for (int op = 0; op < p.num_operands; ++op) {
-      int64_t reach = ItemSize(p.dtypes[op]);
-      for (int d = 0; d < p.ndim; ++d) {
-        const int64_t s = p.strides[op][d] < 0 ? -p.strides[op][d] : p.strides[op][d];
-        reach += s * (p.sizes[d] - 1);
-      }
-      fits &= reach <= limit;
+    for (int op = 0; op < nops && fits; ++op) {
+      int64_t reach = item[op];
+      for (int d = 0; d < space.ndim; ++d) reach += stride(op, d) * (p.sizes[d] - 1);
+      fits = reach <= limit;
     }
     if (fits || p.numel <= 1) {
       done.push_back(p);
       continue;
     }
-    for (int d = 0; d < p.ndim; ++d) {
+    // The dim whose extent (size x largest |stride| among operands) is largest is split in two.
+    int worst = -1;
+    int64_t worst_extent = 0;
+    for (int d = 0; d < space.ndim; ++d) {
       if (p.sizes[d] < 2) continue;
-      int64_t extent = 0;
-      for (int op = 0; op < p.num_operands; ++op) {
-        const int64_t s = p.strides[op][d] < 0 ? -p.strides[op][d] : p.strides[op][d];
-        extent = std::max(extent, s * p.sizes[d]);
-      }
-      extent = std::max(extent, p.sizes[d]);  // element count alone can be the problem
+      int64_t extent = p.sizes[d];  // the element count alone can be what does not fit
+      for (int op = 0; op < nops; ++op) extent = std::max(extent, stride(op, d) * p.sizes[d]);
       if (worst < 0 || extent >= worst_extent) {
         worst = d;
         worst_extent = extent;
       }
     }
     const int64_t half = p.sizes[worst] / 2;
-    Plan lo = p, hi = p;
+    IndexPiece lo = p, hi = p;
     lo.sizes[worst] = half;
     hi.sizes[worst] = p.sizes[worst] - half;
     lo.numel = p.numel / p.sizes[worst] * half;
     hi.numel = p.numel - lo.numel;
-    for (int op = 0; op < p.num_operands; ++op) hi.offsets[op] += half * p.strides[op][worst];
-    lo.path = ChoosePath(lo);
-    hi.path = ChoosePath(hi);
+    for (int op = 0; op < nops; ++op) hi.offsets[op] += half * space.strides[op][worst];
     todo.push_back(hi);
     todo.push_back(lo);
   }
   return done;
+}
+
+IterationDims DimsOf(const Plan& plan, int64_t* item) {
+  IterationDims dims;
+  dims.ndim = plan.ndim;
+  dims.num_operands = plan.num_operands;
+  for (int d = 0; d < plan.ndim; ++d) dims.sizes[d] = plan.sizes[d];
+  for (int op = 0; op < plan.num_operands; ++op) {
+    item[op] = ItemSize(plan.dtypes[op]);
+    for (int d = 0; d < plan.ndim; ++d) dims.strides[op][d] = plan.strides[op][d];
+  }
+  return dims;
 }
 
 int ChooseTileDims(int ndim, int num_operands, int64_t* sizes, int64_t* strides, int rank,
@@ -471,7 +442,6 @@ Plan PlanDenseRun(DType compute, DType out, absl::Span<const DType> inputs) {
   plan.compute_dtype = compute;
   plan.out_dtype = plan.dtypes[0] = out;
   for (size_t k = 0; k < inputs.size(); ++k) plan.dtypes[k + 1] = inputs[k];
-  plan.path = Path::kContiguous;
   plan.kernel = Kernel::kCastRows;
   return plan;
 }
@@ -494,7 +464,6 @@ Plan PlanExpressionOutput(const Iteration& it, Kernel kernel, DType out, DType c
     plan.strides[0][j] = it.strides[0][j];
   }
   plan.kernel = kernel;
-  plan.path = Path::kStrided;
   return plan;
 }
 
@@ -520,7 +489,6 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   for (size_t i = 0; i < inputs.size(); ++i) plan.dtypes[i + 1] = inputs[i].dtype;
   if (plan.numel == 0) {
     plan.ndim = 1;
-    plan.path = Path::kContiguous;
     plan.kernel = Kernel::kGeneral;  // never run: nothing to walk
     return plan;
   }
@@ -531,7 +499,6 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
   }
   for (int j = 0; j < it.ndim; ++j) plan.sizes[j] = it.sizes[j];
 
-  plan.path = ChoosePath(plan);
   ChooseKernel(plan, bool_result, tiles, converting_tiles);
   return plan;
 }
@@ -555,15 +522,10 @@ ExprWalk PlanExpression(Iteration* it, const int64_t* item, bool long_math, int 
     }
   }
   if (it->ndim > 2) {
+    // The ops' general walk: their elements a thread, but one where some call is long math
+    // (each element a thread takes is another inlined copy of the tree for NVRTC).
     w.kernel = Kernel::kGeneral;
-    bool fits = it->numel <= INT32_MAX;
-    for (int k = 0; k < nops && fits; ++k) {
-      int64_t reach = 0;
-      for (int d = 0; d < it->ndim; ++d)
-        reach += std::llabs(it->strides[k][d]) * (it->sizes[d] - 1);
-      fits = reach <= INT32_MAX;
-    }
-    w.wide = !fits;
+    w.unroll = long_math ? 1 : cuda::kGeneralUnroll;
     return w;
   }
   w.kernel = Kernel::kRows;

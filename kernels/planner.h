@@ -17,26 +17,6 @@ namespace tc {
 // Output plus up to three inputs (ternary ops).
 inline constexpr int kMaxOperands = 4;
 
-// How a backend should walk the iteration space; chosen once here.
-enum class Path : uint8_t {
-  // One dim, every operand dense.
-  kContiguous,
-  // One dim, output dense, each input dense or a single repeated element (stride 0).
-  kScalarBroadcast,
-  // Two dims, output dense; each input dense, a scalar, or a row repeated along dim 1
-  // (stride 0 there): [M,N] + [N].
-  kInnerBroadcast,
-  // Two dims, output dense; some input a column repeated along dim 0: [M,N] + [M,1].
-  kOuterBroadcast,
-  // Some operand moves fastest along another dim than the output does (a transposed input or
-  // output): worth tiling so that both sides stay cache- or coalescing-friendly.
-  kPermuted,
-  // Anything else: per-operand byte strides over `ndim` dims.
-  kStrided,
-};
-
-absl::string_view PathName(Path p);
-
 // The loop family a backend runs a plan with, chosen here, once, from the plan's geometry and
 // dtypes. Backends switch on it and check only what a plan cannot know: where the pointers
 // they are given point (a kRows plan whose operands do not start on a 16-byte boundary runs
@@ -71,7 +51,8 @@ enum class TileRule : uint8_t {
   // may take); both tile dims at least 16 long, the other dims batches. The CUDA tile
   // kernel's; the default, since every backend runs such plans.
   kDense,
-  // Every permuted plan (Path::kPermuted) of two dims or more, any dtypes; the inputs that
+  // Every permuted plan (some operand moving faster along another dim than
+  // dim 0) of two dims or more, any dtypes; the inputs that
   // move faster along dim 1 than along dim 0 staged, converted as they are copied. The CPU's.
   kAnyPermuted,
 };
@@ -122,7 +103,6 @@ struct Plan {
   int64_t strides[kMaxOperands][kMaxRank] = {};
   // Byte offset from an operand's storage base to its element (0, ..., 0).
   int64_t offsets[kMaxOperands] = {};
-  Path path = Path::kStrided;
 
   // How backends walk it.
   Kernel kernel = Kernel::kGeneral;
@@ -194,12 +174,11 @@ struct ExprWalk {
   // kRows: at most two dims, rows along dim 0; each operand dense along them (or repeated)
   // moves `vector` elements per access, `unroll` packs per thread and step, the last partial
   // pack of a row element by element.
-  // kGeneral: any rank and strides, one element per thread and step.
+  // kGeneral: any rank and strides, the ops' general walk (`unroll` elements a thread and
+  // step), in pieces that fit 32-bit index math (SplitForIndexing).
   Kernel kernel = Kernel::kGeneral;
   int vector = 1;
   int unroll = 1;
-  // kGeneral: 64-bit index math, some operand's offsets or the element count past 32 bits.
-  bool wide = false;
   // kTiles: the tile of each operand (-1 for those read in place).
   int8_t staged[kMaxIterOperands] = {};
   int num_staged = 0;
@@ -236,7 +215,7 @@ absl::StatusOr<Plan> PlanElementwise(absl::Span<const TensorView> inputs, DType 
                                      bool converting_tiles = false);
 
 // A one-dimensional dense run of `compute` over operands of `inputs` dtypes into `out`,
-// converting each as it is read and written (Kernel::kCastRows, Path::kContiguous): how one
+// converting each as it is read and written (Kernel::kCastRows): how one
 // step of an expression is run block by block, and a literal folded, with the ops' own loops.
 // Sizes and strides are the caller's to set (per block, or one element).
 Plan PlanDenseRun(DType compute, DType out, absl::Span<const DType> inputs);
@@ -246,11 +225,25 @@ Plan PlanDenseRun(DType compute, DType out, absl::Span<const DType> inputs);
 // ExprWalk's), computed in `compute` at its root.
 Plan PlanExpressionOutput(const Iteration& it, Kernel kernel, DType out, DType compute);
 
-// Splits a plan into pieces whose every operand offset, relative to the piece's own base
-// offset, and element count fit in `limit` (2^31 - 1 for 32-bit index math on the GPU).
-// Pieces cover the plan's elements exactly once; a plan that fits comes back whole. Pieces
-// keep the plan's kernel (the general kernel's pieces are what this is for).
-std::vector<Plan> SplitForIndexing(const Plan& plan, int64_t limit = INT32_MAX);
+// A piece of an iteration space (SplitForIndexing): its sizes along the space's dims (its
+// strides are the space's), its elements, and each operand's byte offset from the space's
+// element (0, ..., 0) to the piece's.
+struct IndexPiece {
+  int64_t numel = 0;
+  int64_t sizes[kMaxRank] = {};
+  int64_t offsets[kMaxIterOperands] = {};
+};
+
+// Splits `space` (`numel` elements; operand k's elements item[k] bytes) into pieces whose
+// element count, and every operand's reach from the piece's first element, fit in `limit`:
+// the one decision of whether a walk's index math fits 32 bits (2^31 - 1), for the general
+// walk of ops and of expressions alike. Pieces cover the elements exactly once, first to
+// last in the space's order of its slowest dims; a space that fits comes back whole.
+std::vector<IndexPiece> SplitForIndexing(const IterationDims& space, int64_t numel,
+                                         const int64_t* item, int64_t limit = INT32_MAX);
+
+// A plan's iteration space as IterationDims, and its operands' element sizes.
+IterationDims DimsOf(const Plan& plan, int64_t* item);
 
 // NumPy broadcast of several shapes, with a message naming the dims that clash.
 absl::StatusOr<DimVector> BroadcastShapes(absl::Span<const DimVector* const> shapes);

@@ -128,6 +128,15 @@ inline constexpr bool kIsFloatType = std::is_floating_point_v<T> || kIsHalfType<
 template <typename T>
 using OpMath = std::conditional_t<kIsHalfType<T>, float, T>;
 
+// A type that holds an element of one of several types as that type's own bits
+// (cuda::AnyOf): where a walk holds operands whose types the kernel knows when it is compiled
+// but the walk does not (a fused expression's), Convert moves values in and out of it bit for
+// bit; whoever reads one knows which type it holds.
+template <typename T, typename = void>
+inline constexpr bool kIsCarrier = false;
+template <typename T>
+inline constexpr bool kIsCarrier<T, std::void_t<decltype(T::kCarrier)>> = true;
+
 // Converts between storage and compute types with defined results everywhere:
 // - to bool: x != 0 (NaN is true);
 // - floating to integer: truncation toward zero, NaN to 0, out-of-range values saturated to
@@ -138,6 +147,10 @@ template <typename To, typename From>
 TC_HOST_DEVICE To Convert(From x) {
   if constexpr (std::is_same_v<To, From>) {
     return x;
+  } else if constexpr (kIsCarrier<From>) {
+    return x.template As<To>();
+  } else if constexpr (kIsCarrier<To>) {
+    return To::Holding(x);
   } else if constexpr (kIsHalfType<From>) {
     return Convert<To>(static_cast<float>(x));
   } else if constexpr (kIsHalfType<To>) {

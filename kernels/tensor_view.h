@@ -12,11 +12,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/dtype.h"
+#include "kernels/max_rank.h"
 
 namespace tc {
-
-// Largest rank accepted anywhere in the engine.
-inline constexpr int kMaxRank = 8;
 
 using DimVector = absl::InlinedVector<int64_t, kMaxRank>;
 

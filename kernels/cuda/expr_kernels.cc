@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -24,7 +25,7 @@ ExprLaunch PrepareExprLaunch(const expr::Program& program, char* const* base, in
   const int vector = expr::VectorFor(program, base);
   l.source = rtc::GenerateSource(program, vector);
   l.arch = arch;
-  l.walk_args = rtc::WalkArgs(program, vector, base, multiprocessors, &l.geometry);
+  l.parts = rtc::Walk(program, vector, base, multiprocessors);
   return l;
 }
 
@@ -33,25 +34,26 @@ absl::Status LaunchExpr(const ExprLaunch& launch, const ExprKernel& kernel,
   // Each parameter from its own 16-byte aligned copy: the launch reads them as the kernel's
   // parameter types, whose alignment is at most 16.
   const std::string evaluator = rtc::EvaluatorParam(program, env.error);
-  std::unique_ptr<std::max_align_t[]> copies[2];
-  void* args[2];
-  int n = 0;
-  for (const std::string* p : {&launch.walk_args, &evaluator}) {
-    copies[n].reset(
-        new std::max_align_t[(p->size() + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t) +
+  const auto aligned = [](const std::string& p) {
+    std::unique_ptr<std::max_align_t[]> copy(
+        new std::max_align_t[(p.size() + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t) +
                              1]);
-    std::memcpy(copies[n].get(), p->data(), p->size());
-    args[n] = copies[n].get();
-    ++n;
-  }
-  const rtc::Geometry& g = launch.geometry;
-  const cudaError_t e = cudaLaunchKernel(
-      reinterpret_cast<const void*>(kernel.kernel()), dim3(g.grid[0], g.grid[1], g.grid[2]),
-      dim3(g.block[0], g.block[1], g.block[2]), args, 0, env.stream);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return absl::InternalError(
-        absl::StrCat("expression kernel launch failed: ", cudaGetErrorString(e)));
+    std::memcpy(copy.get(), p.data(), p.size());
+    return copy;
+  };
+  const std::unique_ptr<std::max_align_t[]> e = aligned(evaluator);
+  for (const rtc::WalkPart& part : launch.parts) {
+    const std::unique_ptr<std::max_align_t[]> a = aligned(part.args);
+    void* args[2] = {e.get(), a.get()};
+    const rtc::Geometry& g = part.geometry;
+    const cudaError_t r = cudaLaunchKernel(
+        reinterpret_cast<const void*>(kernel.kernel()), dim3(g.grid[0], g.grid[1], g.grid[2]),
+        dim3(g.block[0], g.block[1], g.block[2]), args, 0, env.stream);
+    if (r != cudaSuccess) {
+      (void)cudaGetLastError();
+      return absl::InternalError(
+          absl::StrCat("expression kernel launch failed: ", cudaGetErrorString(r)));
+    }
   }
   return absl::OkStatus();
 }

@@ -42,10 +42,10 @@ class ExprKernel {
 struct ExprLaunch {
   std::string source;
   int arch = 0;
-  rtc::Geometry geometry;
-  // The kernel's first parameter, the walk's arguments (the evaluator follows: it points at
-  // the error flag of the stream it is launched on).
-  std::string walk_args;
+  // Each launch's walk arguments, the kernel's second parameter (the evaluator, the first,
+  // is made at launch: it points at the error flag of the stream it is launched on), and its
+  // blocks and threads.
+  std::vector<rtc::WalkPart> parts;
 };
 
 // `base`: operand k's element (0, ..., 0), operand 0 the output.

@@ -1,4 +1,6 @@
-// The general kernel: any rank, strides and dtypes, 32-bit index math by fast division.
+// The general kernel: any rank, strides and dtypes, 32-bit index math by fast division. The
+// ahead-of-time ops launch GeneralKernel; a fused expression's kernel (NVRTC) runs
+// GeneralSteps with its tree as the functor and its operands' types (AnyOf) as S.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,31 +9,13 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/gpu/fast_divisor.h"
 #include "kernels/cuda/memory_access.cuh"
 #include "kernels/dtype.h"
-#include "kernels/tensor_view.h"
+#include "kernels/gpu/fast_divisor.h"
+#include "kernels/gpu/general_args.h"
+#include "kernels/max_rank.h"
 
 namespace tc::cuda {
-
-// The general kernel's piece of a plan: fewer than 2^31 elements, and every operand's offsets
-// from its base within 32 bits (SplitForIndexing), so that all index math is 32-bit.
-template <int kOps>
-struct KernelArgs {
-  int ndim;
-  uint32_t numel;
-  int32_t strides[kOps][kMaxRank];
-  char* base[kOps];
-  DType dtypes[kOps];
-  // Per-dim indices from the element index by fast division (every dim but the last).
-  FastDivisor div[kMaxRank];
-  // Every input of the kernel's compute type and the output of its result type: loads and
-  // stores without a conversion chosen per element.
-  bool same_types;
-};
-
-// Elements per thread per step of the general kernel.
-inline constexpr int kGeneralUnroll = 4;
 
 // Every operand's byte offset of element i. The dims are walked in a loop of kMaxRank fixed
 // steps, so that the arguments are indexed by constants (read where the kernel's parameters
@@ -59,15 +43,15 @@ __device__ __forceinline__ void GeneralOffsets(const KernelArgs<kOps>& a, uint32
   }
 }
 
-// Each thread takes kGeneralUnroll elements a step, blockDim.x apart (a warp's accesses to
-// an operand dense along dim 0 stay consecutive), every load issued before the first use.
-// kSame: every dtype is the functor's (KernelArgs::same_types).
-template <typename S, int N, bool kSame, typename F>
+// Each thread takes kU elements a step (kGeneralUnroll for the ops), blockDim.x apart (a warp's
+// accesses to an operand dense along dim 0 stay consecutive), every load issued before the first
+// use. kSame: every dtype is the functor's (KernelArgs::same_types).
+template <typename S, int N, bool kSame, typename F, int kU = kGeneralUnroll>
 __device__ __forceinline__ void GeneralSteps(const F& f, const KernelArgs<N + 1>& a) {
+  static_assert(!kSame || !kIsCarrier<S>, "an AnyOf's operands are converted as they are typed");
   using C = OpMath<S>;
   using R = decltype(Call(f, static_cast<const C*>(nullptr), std::make_index_sequence<N>{}));
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
-  constexpr int kU = kGeneralUnroll;
   const uint32_t width = blockDim.x;
   // numel < 2^31 and the grid is far smaller, so neither first + step nor an element index
   // of a step wraps.
@@ -104,7 +88,7 @@ __device__ __forceinline__ void GeneralSteps(const F& f, const KernelArgs<N + 1>
 }
 
 template <typename S, int N, typename F>
-__global__ void __launch_bounds__(256) GeneralKernel(F f, KernelArgs<N + 1> a) {
+__global__ void __launch_bounds__(kGeneralThreads) GeneralKernel(F f, KernelArgs<N + 1> a) {
   if (a.same_types) {
     GeneralSteps<S, N, true>(f, a);
   } else {

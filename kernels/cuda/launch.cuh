@@ -683,31 +683,19 @@ template <typename S, int N, typename F>
 absl::Status LaunchGeneral(const F& f, const Plan& plan, char* const* base, const LaunchEnv& env) {
   using R = decltype(ResultOf<F, OpMath<S>>(std::make_index_sequence<N>{}));
   using Out = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
-  for (const Plan& piece : SplitForIndexing(plan)) {
-    KernelArgs<N + 1> a{};
-    a.ndim = piece.ndim;
-    a.numel = static_cast<uint32_t>(piece.numel);
-    for (int d = 0; d < piece.ndim; ++d) {
-      a.div[d] = MakeFastDivisor(static_cast<uint32_t>(piece.sizes[d]));
-      // A dim of one element may keep a stride past 32 bits; its index is always 0.
-      for (int k = 0; k <= N; ++k) {
-        a.strides[k][d] = piece.sizes[d] > 1 ? static_cast<int32_t>(piece.strides[k][d]) : 0;
-      }
-    }
-    a.same_types = plan.dtypes[0] == DTypeOf<Out>();
-    for (int k = 0; k <= N; ++k) {
-      a.base[k] = base[k] + (piece.offsets[k] - plan.offsets[k]);
-      a.dtypes[k] = plan.dtypes[k];
-      if (k > 0) a.same_types = a.same_types && plan.dtypes[k] == DTypeOf<S>();
-    }
-    // Blocks enough for every SM to hold its fill of threads a few times over; the kernel
-    // strides over the rest.
-    const int64_t max_blocks = int64_t{env.multiprocessors} * 16;
-    const int64_t per_block = int64_t{kThreads} * kGeneralUnroll;
-    const int64_t blocks_needed = (piece.numel + per_block - 1) / per_block;
-    const int blocks = static_cast<int>(std::min(blocks_needed, max_blocks));
+  bool same_types = plan.dtypes[0] == DTypeOf<Out>();
+  for (int k = 1; k <= N; ++k) same_types = same_types && plan.dtypes[k] == DTypeOf<S>();
+  int64_t item[kMaxOperands];
+  const IterationDims dims = DimsOf(plan, item);
+  for (const IndexPiece& piece : SplitForIndexing(dims, plan.numel, item)) {
+    const unsigned blocks = GeneralBlocks(piece.numel, env.multiprocessors);
     if (blocks == 0) continue;
-    GeneralKernel<S, N><<<blocks, kThreads, 0, env.stream>>>(f, a);
+    char* at[N + 1];
+    for (int k = 0; k <= N; ++k) at[k] = base[k] + piece.offsets[k];
+    KernelArgs<N + 1> a = MakeKernelArgs<N + 1>(plan.ndim, piece.sizes, piece.numel,
+                                                &dims.strides[0][0], kMaxRank, plan.dtypes, at);
+    a.same_types = same_types;
+    GeneralKernel<S, N><<<blocks, kGeneralThreads, 0, env.stream>>>(f, a);
     if (absl::Status s = CheckLaunch(); !s.ok()) return s;
   }
   return absl::OkStatus();

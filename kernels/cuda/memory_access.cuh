@@ -17,11 +17,74 @@
 
 namespace tc::cuda {
 
+// An element of one of the types Ts (the output's and each input's of a fused expression),
+// as its own bits: the S of a walk whose operands have types of their own that the kernel
+// knows when it is compiled (NVRTC) though the walk does not. The walk loads each operand
+// into one (Convert moves the bits), hands them to the functor, which reads each as the type
+// it knows that operand has, and stores the one it returns; VisitOperand visits only Ts.
+template <typename... Ts>
+struct AnyOf {
+  static constexpr bool kCarrier = true;
+  using Bits = std::conditional_t<((sizeof(Ts) <= 4) && ...), uint32_t, uint64_t>;
+  Bits bits;
+
+  AnyOf() = default;
+  // An integer's value (a bool's 0 or 1 as the walks make it: see ToCompute).
+  __host__ __device__ explicit AnyOf(int v) : bits(static_cast<Bits>(v)) {}
+  template <typename T>
+  static __host__ __device__ __forceinline__ AnyOf Holding(T v) {
+    static_assert(sizeof(T) <= sizeof(Bits));
+    AnyOf a;
+    a.bits = 0;
+    memcpy(&a.bits, &v, sizeof(T));
+    return a;
+  }
+  template <typename T>
+  __host__ __device__ __forceinline__ T As() const {
+    static_assert(sizeof(T) <= sizeof(Bits));
+    T v;
+    memcpy(&v, &bits, sizeof(T));
+    return v;
+  }
+};
+
+// fn(TypeTag<T>{}) for the one of T, Rest... that is dtype t (the last where none is).
+template <typename T, typename... Rest, typename Fn>
+__device__ __forceinline__ decltype(auto) VisitAmong(DType t, Fn&& fn) {
+  if constexpr (sizeof...(Rest) == 0) {
+    (void)t;
+    return fn(TypeTag<T>{});
+  } else {
+    if (t == DTypeOf<T>()) return fn(TypeTag<T>{});
+    return VisitAmong<Rest...>(t, fn);
+  }
+}
+
+template <typename T>
+struct CarrierTypes;
+template <typename... Ts>
+struct CarrierTypes<AnyOf<Ts...>> {
+  template <typename Fn>
+  static __device__ __forceinline__ decltype(auto) Visit(DType t, Fn&& fn) {
+    return VisitAmong<Ts...>(t, fn);
+  }
+};
+
+// VisitDType for an operand of a walk over S: only AnyOf's types where S is one.
+template <typename S, typename Fn>
+__device__ __forceinline__ decltype(auto) VisitOperand(DType t, Fn&& fn) {
+  if constexpr (kIsCarrier<S>) {
+    return CarrierTypes<S>::Visit(t, fn);
+  } else {
+    return VisitDType(t, fn);
+  }
+}
+
 // Loads element p of dtype t into compute type C through the compute dtype's storage type S
 // (as if the input had been converted to the common dtype first).
 template <typename S, typename C>
 __device__ __forceinline__ C LoadAs(DType t, const char* p) {
-  return VisitDType(t, [p](auto tag) {
+  return VisitOperand<S>(t, [p](auto tag) {
     using T = typename decltype(tag)::type;
     return static_cast<C>(Convert<S>(*reinterpret_cast<const T*>(p)));
   });
@@ -32,7 +95,7 @@ template <typename S, typename R>
 __device__ __forceinline__ void StoreAs(DType t, char* p, R r) {
   using V = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   const V v = Convert<V>(r);
-  VisitDType(t, [p, v](auto tag) {
+  VisitOperand<S>(t, [p, v](auto tag) {
     using T = typename decltype(tag)::type;
     *reinterpret_cast<T*>(p) = Convert<T>(v);
   });

@@ -1,9 +1,7 @@
-// What a fused expression's kernel takes first, besides its literals and functors: where its
-// operands are and how it walks them. Plain data, one definition for the host that fills it
-// and for NVRTC, which compiles it into every expression kernel (kernels/rtc/prelude.cuh).
+// What a fused expression's rows and tiles kernels take after their evaluator (its literals
+// and functors): where the operands are and how the kernel walks them. Plain data, one
+// definition for the host that fills it and for NVRTC (kernels/rtc/prelude.cuh).
 #pragma once
-
-#include "kernels/gpu/fast_divisor.h"
 
 namespace tc::rtc {
 
@@ -19,15 +17,13 @@ struct RowArgs {
   long long step[kOps];
 };
 
-// Any rank: element i's index along dim d comes from i by division by the sizes of the dims
-// before it (dim 0 fastest); `div` holds those sizes as divisors for 32-bit index math.
+// Tiles (two or three dims): sizes and byte strides per operand (dim 0 fastest), the
+// operands' elements (0, ..., 0) at base.
 template <int kOps, int kDims>
 struct StridedArgs {
-  long long numel;
   long long size[kDims];
   long long stride[kOps][kDims];
   char* base[kOps];
-  cuda::FastDivisor div[kDims];
 };
 
 }  // namespace tc::rtc

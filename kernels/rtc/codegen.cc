@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/gpu/general_args.h"
 #include "kernels/rtc/functors.h"
 
 namespace tc::rtc {
@@ -67,9 +68,23 @@ std::string Inputs(int inputs, const std::string& prefix, const std::string& suf
   return s;
 }
 
+// The type list of AnyOf for the program's operands: each dtype once, the output's first.
+std::string OperandTypes(const Program& p) {
+  std::vector<DType> seen;
+  std::string list;
+  for (int k = 0; k <= NumInputs(p); ++k) {
+    const DType t = OperandType(p, k);
+    if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+    seen.push_back(t);
+    absl::StrAppend(&list, list.empty() ? "" : ", ", TypeName(t));
+  }
+  return list;
+}
+
 // A struct holding every literal and functor, whose call operator evaluates the tree over one
-// element of each input.
-void AppendEvaluator(const Program& p, std::string* s) {
+// element of each input. `carried`: the walk holds operands as Operand (tc::cuda::AnyOf of
+// their types), which the call operator takes and returns; otherwise each in its own type.
+void AppendEvaluator(const Program& p, bool carried, std::string* s) {
   const expr::Expression& e = p.expression;
   std::string members, body;
   int literals = 0;
@@ -103,18 +118,31 @@ void AppendEvaluator(const Program& p, std::string* s) {
     if (n.kind == NodeKind::kCall)
       absl::StrAppend(&members, "  ", Functor(n.op->index).type, " f", i, ";\n");
   }
+  if (carried) absl::StrAppend(s, "using Operand = tc::cuda::AnyOf<", OperandTypes(p), ">;\n\n");
   absl::StrAppend(s, "struct Evaluator {\n  unsigned z;\n", members,
-                  "  __device__ __forceinline__ ", TypeName(p.out_dtype), " operator()(");
+                  "  __device__ __forceinline__ ", carried ? "Operand" : TypeName(p.out_dtype),
+                  " operator()(");
+  std::string unpack;
   for (int k = 1; k <= NumInputs(p); ++k) {
-    absl::StrAppend(s, k > 1 ? ", " : "", TypeName(OperandType(p, k)), " x", k);
+    const char* t = TypeName(OperandType(p, k));
+    if (carried) {
+      absl::StrAppend(s, k > 1 ? ", " : "", "Operand r", k);
+      absl::StrAppend(&unpack, "    const ", t, " x", k, " = r", k, ".As<", t, ">();\n");
+    } else {
+      absl::StrAppend(s, k > 1 ? ", " : "", t, " x", k);
+    }
   }
-  absl::StrAppend(s, ") const {\n", body, "    return v", e.root(), ";\n  }\n};\n\n");
+  absl::StrAppend(
+      s, ") const {\n", unpack, body, "    return ",
+      carried ? absl::StrCat("Operand::Holding(v", e.root(), ")") : absl::StrCat("v", e.root()),
+      ";\n  }\n};\n\n");
 }
 
-// The kernel's parameters: the walk's arguments, then the evaluator itself (its literals and
-// functors as one parameter, laid out as EvaluatorParam lays it out).
+// The kernel's parameters, as the ahead-of-time kernels take a functor and their walk's
+// arguments: the evaluator (its literals and functors as one parameter, laid out as
+// EvaluatorParam lays it out), then the walk's arguments.
 std::string Parameters(const std::string& walk_args) {
-  return absl::StrCat(walk_args, " a, const Evaluator e");
+  return absl::StrCat("const Evaluator e, const ", walk_args, " a");
 }
 
 void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
@@ -203,43 +231,14 @@ void AppendRowsKernel(const Program& p, const ExprWalk& w, std::string* s) {
   absl::StrAppend(s, "    }\n  }\n}\n");
 }
 
-void AppendStridedKernel(const Program& p, const ExprWalk& w, std::string* s) {
-  const int nops = NumInputs(p) + 1, nd = std::max(1, p.space.ndim);
-  const std::string params = Parameters(absl::StrCat("tc::rtc::StridedArgs<", nops, ", ", nd, ">"));
-  absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(", kThreads, ") tc_expr(",
-                  params, ") {\n");
-  const char* idx = w.wide ? "long long" : "int";
-  absl::StrAppend(
-      s, "  const long long step = static_cast<long long>(gridDim.x) * blockDim.x;\n",
-      "  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;"
-      " i < a.numel; i += step) {\n");
-  absl::StrAppend(s, "    ", w.wide ? "long long" : "unsigned", " rest = i;\n");
-  for (int k = 0; k < nops; ++k) absl::StrAppend(s, "    ", idx, " o", k, " = 0;\n");
-  for (int d = 0; d < nd; ++d) {
-    if (d + 1 < nd) {
-      if (w.wide) {
-        absl::StrAppend(s, "    { const long long q = rest / a.size[", d,
-                        "]; const long long j = rest - q * a.size[", d, "]; rest = q;\n");
-      } else {
-        absl::StrAppend(s, "    { const unsigned q = tc::cuda::FastDiv(rest, a.div[", d,
-                        "]); const int j = static_cast<int>(rest - q * a.div[", d,
-                        "].d); rest = q;\n");
-      }
-    } else {
-      absl::StrAppend(s, "    { const ", idx, " j = static_cast<", idx, ">(rest);\n");
-    }
-    for (int k = 0; k < nops; ++k) {
-      absl::StrAppend(s, "      o", k, " += j * static_cast<", idx, ">(a.stride[", k, "][", d,
-                      "]);\n");
-    }
-    absl::StrAppend(s, "    }\n");
-  }
-  absl::StrAppend(s, "    *reinterpret_cast<", TypeName(p.out_dtype), "*>(a.base[0] + o0) = e(");
-  for (int k = 1; k < nops; ++k) {
-    absl::StrAppend(s, k > 1 ? ", " : "", "*reinterpret_cast<const ", TypeName(OperandType(p, k)),
-                    "*>(a.base[", k, "] + o", k, ")");
-  }
-  absl::StrAppend(s, ");\n  }\n}\n");
+// Any rank and strides: the ahead-of-time ops' general walk (kernels/cuda/general_kernel.cuh),
+// its operands held as Operand, over a piece of the space that fits 32-bit index math.
+void AppendGeneralKernel(const Program& p, const ExprWalk& w, std::string* s) {
+  const int nops = NumInputs(p) + 1;
+  absl::StrAppend(s, "extern \"C\" __global__ void __launch_bounds__(tc::cuda::kGeneralThreads) ",
+                  "tc_expr(", Parameters(absl::StrCat("tc::cuda::KernelArgs<", nops, ">")),
+                  ") {\n  tc::cuda::GeneralSteps<Operand, ", nops - 1, ", false, Evaluator, ",
+                  w.unroll, ">(e, a);\n}\n");
 }
 
 // Blocks of 32 x 8 threads; a tile is 32 elements along dim 0 by T1 = 8 * U along dim 1.
@@ -313,13 +312,32 @@ void AppendTilesKernel(const Program& p, const ExprWalk& w, std::string* s) {
 void Put(std::string* s, const void* p, size_t n) { s->append(static_cast<const char*>(p), n); }
 void Put64(std::string* s, int64_t v) { Put(s, &v, sizeof(v)); }
 
+// The general walk's arguments (cuda::KernelArgs<nops>) for a piece, as bytes.
+template <int kOps>
+std::string GeneralArgs(int nops, int ndim, const IndexPiece& piece, const int64_t* strides,
+                        const DType* dtypes, char* const* base) {
+  if constexpr (kOps > kMaxIterOperands) {
+    std::abort();  // (a program has at most kMaxIterOperands operands)
+  } else {
+    if (nops != kOps) return GeneralArgs<kOps + 1>(nops, ndim, piece, strides, dtypes, base);
+    const cuda::KernelArgs<kOps> a =
+        cuda::MakeKernelArgs<kOps>(ndim, piece.sizes, piece.numel, strides, kMaxRank, dtypes, base);
+    std::string bytes(sizeof(a), '\0');
+    std::memcpy(bytes.data(), &a, sizeof(a));
+    return bytes;
+  }
+}
+
 }  // namespace
 
 std::string GenerateSource(const Program& p, int vector) {
   ExprWalk w = p.walk;
   w.vector = vector;
-  std::string s = "#include \"kernels/rtc/prelude.cuh\"\n\n";
-  AppendEvaluator(p, &s);
+  const bool general = w.kernel == Kernel::kGeneral;
+  std::string s = "#include \"kernels/rtc/prelude.cuh\"\n";
+  if (general) s += "#include \"kernels/cuda/general_kernel.cuh\"\n";
+  s += "\n";
+  AppendEvaluator(p, general, &s);
   // The host lays the evaluator's bytes out itself (EvaluatorParam): the compiler checks that
   // it agrees.
   absl::StrAppend(&s, "static_assert(sizeof(Evaluator) == ", EvaluatorParam(p, nullptr).size(),
@@ -330,7 +348,7 @@ std::string GenerateSource(const Program& p, int vector) {
   } else if (w.kernel == Kernel::kTiles) {
     AppendTilesKernel(p, w, &s);
   } else {
-    AppendStridedKernel(p, w, &s);
+    AppendGeneralKernel(p, w, &s);
   }
   return s;
 }
@@ -382,13 +400,34 @@ std::string RaisingOps(const Program& p) {
   return absl::StrJoin(names, "' or '");
 }
 
-std::string WalkArgs(const Program& p, int vector, char* const* base, int multiprocessors,
-                     Geometry* g) {
+std::vector<WalkPart> Walk(const Program& p, int vector, char* const* base, int multiprocessors) {
   ExprWalk w = p.walk;
   w.vector = vector;
   const Iteration& it = p.space;
   const int nops = it.num_operands;
-  std::string s;
+  std::vector<WalkPart> parts;
+  if (w.kernel == Kernel::kGeneral) {
+    int64_t item[kMaxIterOperands];
+    DType dtypes[kMaxIterOperands];
+    for (int k = 0; k < nops; ++k) {
+      dtypes[k] = OperandType(p, k);
+      item[k] = ItemSize(dtypes[k]);
+    }
+    for (const IndexPiece& piece : SplitForIndexing(it, it.numel, item)) {
+      WalkPart part;
+      part.geometry.grid[0] = cuda::GeneralBlocks(piece.numel, multiprocessors, w.unroll);
+      part.geometry.block[0] = cuda::kGeneralThreads;
+      if (part.geometry.grid[0] == 0) continue;
+      char* at[kMaxIterOperands];
+      for (int k = 0; k < nops; ++k) at[k] = base[k] + piece.offsets[k];
+      part.args = GeneralArgs<1>(nops, it.ndim, piece, &it.strides[0][0], dtypes, at);
+      parts.push_back(std::move(part));
+    }
+    return parts;
+  }
+  WalkPart part;
+  std::string& s = part.args;
+  Geometry* g = &part.geometry;
   if (w.kernel == Kernel::kRows) {
     const int64_t cols = it.sizes[0], rows = it.ndim == 2 ? it.sizes[1] : 1;
     Put64(&s, rows);
@@ -409,36 +448,25 @@ std::string WalkArgs(const Program& p, int vector, char* const* base, int multip
         std::max<int64_t>(1, std::min<int64_t>((threads_per_row + tx - 1) / tx, INT32_MAX)));
     g->grid[1] =
         static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((rows + ty - 1) / ty, 65535)));
-    return s;
+    parts.push_back(std::move(part));
+    return parts;
   }
   const int nd = std::max(1, it.ndim);
-  Put64(&s, it.numel);
   for (int d = 0; d < nd; ++d) Put64(&s, it.sizes[d]);
   for (int k = 0; k < nops; ++k) {
     for (int d = 0; d < nd; ++d) Put64(&s, it.strides[k][d]);
   }
   for (int k = 0; k < nops; ++k) Put(&s, &base[k], sizeof(char*));
-  for (int d = 0; d < nd; ++d) {
-    const cuda::FastDivisor f =
-        cuda::MakeFastDivisor(static_cast<uint32_t>(std::min<int64_t>(it.sizes[d], INT32_MAX)));
-    Put(&s, &f, sizeof(f));
-  }
-  while (s.size() % 8 != 0) s.push_back('\0');
-  if (w.kernel == Kernel::kTiles) {
-    // 32 x 8 threads a block, blocks looping over the tiles.
-    const int64_t t1 = 8 * w.unroll;
-    const int64_t tiles =
-        (it.sizes[0] + 31) / 32 * ((it.sizes[1] + t1 - 1) / t1) * (nd == 3 ? it.sizes[2] : 1);
-    g->block[0] = 32;
-    g->block[1] = kThreads / 32;
-    g->grid[0] = static_cast<unsigned>(
-        std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{multiprocessors} * 16)));
-    return s;
-  }
-  g->block[0] = kThreads;
-  g->grid[0] = static_cast<unsigned>(std::max<int64_t>(
-      1, std::min<int64_t>((it.numel + kThreads - 1) / kThreads, int64_t{multiprocessors} * 16)));
-  return s;
+  // Tiles: 32 x 8 threads a block, blocks looping over the tiles.
+  const int64_t t1 = 8 * w.unroll;
+  const int64_t tiles =
+      (it.sizes[0] + 31) / 32 * ((it.sizes[1] + t1 - 1) / t1) * (nd == 3 ? it.sizes[2] : 1);
+  g->block[0] = 32;
+  g->block[1] = kThreads / 32;
+  g->grid[0] = static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{multiprocessors} * 16)));
+  parts.push_back(std::move(part));
+  return parts;
 }
 
 }  // namespace tc::rtc

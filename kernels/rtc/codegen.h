@@ -29,13 +29,19 @@ std::string EvaluatorParam(const expr::Program& program, int* error);
 // "floor_divide", "floor_divide' or 'remainder" (quoted by the caller); empty when none can.
 std::string RaisingOps(const expr::Program& program);
 
-// The walk arguments, and the launch's blocks and threads.
+// One launch of the walk: its arguments, and its blocks and threads.
 struct Geometry {
   unsigned grid[3] = {1, 1, 1};
   unsigned block[3] = {1, 1, 1};
 };
-// `base[k]`: operand k's element (0, ..., 0), as the program's space describes it.
-std::string WalkArgs(const expr::Program& program, int vector, char* const* base,
-                     int multiprocessors, Geometry* geometry);
+struct WalkPart {
+  std::string args;
+  Geometry geometry;
+};
+// The launches that walk the program's space, in order: one, or for the general walk one a
+// piece of the space that fits 32-bit index math (SplitForIndexing). `base[k]`: operand k's
+// element (0, ..., 0), as the program's space describes it.
+std::vector<WalkPart> Walk(const expr::Program& program, int vector, char* const* base,
+                           int multiprocessors);
 
 }  // namespace tc::rtc

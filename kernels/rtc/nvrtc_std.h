@@ -19,6 +19,7 @@ typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
+typedef unsigned long uintptr_t;
 typedef unsigned long size_t;
 typedef long ptrdiff_t;
 
@@ -32,6 +33,7 @@ using ::uint8_t;
 using ::uint16_t;
 using ::uint32_t;
 using ::uint64_t;
+using ::uintptr_t;
 using ::size_t;
 using ::ptrdiff_t;
 

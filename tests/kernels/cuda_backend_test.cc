@@ -86,7 +86,7 @@ TEST_F(CudaBackendTest, LargeContiguousMatchesCpu) {
   const TensorView inputs[] = {va, vb};
   auto op = PrepareOp("add", inputs, {});
   ASSERT_TRUE(op.ok());
-  EXPECT_EQ(op->plan.path, Path::kContiguous);
+  EXPECT_EQ(op->plan.ndim, 1);
   std::vector<float> gpu(n), cpu(n);
   ASSERT_TRUE(backend_->Run(*op, inputs, reinterpret_cast<std::byte*>(gpu.data())).ok());
   CpuBackend cpu_backend;
@@ -779,28 +779,41 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
 }
 
 // Over 2^31 elements, bit for bit the CPU's result: a contiguous add (the row kernels) and
-// the same add with one input fully permuted (rank 4, nothing coalesces: the general kernel
-// with 64-bit index math).
-TEST_F(CudaBackendTest, MoreThanTwoToThe31Elements) {
-  const int64_t m = ((int64_t{1} << 31) >> 9) + 3;  // 512 * m elements: 2^31 + 1536
+// the same add with one input fully permuted (rank 4, nothing coalesces: the general kernel,
+// launched once a piece that fits 32-bit index math).
+// Two uint8 inputs of 512 * m = 2^31 + 1536 elements from the test's seed, flat, and as
+// [4, 8, 16, m] grids whose second is fully permuted (b's storage read as [m, 16, 8, 4] and
+// seen transposed).
+struct PastTwoToThe31 {
+  const int64_t m = ((int64_t{1} << 31) >> 9) + 3;
   const int64_t n = 512 * m;
-  std::vector<uint8_t> a(n), b(n);
-  uint64_t x = testing::TestSeed() | 1;
-  for (int64_t i = 0; i < n; i += 8) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    std::memcpy(&a[i], &x, 8);
-    const uint64_t y = x * 0x9E3779B97F4A7C15ull;
-    std::memcpy(&b[i], &y, 8);
+  std::vector<uint8_t> a, b;
+  TensorView flat_a, flat_b, grid_a, grid_b;
+
+  PastTwoToThe31() : a(n), b(n) {
+    uint64_t x = testing::TestSeed() | 1;
+    for (int64_t i = 0; i < n; i += 8) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      std::memcpy(&a[i], &x, 8);
+      const uint64_t y = x * 0x9E3779B97F4A7C15ull;
+      std::memcpy(&b[i], &y, 8);
+    }
+    const auto* pa = reinterpret_cast<const std::byte*>(a.data());
+    const auto* pb = reinterpret_cast<const std::byte*>(b.data());
+    flat_a = TensorView{DType::kUInt8, {n}, {1}, 0, pa, n};
+    flat_b = TensorView{DType::kUInt8, {n}, {1}, 0, pb, n};
+    grid_a = TensorView{DType::kUInt8, {4, 8, 16, m}, {8 * 16 * m, 16 * m, m, 1}, 0, pa, n};
+    grid_b = TensorView{DType::kUInt8, {4, 8, 16, m}, {1, 4, 32, 512}, 0, pb, n};
   }
-  const auto* pa = reinterpret_cast<const std::byte*>(a.data());
-  const auto* pb = reinterpret_cast<const std::byte*>(b.data());
-  const TensorView flat_a{DType::kUInt8, {n}, {1}, 0, pa, n};
-  const TensorView flat_b{DType::kUInt8, {n}, {1}, 0, pb, n};
-  // b's storage read as [m, 16, 8, 4] and seen transposed as [4, 8, 16, m].
-  const TensorView grid_a{DType::kUInt8, {4, 8, 16, m}, {8 * 16 * m, 16 * m, m, 1}, 0, pa, n};
-  const TensorView grid_b{DType::kUInt8, {4, 8, 16, m}, {1, 4, 32, 512}, 0, pb, n};
+};
+
+TEST_F(CudaBackendTest, MoreThanTwoToThe31Elements) {
+  const PastTwoToThe31 in;
+  const int64_t n = in.n;
+  const TensorView &flat_a = in.flat_a, &flat_b = in.flat_b;
+  const TensorView &grid_a = in.grid_a, &grid_b = in.grid_b;
   CpuBackend cpu_backend;
   std::vector<uint8_t> gpu(n), cpu(n);
   for (const auto& [va, vb, ndim] :
@@ -1288,6 +1301,25 @@ class StepModeScope {
  private:
   cuda::StepMode before_;
 };
+
+// An expression over 2^31 elements and more through its kernel, bit for bit the CPU's: rank 4
+// with one input fully permuted (nothing coalesces), the ops' general walk launched once a
+// piece of the space that fits 32-bit index math, as the ops' general kernel is.
+TEST_F(CudaBackendTest, ExpressionOverMoreThanTwoToThe31Elements) {
+  StepModeScope scope(cuda::StepMode::kNever);
+  const PastTwoToThe31 in;
+  const int64_t n = in.n;
+  const TensorView inputs[] = {in.grid_a, in.grid_b};
+  auto p = expr::PrepareExpression("a * 3 + (b ^ a)", {}, inputs);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(KernelName(p->expression->walk.kernel), KernelName(Kernel::kGeneral));
+  std::vector<uint8_t> gpu(n), cpu(n);
+  ASSERT_TRUE(backend_->Run(*p, inputs, reinterpret_cast<std::byte*>(gpu.data())).ok());
+  CpuBackend cpu_backend;
+  ASSERT_TRUE(cpu_backend.Run(*p, inputs, reinterpret_cast<std::byte*>(cpu.data())).ok());
+  EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), n), 0);
+  EXPECT_EQ(device_->memory_in_use(), 0);
+}
 
 // An expression run as its ops one by one (what answers it while its kernel compiles) gives
 // the compiled kernel's bytes and the CPU's: broadcasts, a transposed and a reversed input,

@@ -113,7 +113,6 @@ TEST(Planner, ContiguousCoalescesToOneDim) {
   const TensorView in[] = {Contiguous({4, 5, 6}), Contiguous({4, 5, 6})};
   auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(p->path, Path::kContiguous);
   EXPECT_EQ(p->ndim, 1);
   EXPECT_EQ(p->sizes[0], 120);
   EXPECT_EQ(p->out_storage_bytes, 480);
@@ -123,7 +122,6 @@ TEST(Planner, ScalarBroadcast) {
   const TensorView in[] = {Contiguous({4, 5}), Contiguous({})};
   auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->path, Path::kScalarBroadcast);
   EXPECT_EQ(p->ndim, 1);
   EXPECT_EQ(p->strides[2][0], 0);
 }
@@ -132,7 +130,6 @@ TEST(Planner, RowBroadcastKeepsTwoDims) {
   const TensorView in[] = {Contiguous({4, 5}), Contiguous({5})};
   auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->path, Path::kInnerBroadcast);
   ASSERT_EQ(p->ndim, 2);
   EXPECT_EQ(p->sizes[0], 5);  // fastest dim first
   EXPECT_EQ(p->sizes[1], 4);
@@ -157,7 +154,6 @@ TEST(Planner, EmptyAndRankZero) {
   auto p = PlanElementwise(scalars, DType::kFloat32, DType::kFloat32);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->numel, 1);
-  EXPECT_EQ(p->path, Path::kContiguous);
   const TensorView empty[] = {Contiguous({0, 3}), Contiguous({3})};
   auto q = PlanElementwise(empty, DType::kFloat32, DType::kFloat32);
   ASSERT_TRUE(q.ok());
@@ -201,30 +197,69 @@ TEST(Promotion, ResultTypeFollowsPyTorch) {
   EXPECT_FALSE(CanCast(D::kInt8, D::kBool));
 }
 
+// Operand op's reach in bytes from a piece's first element.
+int64_t Reach(const IterationDims& dims, const IndexPiece& piece, const int64_t* item, int op) {
+  int64_t reach = item[op];
+  for (int d = 0; d < dims.ndim; ++d) reach += std::abs(dims.strides[op][d]) * (piece.sizes[d] - 1);
+  return reach;
+}
+
 TEST(Planner, SplitForIndexingCoversEveryElementOnce) {
   // A [3000, 1000000] float32 output: 12 GB of offsets, far past 2^31.
   const TensorView in[] = {F32({3000, 1}, {1, 1}, 0, 3000), F32({1, 1000000}, {1, 1}, 0, 1000000)};
   // (Views need no real storage for planning beyond what ValidateView checks.)
   auto p = PlanElementwise(in, DType::kFloat32, DType::kFloat32);
   ASSERT_TRUE(p.ok()) << p.status();
-  const auto pieces = SplitForIndexing(*p);
+  int64_t item[kMaxOperands];
+  const IterationDims dims = DimsOf(*p, item);
+  const auto pieces = SplitForIndexing(dims, p->numel, item);
   ASSERT_GT(pieces.size(), 1u);
   int64_t total = 0;
   std::vector<int64_t> out_offsets;
-  for (const Plan& q : pieces) {
+  for (const IndexPiece& q : pieces) {
     total += q.numel;
-    for (int op = 0; op < q.num_operands; ++op) {
-      int64_t reach = ItemSize(q.dtypes[op]);
-      for (int d = 0; d < q.ndim; ++d) reach += std::abs(q.strides[op][d]) * (q.sizes[d] - 1);
-      EXPECT_LE(reach, INT32_MAX);
-    }
+    for (int op = 0; op < dims.num_operands; ++op) EXPECT_LE(Reach(dims, q, item, op), INT32_MAX);
     out_offsets.push_back(q.offsets[0]);
   }
   EXPECT_EQ(total, p->numel);
   std::sort(out_offsets.begin(), out_offsets.end());
   EXPECT_EQ(std::adjacent_find(out_offsets.begin(), out_offsets.end()), out_offsets.end());
-  const auto whole = SplitForIndexing(*p, INT64_MAX);
-  EXPECT_EQ(whole.size(), 1u);
+  EXPECT_EQ(SplitForIndexing(dims, p->numel, item, INT64_MAX).size(), 1u);
+
+  // Element by element, on a space small enough to walk: a [37, 53, 3] output over a
+  // transposed input and a reversed one, split to 200 bytes of reach.
+  IterationDims small;
+  small.ndim = 3;
+  small.num_operands = 3;
+  const int64_t sizes[3] = {37, 53, 3}, small_item[3] = {4, 8, 2};
+  std::copy(sizes, sizes + 3, small.sizes);
+  const int64_t strides[3][3] = {{4, 4 * 37, 4 * 37 * 53}, {8 * 53, 8, 8 * 37 * 53}, {-2, -74, 0}};
+  for (int op = 0; op < 3; ++op) std::copy(strides[op], strides[op] + 3, small.strides[op]);
+  const int64_t numel = 37 * 53 * 3;
+  const auto parts = SplitForIndexing(small, numel, small_item, 200);
+  ASSERT_GT(parts.size(), 10u);
+  std::vector<int> seen(static_cast<size_t>(numel));
+  for (const IndexPiece& q : parts) {
+    for (int op = 0; op < 3; ++op) EXPECT_LE(Reach(small, q, small_item, op), 200);
+    int64_t count = 0;
+    for (int64_t i2 = 0; i2 < q.sizes[2]; ++i2) {
+      for (int64_t i1 = 0; i1 < q.sizes[1]; ++i1) {
+        for (int64_t i0 = 0; i0 < q.sizes[0]; ++i0) {
+          const int64_t at = q.offsets[0] + i0 * 4 + i1 * 4 * 37 + i2 * 4 * 37 * 53;
+          // Every operand's element is where the output's says: the same indices.
+          const int64_t e = at / 4, j0 = e % 37, j1 = e / 37 % 53, j2 = e / (37 * 53);
+          EXPECT_EQ(q.offsets[1] + i0 * strides[1][0] + i1 * strides[1][1] + i2 * strides[1][2],
+                    j0 * strides[1][0] + j1 * strides[1][1] + j2 * strides[1][2]);
+          EXPECT_EQ(q.offsets[2] + i0 * strides[2][0] + i1 * strides[2][1],
+                    j0 * strides[2][0] + j1 * strides[2][1]);
+          ++seen[static_cast<size_t>(e)];
+          ++count;
+        }
+      }
+    }
+    EXPECT_EQ(count, q.numel);
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), numel);
 }
 
 TEST(PrepareOp, ChecksOpArityDtypeAndAttributes) {
@@ -295,14 +330,13 @@ TEST(HalfRows, MatchScalarConversionForEveryHalfAndManyFloats) {
   std::printf("F16C rows: %s\n", cpu::HalfRowsUseF16C() ? "yes" : "no (portable)");
 }
 
-// The one place that pins which path and kernel family the planner chooses for each layout
+// The one place that pins which kernel family the planner chooses for each layout
 // class; the backends' tests check that the family they ran is the one named here.
-TEST(Planner, ChoosesPathAndKernelPerLayout) {
+TEST(Planner, ChoosesKernelPerLayout) {
   std::mt19937_64 rng(7);
   for (const testing::KernelCase& c : testing::KernelCases(rng)) {
     auto op = c.Prepare();
     ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
-    EXPECT_EQ(PathName(op->plan.path), PathName(c.path)) << c.name;
     EXPECT_EQ(KernelName(op->plan.kernel), KernelName(c.kernel)) << c.name;
   }
 }
@@ -350,7 +384,7 @@ TEST(Planner, CpuTileRuleTilesEveryPermutedPlan) {
     auto op = c.Prepare(TileRule::kAnyPermuted);
     ASSERT_TRUE(op.ok()) << c.name << ": " << op.status();
     const Plan& p = op->plan;
-    const Kernel want = c.path == Path::kPermuted ? Kernel::kTiles : c.kernel;
+    const Kernel want = c.permuted ? Kernel::kTiles : c.kernel;
     EXPECT_EQ(KernelName(p.kernel), KernelName(want)) << c.name;
     if (p.kernel != Kernel::kTiles) continue;
     for (int k = 1; k < p.num_operands; ++k) {

@@ -61,103 +61,102 @@ absl::StatusOr<PreparedOp> KernelCase::Prepare(TileRule tiles) const {
 }
 
 std::vector<KernelCase> KernelCases(std::mt19937_64& rng) {
+  constexpr bool kPermuted = true, kInOrder = false;
   const DType f32 = DType::kFloat32, f16 = DType::kFloat16;
   std::vector<KernelCase> c;
-  const auto add = [&c](std::string name, std::string op, std::vector<OwnedTensor> in, Path path,
-                        Kernel kernel, DimVector out_strides = {}) {
+  const auto add = [&c](std::string name, std::string op, std::vector<OwnedTensor> in,
+                        bool permuted, Kernel kernel, DimVector out_strides = {}) {
     c.push_back(KernelCase{std::move(name), std::move(op), std::move(in), std::move(out_strides),
-                           path, kernel});
+                           permuted, kernel});
   };
-  add("contiguous", "add", {Dense(f32, {1000}, rng), Dense(f32, {1000}, rng)}, Path::kContiguous,
+  add("contiguous", "add", {Dense(f32, {1000}, rng), Dense(f32, {1000}, rng)}, kInOrder,
       Kernel::kRows);
   add("contiguous, a length no vector divides", "add",
-      {Dense(f32, {1001}, rng), Dense(f32, {1001}, rng)}, Path::kContiguous, Kernel::kCastRows);
+      {Dense(f32, {1001}, rng), Dense(f32, {1001}, rng)}, kInOrder, Kernel::kCastRows);
   add("contiguous comparison, bool output", "eq",
-      {Dense(f32, {4096}, rng), Dense(f32, {4096}, rng)}, Path::kContiguous, Kernel::kRows);
+      {Dense(f32, {4096}, rng), Dense(f32, {4096}, rng)}, kInOrder, Kernel::kRows);
   add("contiguous, mixed dtypes", "add", {Dense(f16, {1024}, rng), Dense(f32, {1024}, rng)},
-      Path::kContiguous, Kernel::kCastRows);
+      kInOrder, Kernel::kCastRows);
   add("where with a bool condition", "where",
-      {Dense(DType::kBool, {512}, rng), Dense(f32, {512}, rng), Dense(f32, {512}, rng)},
-      Path::kContiguous, Kernel::kCastRows);
-  add("0-dim scalar", "add", {Dense(f32, {1024}, rng), Dense(f32, {}, rng)}, Path::kScalarBroadcast,
+      {Dense(DType::kBool, {512}, rng), Dense(f32, {512}, rng), Dense(f32, {512}, rng)}, kInOrder,
+      Kernel::kCastRows);
+  add("0-dim scalar", "add", {Dense(f32, {1024}, rng), Dense(f32, {}, rng)}, kInOrder,
       Kernel::kRows);
-  add("row broadcast", "add", {Dense(f32, {64, 128}, rng), Dense(f32, {128}, rng)},
-      Path::kInnerBroadcast, Kernel::kRows);
+  add("row broadcast", "add", {Dense(f32, {64, 128}, rng), Dense(f32, {128}, rng)}, kInOrder,
+      Kernel::kRows);
   add("row broadcast, rows of odd length", "add", {Dense(f32, {64, 5}, rng), Dense(f32, {5}, rng)},
-      Path::kInnerBroadcast, Kernel::kCastRows);
-  add("column broadcast", "add", {Dense(f32, {64, 128}, rng), Dense(f32, {64, 1}, rng)},
-      Path::kOuterBroadcast, Kernel::kRows);
+      kInOrder, Kernel::kCastRows);
+  add("column broadcast", "add", {Dense(f32, {64, 128}, rng), Dense(f32, {64, 1}, rng)}, kInOrder,
+      Kernel::kRows);
   add("transposed input", "add", {Dense(f32, {96, 80}, rng), Transposed(f32, 96, 80, rng)},
-      Path::kPermuted, Kernel::kTiles);
+      kPermuted, Kernel::kTiles);
   add("transposed output", "add", {Dense(f32, {67, 131}, rng), Dense(f32, {67, 131}, rng)},
-      Path::kPermuted, Kernel::kTiles, {1, 67});
+      kPermuted, Kernel::kTiles, {1, 67});
   add("channels-first into channels-last, batched", "add",
       {Tensor(f32, {3, 45, 70}, {45 * 70, 1, 45}, 0, 3 * 45 * 70, rng),
        Dense(f32, {3, 45, 70}, rng)},
-      Path::kPermuted, Kernel::kTiles);
+      kPermuted, Kernel::kTiles);
   add("transposed input, mixed dtypes", "add",
-      {Dense(f32, {96, 80}, rng), Transposed(f16, 96, 80, rng)}, Path::kPermuted, Kernel::kTiles);
+      {Dense(f32, {96, 80}, rng), Transposed(f16, 96, 80, rng)}, kPermuted, Kernel::kTiles);
   add("transposed input, mixed dtypes, computed in float16", "add",
-      {Dense(f16, {96, 80}, rng), Transposed(DType::kInt8, 96, 80, rng)}, Path::kPermuted,
+      {Dense(f16, {96, 80}, rng), Transposed(DType::kInt8, 96, 80, rng)}, kPermuted,
       Kernel::kCastRows);
   add("transposed input, a dim under a tile", "add",
-      {Dense(f32, {8, 200}, rng), Transposed(f32, 8, 200, rng)}, Path::kPermuted,
-      Kernel::kCastRows);
+      {Dense(f32, {8, 200}, rng), Transposed(f32, 8, 200, rng)}, kPermuted, Kernel::kCastRows);
   add("three transposed inputs (two tiles at most)", "addcmul",
       {Transposed(DType::kInt32, 64, 48, rng), Transposed(DType::kInt32, 64, 48, rng),
        Transposed(DType::kInt32, 64, 48, rng)},
-      Path::kPermuted, Kernel::kCastRows);
+      kPermuted, Kernel::kCastRows);
   add("rank 4, permuted", "add",
       {Dense(f32, {4, 5, 6, 7}, rng),
        Tensor(f32, {4, 5, 6, 7}, {1, 4 * 6 * 7, 4, 4 * 6}, 0, 4 * 5 * 6 * 7, rng)},
-      Path::kPermuted, Kernel::kGeneral);
+      kPermuted, Kernel::kGeneral);
   // A [5, 17, 3, 4, 18] storage permuted (4, 2, 0, 3, 1): tiles over the output's fastest dim
   // and the input's (moved to plan dim 1), three batch dims.
   add("rank 5, permuted, tile dims at least 16", "add",
       {Dense(f32, {18, 3, 5, 4, 17}, rng),
        Tensor(f32, {18, 3, 5, 4, 17}, {1, 72, 3672, 18, 216}, 0, 18360, rng)},
-      Path::kPermuted, Kernel::kTiles);
+      kPermuted, Kernel::kTiles);
   // A [3, 4, 5, 5, 2, 3, 16] storage permuted (6, 4, 2, 0, 5, 3, 1): the output dense along
   // 4 elements only; tile dim 0 fuses them with the next 5, tile dim 1 the input's 16 with
   // the 3 its run goes on in (Plan::fused), partial tiles along both.
   add("rank 7, permuted, fused tile dims", "add",
       {Dense(f32, {16, 2, 5, 3, 3, 5, 4}, rng),
        Tensor(f32, {16, 2, 5, 3, 3, 5, 4}, {1, 48, 480, 9600, 16, 96, 2400}, 0, 28800, rng)},
-      Path::kPermuted, Kernel::kTiles);
+      kPermuted, Kernel::kTiles);
   add("every other element", "add", {Tensor(f32, {500}, {2}, 1, 1001, rng), Dense(f32, {500}, rng)},
-      Path::kStrided, Kernel::kCastRows);
+      kInOrder, Kernel::kCastRows);
   add("rank 4, stepped in every dim", "add",
       {Tensor(f32, {4, 5, 6, 7}, {2 * 10 * 12 * 14, 2 * 12 * 14, 2 * 14, 2}, 0, 8 * 10 * 12 * 14,
               rng),
        Dense(f32, {4, 5, 6, 7}, rng)},
-      Path::kStrided, Kernel::kGeneral);
+      kInOrder, Kernel::kGeneral);
   // Broadcasts whose dims alternate between the operands: nothing coalesces; rows along the
   // last dim, their starts over every other dim, for binary ops whose rows allow kRows.
   add("rank 5, alternating broadcast", "add",
-      {Dense(f32, {6, 1, 5, 1, 12}, rng), Dense(f32, {1, 3, 1, 7, 1}, rng)}, Path::kStrided,
+      {Dense(f32, {6, 1, 5, 1, 12}, rng), Dense(f32, {1, 3, 1, 7, 1}, rng)}, kInOrder,
       Kernel::kRows);
   add("rank 8, alternating broadcast, rows of odd length", "add",
       {Dense(f32, {2, 1, 3, 1, 2, 1, 3, 1}, rng), Dense(f32, {1, 3, 1, 2, 1, 2, 1, 9}, rng)},
-      Path::kStrided, Kernel::kGeneral);
+      kInOrder, Kernel::kGeneral);
   add("rank 6, alternating broadcast, mixed dtypes, misaligned", "add",
-      {Dense(f16, {1, 2, 1, 3, 1, 8}, rng, 3), Dense(f32, {3, 1, 4, 1, 5, 1}, rng)}, Path::kStrided,
+      {Dense(f16, {1, 2, 1, 3, 1, 8}, rng, 3), Dense(f32, {3, 1, 4, 1, 5, 1}, rng)}, kInOrder,
       Kernel::kGeneral);
   add("rank 6, alternating broadcast, float16", "add",
-      {Dense(f16, {1, 3, 1, 4, 1, 16}, rng), Dense(f16, {2, 1, 3, 1, 5, 1}, rng)}, Path::kStrided,
+      {Dense(f16, {1, 3, 1, 4, 1, 16}, rng), Dense(f16, {2, 1, 3, 1, 5, 1}, rng)}, kInOrder,
       Kernel::kRows);
   add("rank 4, alternating broadcast, bool result", "eq",
-      {Dense(f32, {5, 1, 7, 1}, rng), Dense(f32, {1, 3, 1, 12}, rng)}, Path::kStrided,
-      Kernel::kRows);
+      {Dense(f32, {5, 1, 7, 1}, rng), Dense(f32, {1, 3, 1, 12}, rng)}, kInOrder, Kernel::kRows);
   add("rank 5, alternating broadcast, an outer dim reversed", "add",
       {Tensor(f32, {4, 1, 3, 1, 8}, {-24, 24, 8, 8, 1}, 72, 96, rng),
        Dense(f32, {1, 5, 1, 6, 1}, rng)},
-      Path::kStrided, Kernel::kRows);
+      kInOrder, Kernel::kRows);
   add("rank 5, where, alternating broadcast", "where",
       {Dense(DType::kBool, {4, 1, 3, 1, 8}, rng), Dense(f32, {1, 5, 1, 6, 1}, rng),
        Dense(f32, {}, rng)},
-      Path::kStrided, Kernel::kGeneral);
+      kInOrder, Kernel::kGeneral);
   add("rank 5, alternating broadcast, rows of three", "add",
-      {Dense(f32, {6, 1, 5, 1, 3}, rng), Dense(f32, {1, 3, 1, 7, 1}, rng)}, Path::kStrided,
+      {Dense(f32, {6, 1, 5, 1, 3}, rng), Dense(f32, {1, 3, 1, 7, 1}, rng)}, kInOrder,
       Kernel::kGeneral);
   return c;
 }

@@ -19,7 +19,9 @@ struct KernelCase {
   std::string op;
   std::vector<OwnedTensor> inputs;
   DimVector out_strides;  // empty: contiguous
-  Path path;
+  // Some operand moves faster along another dim than the output's fastest (a transposed
+  // input or output): the CPU's tile rule tiles every such case.
+  bool permuted;
   Kernel kernel;
 
   std::vector<TensorView> Views() const;
