@@ -70,7 +70,7 @@ __device__ __forceinline__ void GeneralSteps(const F& f, const KernelArgs<N + 1>
         if constexpr (kSame) {
           v[u][k] = static_cast<C>(*reinterpret_cast<const S*>(p));
         } else {
-          v[u][k] = LoadAs<S, C>(a.dtypes[k + 1], p);
+          v[u][k] = LoadAs<S, C>(k + 1, a.dtypes[k + 1], p);
         }
       }
     }

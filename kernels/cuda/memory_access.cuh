@@ -17,11 +17,13 @@
 
 namespace tc::cuda {
 
-// An element of one of the types Ts (the output's and each input's of a fused expression),
-// as its own bits: the S of a walk whose operands have types of their own that the kernel
-// knows when it is compiled (NVRTC) though the walk does not. The walk loads each operand
-// into one (Convert moves the bits), hands them to the functor, which reads each as the type
-// it knows that operand has, and stores the one it returns; VisitOperand visits only Ts.
+// An element of a walk whose operands have types of their own that the kernel knows when it
+// is compiled (a fused expression's, NVRTC) though the walk does not: Ts are operand k's type
+// for k = 0 (the output), 1, ... (the inputs), and an AnyOf holds one of them as its own bits.
+// The walk loads each operand into one (Convert moves the bits), hands them to the functor,
+// which reads each as the type it knows that operand has, and stores the one it returns.
+// VisitOperand gives operand k its own type, without a run-time choice once k is a constant
+// (an unrolled loop's).
 template <typename... Ts>
 struct AnyOf {
   static constexpr bool kCarrier = true;
@@ -48,15 +50,15 @@ struct AnyOf {
   }
 };
 
-// fn(TypeTag<T>{}) for the one of T, Rest... that is dtype t (the last where none is).
-template <typename T, typename... Rest, typename Fn>
-__device__ __forceinline__ decltype(auto) VisitAmong(DType t, Fn&& fn) {
+// fn(TypeTag<T_k>{}) for operand k of the types T, Rest... (of operand I, I + 1, ...).
+template <int I, typename T, typename... Rest, typename Fn>
+__device__ __forceinline__ decltype(auto) VisitOperandAt(int k, Fn&& fn) {
   if constexpr (sizeof...(Rest) == 0) {
-    (void)t;
+    (void)k;
     return fn(TypeTag<T>{});
   } else {
-    if (t == DTypeOf<T>()) return fn(TypeTag<T>{});
-    return VisitAmong<Rest...>(t, fn);
+    if (k == I) return fn(TypeTag<T>{});
+    return VisitOperandAt<I + 1, Rest...>(k, fn);
   }
 }
 
@@ -65,37 +67,41 @@ struct CarrierTypes;
 template <typename... Ts>
 struct CarrierTypes<AnyOf<Ts...>> {
   template <typename Fn>
-  static __device__ __forceinline__ decltype(auto) Visit(DType t, Fn&& fn) {
-    return VisitAmong<Ts...>(t, fn);
+  static __device__ __forceinline__ decltype(auto) Visit(int k, Fn&& fn) {
+    return VisitOperandAt<0, Ts...>(k, fn);
   }
 };
 
-// VisitDType for an operand of a walk over S: only AnyOf's types where S is one.
+// fn(TypeTag<storage type>{}) for operand k (0 the output) of dtype t, of a walk over S: t's
+// type (VisitDType), or where S is an AnyOf the type it gives operand k.
 template <typename S, typename Fn>
-__device__ __forceinline__ decltype(auto) VisitOperand(DType t, Fn&& fn) {
+__device__ __forceinline__ decltype(auto) VisitOperand(int k, DType t, Fn&& fn) {
   if constexpr (kIsCarrier<S>) {
-    return CarrierTypes<S>::Visit(t, fn);
+    (void)t;
+    return CarrierTypes<S>::Visit(k, fn);
   } else {
+    (void)k;
     return VisitDType(t, fn);
   }
 }
 
-// Loads element p of dtype t into compute type C through the compute dtype's storage type S
-// (as if the input had been converted to the common dtype first).
+// Loads element p of operand k, of dtype t, into compute type C through the compute dtype's
+// storage type S (as if the input had been converted to the common dtype first).
 template <typename S, typename C>
-__device__ __forceinline__ C LoadAs(DType t, const char* p) {
-  return VisitOperand<S>(t, [p](auto tag) {
+__device__ __forceinline__ C LoadAs(int k, DType t, const char* p) {
+  return VisitOperand<S>(k, t, [p](auto tag) {
     using T = typename decltype(tag)::type;
     return static_cast<C>(Convert<S>(*reinterpret_cast<const T*>(p)));
   });
 }
 
-// Stores a result as dtype t; half-precision results are rounded to S first.
+// Stores a result as the output (operand 0) of dtype t; half-precision results are rounded
+// to S first.
 template <typename S, typename R>
 __device__ __forceinline__ void StoreAs(DType t, char* p, R r) {
   using V = std::conditional_t<std::is_same_v<R, bool>, bool, S>;
   const V v = Convert<V>(r);
-  VisitOperand<S>(t, [p, v](auto tag) {
+  VisitOperand<S>(0, t, [p, v](auto tag) {
     using T = typename decltype(tag)::type;
     *reinterpret_cast<T*>(p) = Convert<T>(v);
   });

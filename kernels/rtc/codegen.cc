@@ -68,15 +68,12 @@ std::string Inputs(int inputs, const std::string& prefix, const std::string& suf
   return s;
 }
 
-// The type list of AnyOf for the program's operands: each dtype once, the output's first.
+// The type list of AnyOf for the program's operands: operand k's type for k = 0 (the
+// output), 1, ...
 std::string OperandTypes(const Program& p) {
-  std::vector<DType> seen;
   std::string list;
   for (int k = 0; k <= NumInputs(p); ++k) {
-    const DType t = OperandType(p, k);
-    if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
-    seen.push_back(t);
-    absl::StrAppend(&list, list.empty() ? "" : ", ", TypeName(t));
+    absl::StrAppend(&list, k > 0 ? ", " : "", TypeName(OperandType(p, k)));
   }
   return list;
 }

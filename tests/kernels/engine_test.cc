@@ -553,17 +553,22 @@ TEST(ExpressionPlans, VectorsNarrowToWhereOperandsStart) {
   EXPECT_EQ(expr::VectorFor(*p->expression, four), 1);
 }
 
-// More than two dims that do not coalesce: the general walk, with 64-bit index math only
-// where some operand reaches past 2^31 bytes.
+// More than two dims that do not coalesce: the general walk, the ops' elements a thread (one
+// where the tree has long math); past 2^31 bytes of reach it is launched in pieces
+// (SplitForIndexing), not planned otherwise.
 TEST(ExpressionPlans, HigherRanksTakeTheGeneralWalk) {
   ExprWalk w = WalkOf("a + b", {ExprInput(DType::kFloat32, {2, 3, 4}, {1, 8, 2}),
                                 ExprInput(DType::kFloat32, {4}, {1})});
   EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kGeneral));
-  EXPECT_FALSE(w.wide);
+  EXPECT_EQ(w.unroll, 4);
   w = WalkOf("a + b", {ExprInput(DType::kFloat32, {2, 3, 4}, {int64_t{1} << 30, 8, 2}),
                        ExprInput(DType::kFloat32, {4}, {1})});
   EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kGeneral));
-  EXPECT_TRUE(w.wide);
+  EXPECT_EQ(w.unroll, 4);
+  w = WalkOf("erf(a) + b", {ExprInput(DType::kFloat32, {2, 3, 4}, {1, 8, 2}),
+                            ExprInput(DType::kFloat32, {4}, {1})});
+  EXPECT_EQ(KernelName(w.kernel), KernelName(Kernel::kGeneral));
+  EXPECT_EQ(w.unroll, 1);
 }
 
 }  // namespace
