@@ -150,7 +150,27 @@ __global__ void __launch_bounds__(128) WhereRowKernel(RowArgs<4> a) {
        r += static_cast<int64_t>(gridDim.y) * blockDim.y) {
     char* row[4];
     RowStarts(a, r, row);
+    // A condition repeated along the row (a column of bools broadcast, or a 0-dim one) picks
+    // the whole row: it is a copy of the chosen operand's row, the other one never read.
+    const bool one_pick = a.access[1] == Access::kBroadcast;
+    const bool pick = one_pick && *reinterpret_cast<const uint8_t*>(row[1]) != 0;
+    const char* const chosen = pick ? row[2] : row[3];
+    const int64_t chosen_step = pick ? a.step[2] : a.step[3];
+    const Access chosen_access = pick ? a.access[2] : a.access[3];
     for (int64_t c0 = blockIdx.x * tile + threadIdx.x; c0 * V < a.cols; c0 += gridDim.x * tile) {
+      if (one_pick && c0 + (U - 1) * static_cast<int64_t>(blockDim.x) < full) {
+        uint32_t x[U][kChunkWords<S, V>];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          LoadWords<S, V, kMode>(chosen, chosen_step, chosen_access,
+                                 c0 + u * static_cast<int64_t>(blockDim.x), x[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          StoreWords<S, V, kMode>(a, row[0], c0 + u * static_cast<int64_t>(blockDim.x), x[u]);
+        }
+        continue;
+      }
       if (c0 + (U - 1) * static_cast<int64_t>(blockDim.x) < full) {
         uint32_t cond[U][kChunkWords<bool, V>], x[U][kChunkWords<S, V>], y[U][kChunkWords<S, V>];
 #pragma unroll

@@ -778,6 +778,66 @@ TEST_F(CudaBackendTest, CastsThroughTransposesMatchCpu) {
   EXPECT_EQ(device_->memory_in_use(), 0);
 }
 
+// where with a condition that is one element a row (a column of bools broadcast along the
+// rows, or a 0-dim one): the where rows kernel copies the chosen operand's row without
+// reading the other. Values of 1, 2, 4 and 8 bytes, dense (aligned and one element off) or a
+// 0-dim scalar, rows of odd length with partial chunks and one shorter than a chunk: bit for
+// bit the CPU's result.
+TEST_F(CudaBackendTest, WhereWithOneConditionARowMatchesCpu) {
+  uint64_t x = testing::TestSeed() ^ 0x3e7eull;
+  CpuBackend cpu_backend;
+  std::vector<std::vector<std::byte>> storage;
+  const auto bytes = [&](DType t, int64_t n) {
+    storage.push_back(RandomBytes(t, n, x));
+    if (t == DType::kBool) {
+      for (std::byte& b : storage.back()) b &= std::byte{1};
+    }
+  };
+  for (const DType t : {DType::kInt8, DType::kFloat16, DType::kFloat32, DType::kFloat64}) {
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{67, 1031}, {300, 3}, {5, 4096}}) {
+      for (const int64_t offset : {0, 1}) {
+        for (const bool zero_dim_cond : {false, true}) {
+          for (const bool zero_dim_y : {false, true}) {
+            std::vector<TensorView> in;
+            bytes(DType::kBool, zero_dim_cond ? 1 : rows);
+            in.push_back(
+                zero_dim_cond
+                    ? TensorView{DType::kBool, {}, {}, 0, storage.back().data(), 1}
+                    : TensorView{DType::kBool, {rows, 1}, {1, 1}, 0, storage.back().data(), rows});
+            bytes(t, rows * cols + offset);
+            in.push_back(TensorView{t,
+                                    {rows, cols},
+                                    {cols, 1},
+                                    offset,
+                                    storage.back().data(),
+                                    static_cast<int64_t>(storage.back().size())});
+            bytes(t, zero_dim_y ? 1 : rows * cols);
+            in.push_back(zero_dim_y ? TensorView{t, {}, {}, 0, storage.back().data(), ItemSize(t)}
+                                    : TensorView{t,
+                                                 {rows, cols},
+                                                 {cols, 1},
+                                                 0,
+                                                 storage.back().data(),
+                                                 static_cast<int64_t>(storage.back().size())});
+            const std::string what =
+                absl::StrCat("where over ", rows, " x ", cols, " ", DTypeName(t), ", offset ",
+                             offset, zero_dim_cond ? ", 0-dim condition" : ", condition a column",
+                             zero_dim_y ? ", 0-dim y" : "");
+            auto prepared = PrepareOp("where", in, {});
+            ASSERT_TRUE(prepared.ok()) << what << ": " << prepared.status();
+            const size_t n = static_cast<size_t>(prepared->plan.out_storage_bytes);
+            std::vector<std::byte> gpu(n), cpu(n);
+            ASSERT_TRUE(backend_->Run(*prepared, in, gpu.data()).ok()) << what;
+            ASSERT_TRUE(cpu_backend.Run(*prepared, in, cpu.data()).ok()) << what;
+            EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), n), 0) << what;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(device_->memory_in_use(), 0);
+}
+
 // Over 2^31 elements, bit for bit the CPU's result: a contiguous add (the row kernels) and
 // the same add with one input fully permuted (rank 4, nothing coalesces: the general kernel,
 // launched once a piece that fits 32-bit index math).
