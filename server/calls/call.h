@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "grpcpp/support/server_callback.h"
+#include "kernels/catalog.h"
 #include "server/env/grpc_status.h"
 #include "server/env/service_env.h"
 
@@ -110,9 +111,14 @@ class Call {
   bool Finish(const absl::Status& s) {
     if (finished_.exchange(true, std::memory_order_acq_rel)) return false;
     if (method_ != nullptr) {
-      env_->metrics->RecordCall(method_, op_, absl::StatusCodeToString(s.code()),
-                                absl::Now() - start_);
+      const absl::Time now = absl::Now();
+      env_->metrics->RecordCall(method_, op_, absl::StatusCodeToString(s.code()), now - start_);
       env_->metrics->AddBytes(method_, received.load(), sent.load());
+      // A compute request counts for its model (an op of the catalog, or "expression"), as
+      // the open inference protocol's statistics report them.
+      if (inference && (op_ == "expression" || FindOp(op_) != nullptr)) {
+        env_->metrics->RecordInference(op_, s.ok(), start_, now, stages);
+      }
     }
     Responder respond = std::move(respond_);
     respond_ = nullptr;
@@ -125,6 +131,9 @@ class Call {
 
   // The unary reactor it answers; null for the others.
   grpc::ServerUnaryReactor* reactor = nullptr;
+  // A compute request (the model statistics count it), and when it reached each stage.
+  bool inference = false;
+  StageTimes stages;
   // Tensor bytes received and sent, for the metrics.
   std::atomic<int64_t> received{0};
   std::atomic<int64_t> sent{0};

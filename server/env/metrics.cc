@@ -55,6 +55,34 @@ void Metrics::RecordCall(absl::string_view method, absl::string_view op, absl::s
   h.sum += s;
 }
 
+void Metrics::RecordInference(absl::string_view model, bool ok, absl::Time arrival,
+                              absl::Time finish, const StageTimes& stages) {
+  const auto set = [](absl::Time t) { return t != absl::InfinitePast(); };
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(model);
+  if (it == models_.end()) it = models_.emplace(std::string(model), ModelTotals()).first;
+  ModelTotals& m = it->second;
+  m.last_inference_ms =
+      std::max<uint64_t>(m.last_inference_ms, static_cast<uint64_t>(absl::ToUnixMillis(arrival)));
+  if (!ok) {
+    m.fail.Add(finish - arrival);
+    return;
+  }
+  m.success.Add(finish - arrival);
+  if (set(stages.admitted)) m.queue.Add(stages.admitted - arrival);
+  if (set(stages.admitted) && set(stages.staged))
+    m.compute_input.Add(stages.staged - stages.admitted);
+  if (set(stages.ran) && set(stages.computed)) {
+    m.compute_infer.Add(stages.computed - stages.ran);
+    m.compute_output.Add(finish - stages.computed);
+  }
+}
+
+std::map<std::string, ModelTotals, std::less<>> Metrics::InferenceTotals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return models_;
+}
+
 void Metrics::AddBytes(absl::string_view method, int64_t received, int64_t sent) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& b = bytes_[std::string(method)];

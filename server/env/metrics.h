@@ -2,6 +2,7 @@
 // scrape time, rendered in the text exposition format and served over HTTP by civetweb.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -21,6 +22,36 @@ struct mg_context;
 
 namespace tc::server {
 
+// When a compute request reached each stage, as its call and its job stamp them (unset:
+// absl::InfinitePast()): admitted to a device, its inputs on that device, its kernels started
+// and finished there.
+struct StageTimes {
+  absl::Time admitted = absl::InfinitePast();
+  absl::Time staged = absl::InfinitePast();
+  absl::Time ran = absl::InfinitePast();
+  absl::Time computed = absl::InfinitePast();
+};
+
+// Per model (op), every compute request since the server started, as the open inference
+// protocol's statistics report them (KServe v2 ModelStatistics).
+struct ModelTotals {
+  struct Duration {
+    uint64_t count = 0;
+    uint64_t ns = 0;
+    void Add(absl::Duration d) {
+      ++count;
+      ns += static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(d)));
+    }
+  };
+  // Whole requests, from arrival to answer.
+  Duration success, fail;
+  // Successful requests' stages: arrival to admission, admission to inputs staged, the
+  // kernels, and the kernels' end to the answer (the result read back and encoded).
+  Duration queue, compute_input, compute_infer, compute_output;
+  // The last request's arrival, milliseconds since the epoch.
+  uint64_t last_inference_ms = 0;
+};
+
 class Metrics {
  public:
   // Upper bounds of the latency buckets, seconds.
@@ -32,6 +63,12 @@ class Metrics {
   void RecordCall(absl::string_view method, absl::string_view op, absl::string_view code,
                   absl::Duration latency);
   void AddBytes(absl::string_view method, int64_t received, int64_t sent);
+  // One compute request of model `model` finished: `ok` or not, arrived at `arrival`,
+  // answered at `finish`, its stages as stamped.
+  void RecordInference(absl::string_view model, bool ok, absl::Time arrival, absl::Time finish,
+                       const StageTimes& stages);
+  // Every model's totals so far (models without a request absent).
+  std::map<std::string, ModelTotals, std::less<>> InferenceTotals() const;
   // Input bytes a request copied from the device holding them to the one it ran on.
   void AddPeerCopy(int64_t bytes) { peer_copy_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
 
@@ -54,6 +91,7 @@ class Metrics {
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> calls_;
   std::map<std::pair<std::string, std::string>, Histogram> latency_;
   std::map<std::string, std::pair<int64_t, int64_t>> bytes_;
+  std::map<std::string, ModelTotals, std::less<>> models_;
   struct Gauge {
     std::string name, help, type;
     GaugeFn fn;

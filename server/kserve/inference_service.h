@@ -3,7 +3,8 @@
 // model, and "expression" runs an expression given as a request parameter (models.h). A
 // ModelInfer becomes a Compute request (convert.h) and goes through the same admission,
 // identity, limits, planning and devices (infer.cc); shared memory, system and CUDA, is
-// registered through its RPCs (shared_memory.cc); health and metadata in models.cc.
+// registered through its RPCs (shared_memory.cc); health, metadata, statistics and the
+// repository index in models.cc.
 #pragma once
 
 #include <functional>
@@ -54,6 +55,12 @@ class InferenceServiceImpl final : public InferenceServiceBase {
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
                                         const inf::ModelConfigRequest* request,
                                         inf::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* ctx,
+                                            const inf::ModelStatisticsRequest* request,
+                                            inf::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* ctx,
+                                            const inf::RepositoryIndexRequest* request,
+                                            inf::RepositoryIndexResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const grpc::ByteBuffer* raw,
                                        grpc::ByteBuffer* response) override;

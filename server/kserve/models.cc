@@ -1,6 +1,9 @@
-// The models and what describes them: health (ServerLive, ServerReady, ModelReady) and
-// metadata (ServerMetadata, ModelMetadata, ModelConfig), as KServe v2 callers see them.
+// The models and what describes them: health (ServerLive, ServerReady, ModelReady), metadata
+// (ServerMetadata, ModelMetadata, ModelConfig), statistics (ModelStatistics) and the
+// repository index (RepositoryIndex), as KServe v2 callers see them.
 #include "server/kserve/models.h"
+
+#include <algorithm>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -166,6 +169,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ServerMetadata(
   // Request parameters carry the ops' attributes.
   response->add_extensions("parameters");
   response->add_extensions("model_configuration");
+  response->add_extensions("statistics");
   if (system_shm_) response->add_extensions("system_shared_memory");
   bool gpu = false;
   for (int i = 0; i < env_.devices->size(); ++i) {
@@ -242,6 +246,98 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ModelConfig(grpc::CallbackServer
   out->set_name(kOutputName);
   out->set_data_type(type_of(MetadataOutputType(name)));
   out->add_dims(-1);
+  call.Finish(absl::OkStatus());
+  return call.reactor;
+}
+
+namespace {
+
+// Every model the server serves: the catalog's ops, then the expression model.
+std::vector<std::string> ServedModels() {
+  std::vector<std::string> names;
+  for (const CatalogEntry& op : Catalog()) {
+    // An op of several arities is one model.
+    if (std::find(names.begin(), names.end(), op.spec.name) == names.end()) {
+      names.push_back(op.spec.name);
+    }
+  }
+  names.push_back(kExpressionModel);
+  return names;
+}
+
+void SetDuration(const ModelTotals::Duration& d, inf::StatisticDuration* out) {
+  out->set_count(d.count);
+  out->set_ns(d.ns);
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ModelStatistics(
+    grpc::CallbackServerContext* ctx, const inf::ModelStatisticsRequest* request,
+    inf::ModelStatisticsResponse* response) {
+  Call call{&env_, ctx->DefaultReactor(), "ModelStatistics", ModelLabel(request->name())};
+  if (!call.Admit()) return call.reactor;
+  const std::string& name = request->name();
+  absl::Status checked = name.empty() ? env_.auth->Identify(*ctx).status()
+                                      : CheckModelCall(env_, *ctx, name, request->version());
+  if (checked.ok() && name.empty()) checked = CheckVersion("every model", request->version());
+  if (!checked.ok()) {
+    call.Finish(checked);
+    return call.reactor;
+  }
+  const auto totals = env_.metrics->InferenceTotals();
+  for (const std::string& model : name.empty() ? ServedModels() : std::vector<std::string>{name}) {
+    inf::ModelStatistics* stats = response->add_model_stats();
+    stats->set_name(model);
+    stats->set_version(kVersion);
+    const auto it = totals.find(model);
+    if (it == totals.end()) {
+      stats->mutable_inference_stats();
+      continue;
+    }
+    const ModelTotals& m = it->second;
+    stats->set_last_inference(m.last_inference_ms);
+    // One execution a request: no batching.
+    stats->set_inference_count(m.success.count);
+    stats->set_execution_count(m.success.count);
+    inf::InferStatistics* s = stats->mutable_inference_stats();
+    SetDuration(m.success, s->mutable_success());
+    SetDuration(m.fail, s->mutable_fail());
+    SetDuration(m.queue, s->mutable_queue());
+    SetDuration(m.compute_input, s->mutable_compute_input());
+    SetDuration(m.compute_infer, s->mutable_compute_infer());
+    SetDuration(m.compute_output, s->mutable_compute_output());
+  }
+  call.Finish(absl::OkStatus());
+  return call.reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::RepositoryIndex(
+    grpc::CallbackServerContext* ctx, const inf::RepositoryIndexRequest* request,
+    inf::RepositoryIndexResponse* response) {
+  Call call{&env_, ctx->DefaultReactor(), "RepositoryIndex", ""};
+  if (!call.AdmitCaller(*ctx)) return call.reactor;
+  if (!request->repository_name().empty()) {
+    call.Finish(absl::NotFoundError(absl::StrCat(
+        "unknown repository '", request->repository_name(),
+        "': this server has one, its catalog of ops and the expression model (name it by the "
+        "empty string)")));
+    return call.reactor;
+  }
+  // Built in, never loaded or unloaded: READY while the server serves, UNAVAILABLE while it
+  // drains or a device has failed.
+  const bool ready = Ready();
+  if (request->ready() && !ready) {
+    call.Finish(absl::OkStatus());
+    return call.reactor;
+  }
+  for (const std::string& model : ServedModels()) {
+    auto* m = response->add_models();
+    m->set_name(model);
+    m->set_version(kVersion);
+    m->set_state(ready ? "READY" : "UNAVAILABLE");
+    if (!ready) m->set_reason("the server is draining or a device has failed");
+  }
   call.Finish(absl::OkStatus());
   return call.reactor;
 }

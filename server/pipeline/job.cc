@@ -294,13 +294,27 @@ absl::Status ComputeJob::Admit(const ComputeSpec& spec, const std::string& owner
                                                      " requests in flight; retry later"));
   }
   admission_ = *std::move(admitted);
+  times_.admitted = absl::Now();
   lane_ = device_->AcquireLane();
 
   // Inputs that lie on another device: their bytes copied here.
   if (auto copied = CopyFromOtherDevices(deadline); !copied.ok()) return copied;
   if (peer_bytes_ > 0 && env.metrics != nullptr) env.metrics->AddPeerCopy(peer_bytes_);
 
-  return Stage(spec, deadline, stage_inline);
+  absl::Status staged = Stage(spec, deadline, stage_inline);
+  times_.staged = absl::Now();
+  if (times_sink_ != nullptr) TimeInto(times_sink_);
+  return staged;
+}
+
+void ComputeJob::TimeInto(StageTimes* sink) {
+  times_sink_ = sink;
+  sink->admitted = times_.admitted;
+  sink->staged = times_.staged;
+}
+
+void ComputeJob::StampRun() {
+  if (times_sink_ != nullptr) times_sink_->ran = absl::Now();
 }
 
 absl::Status ComputeJob::Stage(const ComputeSpec& spec, absl::Time deadline, bool stage_inline) {
@@ -455,6 +469,7 @@ absl::StatusOr<runtime::StoragePtr> ComputeJob::AllocateOutput(absl::Time deadli
 
 std::function<void(absl::Status)> ComputeJob::LeavingFirst(std::function<void(absl::Status)> done) {
   return [this, done = std::move(done)](absl::Status s) {
+    if (times_sink_ != nullptr) times_sink_->computed = absl::Now();
     admission_ = runtime::Admission();
     done(std::move(s));
   };
@@ -462,6 +477,7 @@ std::function<void(absl::Status)> ComputeJob::LeavingFirst(std::function<void(ab
 
 void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
                      runtime::Device::ReadBack read_back) {
+  StampRun();
   device_->Run(*lane_, prepared_, views_, out, LeavingFirst(std::move(done)), read_back);
 }
 
@@ -470,12 +486,14 @@ void ComputeJob::Run(std::byte* out, std::function<void(absl::Status)> done,
 bool ComputeJob::TryRun(std::byte* out, std::function<void(absl::Status)>& done) {
   done = LeavingFirst(std::move(done));
   runtime::QuickRuns* quick = device_->quick_runs();
+  StampRun();
   return quick != nullptr && quick->TryRun(*lane_, prepared_, views_, out, done);
 }
 
 bool ComputeJob::TryRunSmall(std::byte* host_out, std::function<void(absl::Status)>& done) {
   done = LeavingFirst(std::move(done));
   runtime::QuickRuns* quick = device_->quick_runs();
+  StampRun();
   return quick != nullptr && quick->TryRunSmall(*lane_, prepared_, views_, host_out, done);
 }
 

@@ -67,6 +67,11 @@ class ComputeJob {
   // on the least loaded device of that moment unless its spec names one.
   void Leave();
 
+  // Stage times go to `sink` too (a call's, for the model statistics): admission and staging
+  // as stamped so far and from now on, the kernels' start and end around each run. The sink
+  // must outlive the job's runs.
+  void TimeInto(StageTimes* sink);
+
   const PreparedOp& prepared() const { return prepared_; }
   const Plan& plan() const { return prepared_.plan; }
   runtime::Device& device() { return *device_; }
@@ -118,7 +123,12 @@ class ComputeJob {
   // `done`, giving the device slot back first.
   std::function<void(absl::Status)> LeavingFirst(std::function<void(absl::Status)> done);
 
+  // Stamps the kernels' start where a sink is set.
+  void StampRun();
+
   PreparedOp prepared_;
+  StageTimes times_;
+  StageTimes* times_sink_ = nullptr;
   runtime::Device* device_ = nullptr;
   // device_ is the least loaded device when Admit ran, not one the inputs or the spec chose.
   bool chosen_on_admit_ = false;

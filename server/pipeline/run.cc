@@ -88,6 +88,7 @@ bool TrySmallOnDevice(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     return true;
   }
   std::shared_ptr<ComputeJob> job = *std::move(prepared);
+  job->TimeInto(&call->stages);
   const Plan& plan = job->plan();
   runtime::QuickRuns* quick = job->device().quick_runs();
   if (quick == nullptr || plan.out_storage_bytes + job->input_bytes() > quick->max_small_bytes()) {
@@ -136,6 +137,7 @@ bool TryOnCallersGpu(const ServiceEnv& env, grpc::CallbackServerContext* ctx,
     return true;
   }
   std::shared_ptr<ComputeJob> job = *std::move(prepared);
+  job->TimeInto(&call->stages);
   std::byte* dst = DescribeRegionOutput(*job, *spec, result);
   std::function<void(absl::Status)> done = [job, call](absl::Status s) { call->Finish(s); };
   if (job->TryRun(dst, done)) return true;
@@ -170,6 +172,8 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx, Compu
     call->Finish(planned.status());
     return;
   }
+  // From here on, a compute request of its model (the model statistics count it).
+  call->inference = true;
   if (TryOnCallersGpu(env, ctx, spec, result, call, owner)) return;
   // `spec` and `result` stay valid until Finish. `planned`: the job the small path planned
   // and handed back, its inline inputs still to be staged.
@@ -195,6 +199,7 @@ void StartCompute(const ServiceEnv& env, grpc::CallbackServerContext* ctx, Compu
       }
       job = *std::move(prepared);
     }
+    job->TimeInto(&call->stages);
     const Plan& plan = job->plan();
     if (job->output_region() != nullptr) {
       RunIntoRegion(env, *spec, DeadlineOf(*ctx), job, result, call);

@@ -80,9 +80,11 @@ class ComputeStreamReactor final : public PooledReactor<StreamBase> {
     auto spec = DecodeCompute(*header_, /*allow_streamed=*/true, env_.options);
     if (!spec.ok()) return spec.status();
     spec_ = std::make_unique<ComputeSpec>(*std::move(spec));
+    call_.inference = true;
     auto job = ComputeJob::Prepare(*spec_, owner_, env_, deadline_, true, session_);
     if (!job.ok()) return job.status();
     job_ = *std::move(job);
+    job_->TimeInto(&call_.stages);
     return absl::OkStatus();
   }
 

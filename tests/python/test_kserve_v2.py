@@ -156,6 +156,79 @@ class KServeV2Test(unittest.TestCase):
         self.assertIn("model_configuration", r.extensions)
         self.assertNotIn("system_shared_memory", r.extensions)
 
+    def test_statistics_count_each_models_requests(self):
+        """ModelStatistics as Triton reports it: whole requests that succeeded and failed, through
+        either protocol, and the stages of the successful ones."""
+        def stats(name):
+            r = self.stub.ModelStatistics(v2.ModelStatisticsRequest(name=name), timeout=10)
+            self.assertEqual(len(r.model_stats), 1)
+            self.assertEqual((r.model_stats[0].name, r.model_stats[0].version), (name, "1"))
+            return r.model_stats[0]
+
+        before = stats("atan2")
+        t0_ms = int(time.time() * 1000)
+        a = random_tensor(self.rng, (3, 5), torch.float32)
+        b = random_tensor(self.rng, (5,), torch.float32)
+        for _ in range(4):
+            self.assert_same(self.infer("atan2", a, b), torch.atan2(a, b))
+        # Through tensorcompute.v1 too.
+        v1 = pb_grpc.TensorServiceStub(self.channel)
+        v1.Compute(pb.ComputeRequest(op="atan2", inputs=[
+            pb.Tensor(dtype=pb.float32, shape=list(t.shape), data=raw_bytes(t)) for t in (a, b)]),
+            timeout=10)
+        # Shapes that do not broadcast: a failed request of the model.
+        c = random_tensor(self.rng, (4,), torch.float32)
+        rpc_error(self, grpc.StatusCode.INVALID_ARGUMENT, self.stub.ModelInfer,
+                  infer_request("atan2", [a, c]), timeout=10)
+        after = stats("atan2")
+        s0, s1 = before.inference_stats, after.inference_stats
+        self.assertEqual(s1.success.count - s0.success.count, 5)
+        self.assertEqual(s1.fail.count - s0.fail.count, 1)
+        self.assertGreater(s1.success.ns, s0.success.ns)
+        self.assertGreater(s1.fail.ns, s0.fail.ns)
+        # One execution a request (no batching), successful ones only.
+        self.assertEqual(after.inference_count - before.inference_count, 5)
+        self.assertEqual(after.execution_count - before.execution_count, 5)
+        for stage in ("queue", "compute_input", "compute_infer", "compute_output"):
+            d0, d1 = getattr(s0, stage), getattr(s1, stage)
+            self.assertEqual(d1.count - d0.count, 5, stage)
+        # The stages lie within the requests.
+        stage_ns = sum(getattr(s1, k).ns - getattr(s0, k).ns
+                       for k in ("queue", "compute_input", "compute_infer", "compute_output"))
+        self.assertLessEqual(stage_ns, s1.success.ns - s0.success.ns)
+        self.assertGreater(s1.compute_infer.ns, s0.compute_infer.ns)
+        self.assertGreaterEqual(after.last_inference, t0_ms)
+        self.assertLessEqual(after.last_inference, int(time.time() * 1000))
+        self.assertEqual(len(after.batch_stats), 0)
+        # Every model when none is named: each op once, and the expression model.
+        every = self.stub.ModelStatistics(v2.ModelStatisticsRequest(), timeout=10).model_stats
+        names = [m.name for m in every]
+        self.assertEqual(len(names), len(set(names)))
+        self.assertIn("atan2", names)
+        self.assertIn("expression", names)
+        ops = {o.name for o in v1.ListOps(pb.ListOpsRequest(), timeout=10).ops}
+        self.assertEqual(set(names), ops | {"expression"})
+        details = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.ModelStatistics,
+                            v2.ModelStatisticsRequest(name="resnet50"), timeout=10)
+        self.assertIn("'resnet50'", details)
+        rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.ModelStatistics,
+                  v2.ModelStatisticsRequest(name="atan2", version="2"), timeout=10)
+        r = self.stub.ServerMetadata(v2.ServerMetadataRequest(), timeout=10)
+        self.assertIn("statistics", r.extensions)
+
+    def test_repository_index(self):
+        v1 = pb_grpc.TensorServiceStub(self.channel)
+        ops = {o.name for o in v1.ListOps(pb.ListOpsRequest(), timeout=10).ops}
+        for ready in (False, True):
+            r = self.stub.RepositoryIndex(v2.RepositoryIndexRequest(ready=ready), timeout=10)
+            self.assertEqual({m.name for m in r.models}, ops | {"expression"})
+            self.assertEqual(len(r.models), len(ops) + 1)
+            for m in r.models:
+                self.assertEqual((m.version, m.state, m.reason), ("1", "READY", ""), m.name)
+        details = rpc_error(self, grpc.StatusCode.NOT_FOUND, self.stub.RepositoryIndex,
+                            v2.RepositoryIndexRequest(repository_name="models"), timeout=10)
+        self.assertIn("'models'", details)
+
     def test_model_metadata(self):
         r = self.stub.ModelMetadata(v2.ModelMetadataRequest(name="add"), timeout=10)
         self.assertEqual(r.name, "add")
