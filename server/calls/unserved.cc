@@ -15,7 +15,8 @@ class Refusal final : public grpc::ServerGenericBidiReactor {
         absl::StrCat("method '", method.substr(0, 256),
                      "' is not served here: this server serves tensorcompute.v1.TensorService "
                      "and, of inference.GRPCInferenceService (KServe v2), health, metadata, "
-                     "ModelConfig, ModelInfer, ModelStreamInfer and the shared-memory methods")));
+                     "ModelConfig, ModelInfer, ModelStreamInfer, ModelStatistics, "
+                     "RepositoryIndex and the shared-memory methods")));
   }
   void OnDone() override { delete this; }
 };

@@ -273,9 +273,9 @@ TEST_F(KServeV2Test, StreamAnswersEachRequestInOrder) {
 // say so by name instead of gRPC's empty UNIMPLEMENTED.
 TEST_F(KServeV2Test, UnservedMethodsSayWhat) {
   auto channel = grpc::CreateChannel(server_->target(), grpc::InsecureChannelCredentials());
-  for (const char* method : {"/inference.GRPCInferenceService/ModelStatistics",
-                             "/inference.GRPCInferenceService/RepositoryIndex",
-                             "/tensorcompute.v1.TensorService/Nope"}) {
+  for (const char* method :
+       {"/inference.GRPCInferenceService/RepositoryModelLoad",
+        "/inference.GRPCInferenceService/LogSettings", "/tensorcompute.v1.TensorService/Nope"}) {
     const grpc::Status status = testing::RawUnaryCall(channel, method, "");
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED) << method;
     EXPECT_NE(
